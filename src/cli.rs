@@ -1,0 +1,358 @@
+//! Command-line declarations, and nothing else.
+//!
+//! This module imports nothing from the rest of the crate, so tests and the
+//! man-page generator can build the `clap::Command` on their own.
+
+use std::ffi::OsString;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Run a command once per idempotency key.
+///
+/// idem records every run in a ledger, skips a command whose key already
+/// succeeded, retries failures with backoff, and never lets two runs of one
+/// key overlap.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, propagate_version = true, max_term_width = 100)]
+#[command(after_long_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// Ledger: a SQLite file path, or a postgres:// URL for a shared ledger
+    /// [default: <data dir>/idem/ledger.db]
+    #[arg(long, global = true, env = "IDEM_DB", value_name = "PATH|URL")]
+    pub db: Option<OsString>,
+
+    /// Print none of idem's own lines (errors that stop idem still print)
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Also print the lines idem keeps quiet under cron (skips)
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run COMMAND under KEY unless KEY already succeeded
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Run(RunArgs),
+    /// Inspect and maintain the ledger
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
+    /// Check a ledger for problems without changing anything
+    Doctor(DoctorArgs),
+    /// Print a shell completion script
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Idempotency key; may hold {date} {hour} {minute} {week} {month}
+    /// {year} {host} (local time, TZ honoured); {{ and }} for braces
+    #[arg(short, long, value_name = "KEY")]
+    pub key: String,
+
+    /// Run the words after -- as one /bin/sh -c script
+    #[arg(long)]
+    pub shell: bool,
+
+    /// Further attempts after a failed one; 0 = one attempt
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub retries: u32,
+
+    /// Base delay before a retry; attempt n waits a random time in
+    /// [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))
+    #[arg(long, default_value = "1s", value_name = "DUR")]
+    pub backoff: humantime::Duration,
+
+    /// Cap on one delay between attempts
+    #[arg(long, default_value = "5m", value_name = "DUR")]
+    pub max_backoff: humantime::Duration,
+
+    /// Retry only these exit codes, e.g. 1,3,10-20
+    #[arg(long, value_name = "CODES")]
+    pub retry_on: Option<CodeSet>,
+
+    /// Never retry these exit codes
+    #[arg(long, default_value = "126,127", value_name = "CODES")]
+    pub no_retry_on: CodeSet,
+
+    /// Per attempt: SIGTERM the command's process group after DUR, SIGKILL
+    /// after --kill-after more; counts as exit 124 and is retried
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<humantime::Duration>,
+
+    /// Grace between SIGTERM and SIGKILL on timeout
+    #[arg(long, default_value = "10s", value_name = "DUR")]
+    pub kill_after: humantime::Duration,
+
+    /// A success counts for DUR; after that the key runs again [default: forever]
+    #[arg(long, value_name = "DUR")]
+    pub ttl: Option<humantime::Duration>,
+
+    /// Run even though the key succeeded (or its command changed)
+    #[arg(long)]
+    pub force: bool,
+
+    /// If the key is running elsewhere, wait up to DUR and adopt its outcome
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<humantime::Duration>,
+
+    /// Shared ledger: how long a claim lives without a heartbeat
+    #[arg(long, default_value = "60s", value_name = "DUR")]
+    pub lease: humantime::Duration,
+
+    /// What to do when the last run died without an outcome
+    #[arg(long, value_enum, default_value_t = OnAbandoned::Rerun, value_name = "WHAT")]
+    pub on_abandoned: OnAbandoned,
+
+    /// Exit code when skipped because the key succeeded
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub skipped_exit_code: u8,
+
+    /// Exit code when the key is running elsewhere
+    #[arg(
+        long,
+        default_value_t = 75,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub conflict_exit_code: u8,
+
+    /// Hold the command's output and print it only if the run fails
+    #[arg(long)]
+    pub quiet_success: bool,
+
+    /// Bytes of the output tail kept per attempt and stream (0 = none)
+    #[arg(long, default_value = "64KiB", value_name = "BYTES")]
+    pub capture: ByteSize,
+
+    /// When skipping, print the recorded output of the successful run
+    #[arg(long)]
+    pub replay: bool,
+
+    /// Spinner for waits: auto (when stderr is a terminal), always, never
+    #[arg(long, value_enum, env = "IDEM_PROGRESS", default_value_t = Progress::Auto, hide = true)]
+    pub progress: Progress,
+
+    /// The command and its arguments, after --
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnAbandoned {
+    /// Run again, with IDEM_RECOVERED=1 in the command's environment
+    Rerun,
+    /// Exit 69 and leave the key for a person
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Progress {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Runs, newest first
+    List(ListArgs),
+    /// A key's state, its runs and attempts, with captured output
+    Show {
+        /// The key (as expanded, without placeholders)
+        key: String,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make keys run again next time; history stays unless --purge
+    Forget {
+        /// Keys to forget
+        #[arg(required = true)]
+        keys: Vec<String>,
+        /// Remove the keys' history too
+        #[arg(long)]
+        purge: bool,
+        /// Say what would change, change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Drop old history and output; never changes what `run` decides
+    Prune {
+        /// Drop runs that finished longer ago than DUR
+        #[arg(long, value_name = "DUR")]
+        older_than: humantime::Duration,
+        /// Say what would be dropped, change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Every run with its attempts, as JSON Lines
+    Export,
+    /// Read an export stream from stdin into this ledger (idempotent)
+    Import {
+        /// Read this file instead of stdin
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// Print the resolved ledger location
+    Path,
+    /// Per-key metrics in the Prometheus text format
+    Metrics,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys matching this glob (* ? [..])
+    #[arg(long, value_name = "GLOB")]
+    pub key: Option<String>,
+    /// Only runs with this status (repeatable)
+    #[arg(long, value_enum, value_name = "S")]
+    pub status: Vec<Status>,
+    /// Only runs started within DUR, or since an RFC 3339 time
+    #[arg(long, value_name = "DUR|TIME")]
+    pub since: Option<String>,
+    /// At most N runs
+    #[arg(
+        long,
+        default_value_t = 50,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub limit: u32,
+    /// Print a JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The status of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Status {
+    Running,
+    Succeeded,
+    Failed,
+    Abandoned,
+}
+
+/// A set of exit codes: `1,3,10-20`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeSet(pub Vec<RangeInclusive<u8>>);
+
+impl CodeSet {
+    pub fn contains(&self, code: u8) -> bool {
+        self.0.iter().any(|range| range.contains(&code))
+    }
+}
+
+impl FromStr for CodeSet {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let code = |part: &str| {
+            part.trim().parse::<u8>().map_err(|_| {
+                format!("'{part}' is not an exit code from 0 to 255; write codes like 1,3,10-20")
+            })
+        };
+        let mut ranges = Vec::new();
+        for part in text.split(',') {
+            let range = match part.split_once('-') {
+                Some((low, high)) => {
+                    let (low, high) = (code(low)?, code(high)?);
+                    if low > high {
+                        return Err(format!("range '{part}' runs backwards; write it low-high"));
+                    }
+                    low..=high
+                }
+                None => {
+                    let single = code(part)?;
+                    single..=single
+                }
+            };
+            ranges.push(range);
+        }
+        Ok(CodeSet(ranges))
+    }
+}
+
+/// A byte count: `0`, `4096`, `64KiB`, `1MiB`, `64k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+/// The largest `--capture`: it bounds idem's memory (two streams, twice each).
+pub const MAX_CAPTURE: u64 = 4 << 20;
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let unit = &text[digits.len()..];
+        let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            _ => {
+                return Err(format!(
+                    "unknown unit '{unit}'; use a byte count like 65536, 64KiB or 1MiB"
+                ))
+            }
+        };
+        let count: u64 = digits.parse().map_err(|_| {
+            format!("'{text}' is not a byte count; use a byte count like 65536, 64KiB or 1MiB")
+        })?;
+        let bytes = count.saturating_mul(multiplier);
+        if bytes > MAX_CAPTURE {
+            return Err(format!(
+                "{text} is more than the 4MiB idem keeps per stream"
+            ));
+        }
+        Ok(ByteSize(bytes))
+    }
+}
+
+/// The exit-code table, shown by `--help` and in the man pages.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0        the command succeeded, or the key had already succeeded (skipped)
+  N        the command's own exit code on its final attempt
+  2        usage error: bad flag, duration, key or template
+  65       the key succeeded with a different command; nothing ran (--force runs it)
+  69       the last run was abandoned and --on-abandoned fail was given
+  75       the key is running elsewhere (and --wait ran out or was not given)
+  124      the final attempt timed out
+  125      idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)
+  126/127  the command could not be executed / was not found
+  128+N    the command was killed by signal N
+
+Environment:
+  IDEM_DB        the ledger, as --db
+  TZ             time zone of key templates
+  NO_COLOR       no colour in tables
+The command gets IDEM_KEY, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS, and
+IDEM_RECOVERED=1 when the previous run of its key was abandoned.";

@@ -1,0 +1,93 @@
+//! The exit-code contract of `idem`, in one place (see the README's table).
+//!
+//! Library code never exits: it returns a code, or an error that carries one
+//! ([`Failure`]), and `main` turns that into the process status.
+
+use std::fmt;
+
+/// The command succeeded, or the key had already succeeded (skipped).
+pub const SUCCESS: u8 = 0;
+/// `ledger show` of an unknown key; `doctor` found a problem.
+pub const NOT_FOUND: u8 = 1;
+/// Bad flag, duration, key or template.
+pub const USAGE: u8 = 2;
+/// The key succeeded with a different command; nothing ran.
+pub const FINGERPRINT_MISMATCH: u8 = 65;
+/// The last run was abandoned and `--on-abandoned fail` was given.
+pub const ABANDONED: u8 = 69;
+/// The key is running elsewhere.
+pub const CONFLICT: u8 = 75;
+/// The final attempt timed out.
+pub const TIMED_OUT: u8 = 124;
+/// idem itself failed: the ledger is unreadable, unwritable, corrupt, full or newer.
+pub const IDEM_FAILED: u8 = 125;
+/// The command could not be executed.
+pub const CANNOT_EXECUTE: u8 = 126;
+/// The command was not found.
+pub const NOT_FOUND_COMMAND: u8 = 127;
+/// Base of `128 + N` for a command killed by signal N.
+pub const SIGNAL_BASE: u8 = 128;
+
+/// The exit status a shell would report for a command killed by `signal`.
+pub fn for_signal(signal: i32) -> u8 {
+    SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(127))
+}
+
+/// An error that knows the exit code it stands for.
+///
+/// Anything else that reaches `main` is an internal failure of idem (125).
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure::new(USAGE, message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The exit code for an error that reached `main`: the code of the first
+/// [`Failure`] in its chain, else 125 (idem itself failed).
+pub fn code_for(error: &anyhow::Error) -> u8 {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<Failure>())
+        .map_or(IDEM_FAILED, |failure| failure.code)
+}
+
+/// An I/O error in lowercase words, without Rust's "(os error N)".
+pub fn io_words(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text.to_owned(),
+    }
+}
+
+/// Whether `error` comes from writing to a reader that went away.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,248 @@
+//! Keys: templates like `report-{date}`, their validation and expansion, and
+//! the fingerprint that tells whether a key is asked to run a different
+//! command.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use sha2::{Digest, Sha256};
+
+use crate::exit::Failure;
+
+/// The longest expanded key, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+
+const PLACEHOLDERS: &str = "{date} {hour} {minute} {week} {month} {year} {host}";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placeholder {
+    Date,
+    Hour,
+    Minute,
+    Week,
+    Month,
+    Year,
+    Host,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Field(Placeholder),
+}
+
+/// A parsed `--key` template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template(Vec<Piece>);
+
+fn usage(message: String) -> Failure {
+    Failure::usage(format!("invalid --key: {message}"))
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Template, Failure> {
+        let mut pieces = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find(['{', '}']) {
+            literal.push_str(&rest[..at]);
+            let tail = &rest[at..];
+            if tail.starts_with("{{") || tail.starts_with("}}") {
+                literal.push_str(&tail[..1]);
+                rest = &tail[2..];
+                continue;
+            }
+            if tail.starts_with('}') {
+                return Err(usage(format!(
+                    "lone '}}' in '{text}'; write }}}} for a literal brace"
+                )));
+            }
+            let Some(end) = tail.find('}') else {
+                return Err(usage(format!(
+                    "unclosed '{{' in '{text}'; write {{{{ for a literal brace"
+                )));
+            };
+            let field = match &tail[1..end] {
+                "date" => Placeholder::Date,
+                "hour" => Placeholder::Hour,
+                "minute" => Placeholder::Minute,
+                "week" => Placeholder::Week,
+                "month" => Placeholder::Month,
+                "year" => Placeholder::Year,
+                "host" => Placeholder::Host,
+                other => {
+                    return Err(usage(format!(
+                        "unknown placeholder {{{other}}}; use one of {PLACEHOLDERS}, or {{{{ }}}} for braces"
+                    )))
+                }
+            };
+            if !literal.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut literal)));
+            }
+            pieces.push(Piece::Field(field));
+            rest = &tail[end + 1..];
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            pieces.push(Piece::Text(literal));
+        }
+        Ok(Template(pieces))
+    }
+
+    /// True when expansion needs the clock (and so the time-zone database).
+    fn needs_time(&self) -> bool {
+        self.0
+            .iter()
+            .any(|piece| matches!(piece, Piece::Field(field) if *field != Placeholder::Host))
+    }
+
+    /// Expands the template at the current local time, then validates it.
+    pub fn expand_now(&self) -> Result<String, Failure> {
+        // Only a template with a time placeholder pays for the time zone.
+        let now = if self.needs_time() {
+            jiff::Zoned::now()
+        } else {
+            jiff::Timestamp::UNIX_EPOCH.to_zoned(jiff::tz::TimeZone::UTC)
+        };
+        self.expand(&now, &crate::host::name())
+    }
+
+    /// Expands the template at `now` on `host`, then validates the result.
+    pub fn expand(&self, now: &jiff::Zoned, host: &str) -> Result<String, Failure> {
+        let mut key = String::new();
+        for piece in &self.0 {
+            match piece {
+                Piece::Text(text) => key.push_str(text),
+                Piece::Field(Placeholder::Host) => key.push_str(host),
+                Piece::Field(field) => {
+                    let text = match field {
+                        Placeholder::Date => now.strftime("%Y-%m-%d").to_string(),
+                        Placeholder::Hour => now.strftime("%Y-%m-%dT%H").to_string(),
+                        Placeholder::Minute => now.strftime("%Y-%m-%dT%H:%M").to_string(),
+                        Placeholder::Week => {
+                            let week = now.date().iso_week_date();
+                            format!("{:04}-W{:02}", week.year(), week.week())
+                        }
+                        Placeholder::Month => now.strftime("%Y-%m").to_string(),
+                        Placeholder::Year => now.strftime("%Y").to_string(),
+                        Placeholder::Host => unreachable!("handled above"),
+                    };
+                    key.push_str(&text);
+                }
+            }
+        }
+        validate(&key)?;
+        Ok(key)
+    }
+}
+
+/// Checks an expanded key (also used for keys typed to `ledger show`).
+pub fn validate(key: &str) -> Result<(), Failure> {
+    if key.is_empty() {
+        return Err(usage(
+            "the key is empty; give a name like nightly-backup".into(),
+        ));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(usage(format!(
+            "the key is {} bytes, more than the {MAX_KEY_BYTES} allowed; use a shorter key",
+            key.len()
+        )));
+    }
+    if let Some(bad) = key.chars().find(|c| c.is_control()) {
+        return Err(usage(format!(
+            "the key holds the control character {:?}; use printable characters",
+            bad
+        )));
+    }
+    Ok(())
+}
+
+/// The fingerprint of a command: SHA-256 over a versioned, length-prefixed
+/// encoding of the `--shell` flag and the argv bytes.
+///
+/// It is persisted (implicitly, through the stored argv), so it must never
+/// change between releases: a test pins one value.
+pub fn fingerprint(command: &[OsString], shell: bool) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(b"idem-fingerprint-v1\0");
+    hash.update([u8::from(shell)]);
+    for arg in command {
+        let bytes = arg.as_bytes();
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    }
+    hash.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> jiff::Zoned {
+        text.parse().expect("a valid zoned time")
+    }
+
+    fn expand(template: &str) -> Result<String, Failure> {
+        let now = at("2026-01-01T23:05:09+01:00[Europe/Paris]");
+        Template::parse(template)?.expand(&now, "web-1")
+    }
+
+    #[test]
+    fn expands_every_placeholder() {
+        assert_eq!(expand("b-{date}").unwrap(), "b-2026-01-01");
+        assert_eq!(expand("{hour}").unwrap(), "2026-01-01T23");
+        assert_eq!(expand("{minute}").unwrap(), "2026-01-01T23:05");
+        // 2026-01-01 is a Thursday, so it belongs to ISO week 1 of 2026.
+        assert_eq!(expand("{week}").unwrap(), "2026-W01");
+        assert_eq!(expand("{month}/{year}").unwrap(), "2026-01/2026");
+        assert_eq!(expand("{host}:x").unwrap(), "web-1:x");
+    }
+
+    #[test]
+    fn iso_week_crosses_years() {
+        let now = at("2027-01-01T00:00:00+00:00[UTC]");
+        let key = Template::parse("{week}")
+            .unwrap()
+            .expand(&now, "h")
+            .unwrap();
+        assert_eq!(key, "2026-W53");
+    }
+
+    #[test]
+    fn braces_escape() {
+        assert_eq!(expand("a{{b}}c").unwrap(), "a{b}c");
+        assert_eq!(expand("{{date}}").unwrap(), "{date}");
+    }
+
+    #[test]
+    fn rejects_bad_templates() {
+        for bad in ["{nope}", "a{date", "a}b", "", "x\ty", "{}"] {
+            let error = expand(bad).unwrap_err();
+            assert_eq!(error.code, crate::exit::USAGE, "{bad:?}");
+            assert!(
+                error.message.starts_with("invalid --key"),
+                "{}",
+                error.message
+            );
+        }
+        assert!(expand(&"k".repeat(512)).is_ok());
+        assert!(expand(&"k".repeat(513)).is_err());
+    }
+
+    #[test]
+    fn fingerprint_is_pinned() {
+        let command: Vec<OsString> = vec!["echo".into(), "hello world".into()];
+        let hex: String = fingerprint(&command, false)
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "0bb5dcb0802effdee7b47a6f817df27c34c905e3580c433fb72968eec23b8a44"
+        );
+        assert_ne!(fingerprint(&command, false), fingerprint(&command, true));
+        let joined: Vec<OsString> = vec!["echo hello".into(), "world".into()];
+        assert_ne!(fingerprint(&command, false), fingerprint(&joined, false));
+    }
+}

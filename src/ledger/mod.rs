@@ -1,0 +1,331 @@
+//! The ledger: where runs, their attempts and each key's deciding run live.
+//!
+//! The run logic talks to one small trait, [`Ledger`]; `sqlite.rs` stores a
+//! ledger in a local file and a PostgreSQL backend can slot in beside it.
+//!
+//! Every key points at the run that decides what the next `idem run` does
+//! (its latest run, or none after `ledger forget`). Runs keep their attempts.
+
+mod schema;
+mod sqlite;
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use jiff::Timestamp;
+use uuid::Uuid;
+
+pub use crate::cli::Status;
+use crate::exit::Failure;
+pub use sqlite::SqliteLedger;
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Status> {
+        Some(match text {
+            "running" => Status::Running,
+            "succeeded" => Status::Succeeded,
+            "failed" => Status::Failed,
+            "abandoned" => Status::Abandoned,
+            _ => return None,
+        })
+    }
+}
+
+/// Where the ledger lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// `--db`, else `$IDEM_DB` (clap folds both into `db`), else the default
+    /// file under the user's data directory.
+    pub fn resolve(db: Option<&OsStr>) -> Result<Location> {
+        match db {
+            Some(db) if db.is_empty() => Err(Failure::usage(
+                "--db is empty; give a file path or a postgres:// URL (or unset IDEM_DB)",
+            )
+            .into()),
+            Some(db) => {
+                let bytes = db.as_bytes();
+                if bytes.starts_with(b"postgres://") || bytes.starts_with(b"postgresql://") {
+                    let url = db.to_str().ok_or_else(|| {
+                        Failure::usage("--db holds a URL that is not UTF-8; write it in UTF-8")
+                    })?;
+                    Ok(Location::Postgres(url.to_owned()))
+                } else {
+                    Ok(Location::Sqlite(PathBuf::from(db)))
+                }
+            }
+            None => {
+                let data = dirs::data_dir().ok_or_else(|| {
+                    Failure::usage("no data directory is known for this user; set --db or IDEM_DB")
+                })?;
+                Ok(Location::Sqlite(data.join("idem").join("ledger.db")))
+            }
+        }
+    }
+
+    /// The location for people: a password in a URL is masked.
+    pub fn display(&self) -> String {
+        match self {
+            Location::Sqlite(path) => path.display().to_string(),
+            Location::Postgres(url) => mask_password(url),
+        }
+    }
+}
+
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Opens the ledger for `run`, creating and migrating it when needed.
+pub fn open(location: &Location) -> Result<Box<dyn Ledger>> {
+    match location {
+        Location::Sqlite(path) => Ok(Box::new(SqliteLedger::open(path)?)),
+        Location::Postgres(_) => Err(Failure::new(
+            crate::exit::IDEM_FAILED,
+            "postgres ledgers are not supported by this build; use a SQLite file path",
+        )
+        .into()),
+    }
+}
+
+/// Opens an existing ledger for reading; `None` when a SQLite file does not
+/// exist yet (a fresh machine has simply run nothing).
+pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
+    match location {
+        Location::Sqlite(path) if !path.exists() => Ok(None),
+        _ => open(location).map(Some),
+    }
+}
+
+/// The process that owns a running key, as recorded by its claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub host: String,
+    pub boot_id: String,
+    /// The idem process.
+    pub pid: u32,
+    /// Its start time in clock ticks since boot (pid reuse guard).
+    pub pid_start: u64,
+    /// The command's process group (its leader's pid), once spawned.
+    pub pgid: Option<u32>,
+    /// The group leader's start time.
+    pub pgid_start: Option<u64>,
+    /// A shared ledger's lease ran out (no heartbeat): the owner is presumed gone.
+    pub lease_expired: bool,
+}
+
+/// One run, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub key: String,
+    pub run_id: Uuid,
+    pub status: Status,
+    /// The code idem reported for the run: the command's, 124, or 128+N.
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub attempts: u32,
+    pub started_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
+    pub host: String,
+    pub pid: u32,
+    pub command: Vec<OsString>,
+    pub shell: bool,
+    /// The previous run of the key was abandoned when this one started.
+    pub recovered: bool,
+}
+
+impl Run {
+    pub fn fingerprint(&self) -> [u8; 32] {
+        crate::key::fingerprint(&self.command, self.shell)
+    }
+}
+
+/// A key's deciding run, with its owner while it is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub run: Run,
+    pub owner: Option<Owner>,
+}
+
+/// One attempt of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Attempt {
+    pub number: u32,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub stdout_tail: Vec<u8>,
+    pub stderr_tail: Vec<u8>,
+}
+
+/// What a claim writes about the new run.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub run_id: Uuid,
+    pub command: Vec<OsString>,
+    pub shell: bool,
+    pub host: String,
+    pub boot_id: String,
+    pub pid: u32,
+    pub pid_start: u64,
+    pub recovered: bool,
+    /// Shared ledgers: how long the claim lives without a heartbeat.
+    pub lease: std::time::Duration,
+}
+
+/// What the run logic asks of one claim transaction, having seen the head.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Mark the head (running, its owner gone) as abandoned.
+    pub abandon_head: bool,
+    /// Start a new run and make it the key's head.
+    pub claim: Option<NewRun>,
+}
+
+/// A claimed run: the handle for the writes that follow.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub key: String,
+    pub run_id: Uuid,
+    /// Backend-specific: a row id, or a claim epoch that fences later writes.
+    pub token: i64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub status: Status,
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+}
+
+/// Filters of `ledger list`.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub key_glob: Option<String>,
+    pub statuses: Vec<Status>,
+    pub since: Option<Timestamp>,
+    pub limit: u32,
+}
+
+/// The storage behind `idem`. Implementations keep every write short and
+/// make `claim` atomic: the head is read and rewritten in one transaction.
+pub trait Ledger {
+    /// The key's deciding run, read without writing anything (the skip path).
+    fn head(&mut self, key: &str) -> Result<Option<Head>>;
+
+    /// In one write transaction: read the head, ask `plan` what to do with
+    /// it, and do that. Returns the claim when `plan` asked for one.
+    fn claim(
+        &mut self,
+        key: &str,
+        plan: &mut dyn FnMut(Option<&Head>) -> Plan,
+    ) -> Result<Option<Claim>>;
+
+    /// Attempt `number` has started; `pgid` is the command's process group.
+    /// Need not be durable: it matters only while this host stays up.
+    fn attempt_started(
+        &mut self,
+        claim: &Claim,
+        number: u32,
+        pgid: u32,
+        pgid_start: u64,
+    ) -> Result<()>;
+
+    /// A non-final attempt ended.
+    fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()>;
+
+    /// The last attempt ended and the run with it. Durable before it returns.
+    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()>;
+
+    /// Renews a shared ledger's lease; `false` when the claim was lost.
+    fn heartbeat(&mut self, _claim: &Claim) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Runs, newest first.
+    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>>;
+
+    /// Every run of `key`, newest first, each with its attempts.
+    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>>;
+}
+
+/// Encodes argv for storage: NUL-separated raw bytes (argv cannot hold NUL),
+/// so non-UTF-8 arguments survive byte for byte.
+pub fn encode_command(command: &[OsString]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for (index, arg) in command.iter().enumerate() {
+        if index > 0 {
+            bytes.push(0);
+        }
+        bytes.extend_from_slice(arg.as_bytes());
+    }
+    bytes
+}
+
+pub fn decode_command(bytes: &[u8]) -> Vec<OsString> {
+    bytes
+        .split(|byte| *byte == 0)
+        .map(|arg| OsString::from_vec(arg.to_vec()))
+        .collect()
+}
+
+/// The folder a SQLite ledger lives in, for messages.
+pub fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_passwords() {
+        assert_eq!(
+            mask_password("postgres://idem:s3cret@db.example/idem?sslmode=require"),
+            "postgres://idem:***@db.example/idem?sslmode=require"
+        );
+        assert_eq!(mask_password("postgres://db/idem"), "postgres://db/idem");
+        assert_eq!(mask_password("postgresql://u@h/d"), "postgresql://u@h/d");
+    }
+
+    #[test]
+    fn commands_round_trip_bytes() {
+        let command = vec![
+            OsString::from("printf"),
+            OsString::from(""),
+            OsString::from_vec(vec![0xff, b'x']),
+        ];
+        assert_eq!(decode_command(&encode_command(&command)), command);
+    }
+}

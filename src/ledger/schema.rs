@@ -1,0 +1,61 @@
+//! The SQLite schema, changed only through numbered migrations keyed by
+//! `PRAGMA user_version`. A ledger whose version is ahead of [`LATEST`] was
+//! written by a newer idem and is refused untouched.
+
+/// Marks a SQLite file as an idem ledger (`PRAGMA application_id`), so that
+/// another program's database is never mistaken for an empty ledger.
+pub const APPLICATION_ID: i32 = 0x6964_656d; // "idem"
+
+/// Migration N brings a ledger from version N-1 to N.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: keys, runs, attempts.
+    "
+    CREATE TABLE keys (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        -- The run that decides what the next `idem run` does: the latest,
+        -- or NULL when the key is new or was forgotten.
+        head INTEGER,
+        -- While the head is running: who owns it, to tell a live owner from
+        -- a dead one. Kept here, not per run, since only the head needs it.
+        owner_boot TEXT,
+        owner_pid_start INTEGER,
+        owner_pgid INTEGER,
+        owner_pgid_start INTEGER
+    );
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        run_id BLOB NOT NULL UNIQUE,
+        key_id INTEGER NOT NULL REFERENCES keys(id),
+        status TEXT NOT NULL
+            CHECK (status IN ('running', 'succeeded', 'failed', 'abandoned')),
+        exit_code INTEGER,
+        signal INTEGER,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        started_at INTEGER NOT NULL,   -- Unix milliseconds, UTC
+        finished_at INTEGER,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        command BLOB NOT NULL,         -- argv, NUL-separated raw bytes
+        shell INTEGER NOT NULL,
+        recovered INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX runs_by_key ON runs (key_id, id);
+    CREATE INDEX runs_by_status ON runs (status, id);
+    CREATE TABLE attempts (
+        run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        n INTEGER NOT NULL,
+        started_at INTEGER NOT NULL,
+        finished_at INTEGER,
+        exit_code INTEGER,
+        signal INTEGER,
+        timed_out INTEGER NOT NULL DEFAULT 0,
+        stdout_tail BLOB,
+        stderr_tail BLOB,
+        PRIMARY KEY (run, n)
+    );
+    ",
+];
+
+/// The schema version this idem writes.
+pub const LATEST: i64 = MIGRATIONS.len() as i64;

@@ -1,0 +1,611 @@
+//! A ledger in one local SQLite file.
+//!
+//! Durability: WAL with `synchronous=FULL`, so a commit (a claim, an
+//! outcome) has reached the disk before idem goes on; a power cut can lose
+//! nothing that idem reported. Concurrency: every write transaction is taken
+//! under a blocking `flock` on the ledger file, because SQLite's own busy
+//! handler sleeps and retries and collapses under hundreds of writers, while
+//! the kernel's lock queue hands the file over at once.
+
+use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use jiff::Timestamp;
+use rusqlite::{params, params_from_iter, Connection, ErrorCode, OpenFlags, OptionalExtension};
+use uuid::Uuid;
+
+use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
+use super::{
+    decode_command, encode_command, Attempt, Claim, Head, Ledger, ListFilter, Outcome, Owner, Plan,
+    Run, Status,
+};
+use crate::exit::{io_words, Failure, IDEM_FAILED};
+
+/// How long idem waits for another writer before giving up (exit 125).
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+pub struct SqliteLedger {
+    // Field order matters: `conn` must close before `lock`. Closing any
+    // descriptor of the ledger file drops this process's POSIX locks on it,
+    // SQLite's included, so the lock descriptor lives longest.
+    conn: Connection,
+    lock: Arc<File>,
+    path: PathBuf,
+}
+
+const RUN_COLUMNS: &str = "k.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
+     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered";
+
+fn millis(time: Timestamp) -> i64 {
+    time.as_millisecond()
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// Reads the columns of [`RUN_COLUMNS`]: the run's row id and the run.
+fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Run)> {
+    let status: String = row.get(3)?;
+    let run_id: Vec<u8> = row.get(2)?;
+    let run = Run {
+        key: row.get(0)?,
+        run_id: Uuid::from_slice(&run_id).unwrap_or_default(),
+        status: Status::parse(&status).unwrap_or(Status::Failed),
+        exit_code: row.get(4)?,
+        signal: row.get(5)?,
+        attempts: row.get(6)?,
+        started_at: timestamp(row.get(7)?),
+        finished_at: row.get::<_, Option<i64>>(8)?.map(timestamp),
+        host: row.get(9)?,
+        pid: row.get(10)?,
+        command: decode_command(&row.get::<_, Vec<u8>>(11)?),
+        shell: row.get(12)?,
+        recovered: row.get(13)?,
+    };
+    Ok((row.get(1)?, run))
+}
+
+/// Says in words what went wrong with the ledger.
+fn describe(error: &rusqlite::Error) -> String {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => "the disk is full; free some space".into(),
+        Some(ErrorCode::ReadOnly) => "the ledger is read-only; make it writable".into(),
+        Some(ErrorCode::NotADatabase) => {
+            "not an idem ledger (the file is not a SQLite database); move it aside or set --db"
+                .into()
+        }
+        Some(ErrorCode::DatabaseCorrupt) => {
+            "the ledger is corrupt; run `idem doctor`, then move it aside".into()
+        }
+        Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => format!(
+            "the ledger stayed locked by another process for {}s",
+            LOCK_WAIT.as_secs()
+        ),
+        Some(ErrorCode::PermissionDenied) | Some(ErrorCode::CannotOpen) => {
+            format!("{error}; check the permissions or set --db")
+        }
+        Some(ErrorCode::SystemIoFailure) => format!("i/o error ({error}); check the disk"),
+        _ => error.to_string(),
+    }
+}
+
+impl SqliteLedger {
+    /// Opens the ledger at `path`, creating it (0600, in a 0700 folder) and
+    /// migrating it when needed. Refuses, untouched, a file that is not an
+    /// idem ledger or that a newer idem wrote.
+    pub fn open(path: &Path) -> Result<SqliteLedger> {
+        let folder = super::folder_of(path);
+        if !folder.exists() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(folder)
+                .map_err(|error| {
+                    Failure::new(
+                        IDEM_FAILED,
+                        format!(
+                            "could not create ledger folder {}: {}; set --db or IDEM_DB",
+                            folder.display(),
+                            io_words(&error)
+                        ),
+                    )
+                })?;
+        }
+        let (file, writable) = open_file(path)?;
+        let flags = if writable {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|error| {
+            Failure::new(
+                IDEM_FAILED,
+                format!(
+                    "could not open ledger {}: {}",
+                    path.display(),
+                    describe(&error)
+                ),
+            )
+        })?;
+        let mut ledger = SqliteLedger {
+            conn,
+            lock: Arc::new(file),
+            path: path.to_owned(),
+        };
+        ledger.configure()?;
+        ledger.check_and_migrate()?;
+        Ok(ledger)
+    }
+
+    /// The one place connection settings are made.
+    fn configure(&mut self) -> Result<()> {
+        // FULL: in WAL mode NORMAL may lose the last commits on power loss,
+        // and a lost success would make a job run twice.
+        self.conn
+            .execute_batch(
+                "PRAGMA synchronous = FULL;
+                 PRAGMA foreign_keys = ON;",
+            )
+            .map_err(|error| self.fail("configure", &error))?;
+        self.conn
+            .busy_timeout(LOCK_WAIT)
+            .map_err(|error| self.fail("configure", &error))?;
+        Ok(())
+    }
+
+    fn versions(&self) -> rusqlite::Result<(i32, i64, i64)> {
+        self.conn.query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id),
+                    (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_schema)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+    }
+
+    fn check_and_migrate(&mut self) -> Result<()> {
+        let versions = self.versions().map_err(|error| self.fail("read", &error))?;
+        if self.needs_migration(versions)? {
+            let _guard = self.write_lock()?;
+            // Another process may have migrated while this one waited.
+            let versions = self.versions().map_err(|error| self.fail("read", &error))?;
+            if self.needs_migration(versions)? {
+                self.migrate(versions.1)
+                    .map_err(|error| self.fail("create or migrate", &error))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses foreign and newer files; says whether migrations are due.
+    fn needs_migration(&self, (app_id, version, objects): (i32, i64, i64)) -> Result<bool> {
+        let path = self.path.display();
+        if app_id == 0 && version == 0 && objects == 0 {
+            return Ok(true); // a new, empty file
+        }
+        if app_id != APPLICATION_ID {
+            return Err(Failure::new(
+                IDEM_FAILED,
+                format!("{path} is not an idem ledger (it is another program's SQLite database); move it aside or set --db"),
+            )
+            .into());
+        }
+        if version > LATEST {
+            return Err(Failure::new(
+                IDEM_FAILED,
+                format!("ledger {path} was written by a newer idem (schema {version}, this idem knows {LATEST}); upgrade idem"),
+            )
+            .into());
+        }
+        Ok(version < LATEST)
+    }
+
+    fn migrate(&mut self, from: i64) -> rusqlite::Result<()> {
+        // journal_mode cannot change inside a transaction; it persists in
+        // the file, so this runs once per ledger.
+        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+            tx.execute_batch(migration)?;
+            tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        }
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        tx.commit()
+    }
+
+    /// Takes the writers' lock, waiting at most [`LOCK_WAIT`].
+    fn write_lock(&self) -> Result<LockGuard> {
+        match self.lock.try_lock() {
+            Ok(()) => return Ok(LockGuard(Arc::clone(&self.lock))),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(error)) => return Err(self.lock_error(&error)),
+        }
+        // Block in the kernel's queue on a helper thread, so the wait can be
+        // bounded; the thread holds its own handle, so the descriptor stays
+        // open (see the field order of SqliteLedger) even if it outlives us.
+        let (done, waited) = mpsc::channel();
+        let file = Arc::clone(&self.lock);
+        std::thread::spawn(move || {
+            let _ = done.send(file.lock());
+        });
+        match waited.recv_timeout(LOCK_WAIT) {
+            Ok(Ok(())) => Ok(LockGuard(Arc::clone(&self.lock))),
+            Ok(Err(error)) => Err(self.lock_error(&error)),
+            Err(_) => Err(Failure::new(
+                IDEM_FAILED,
+                format!(
+                    "ledger {} stayed locked by another process for {}s; see `idem doctor`",
+                    self.path.display(),
+                    LOCK_WAIT.as_secs()
+                ),
+            )
+            .into()),
+        }
+    }
+
+    fn lock_error(&self, error: &std::io::Error) -> anyhow::Error {
+        Failure::new(
+            IDEM_FAILED,
+            format!(
+                "could not lock ledger {}: {}",
+                self.path.display(),
+                io_words(error)
+            ),
+        )
+        .into()
+    }
+
+    fn fail(&self, doing: &str, error: &rusqlite::Error) -> anyhow::Error {
+        Failure::new(
+            IDEM_FAILED,
+            format!(
+                "could not {doing} ledger {}: {}",
+                self.path.display(),
+                describe(error)
+            ),
+        )
+        .into()
+    }
+
+    /// Runs `body` in an IMMEDIATE transaction under the writers' lock.
+    fn write<T>(
+        &mut self,
+        doing: &str,
+        durable: bool,
+        body: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let _guard = self.write_lock()?;
+        if !durable {
+            // Bookkeeping that only matters while this host stays up: a
+            // later FULL commit syncs these WAL frames too.
+            self.conn
+                .pragma_update(None, "synchronous", "OFF")
+                .map_err(|error| self.fail(doing, &error))?;
+        }
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let value = body(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        if !durable {
+            self.conn
+                .pragma_update(None, "synchronous", "FULL")
+                .map_err(|error| self.fail(doing, &error))?;
+        }
+        result.map_err(|error| self.fail(doing, &error))
+    }
+}
+
+struct LockGuard(Arc<File>);
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Opens (creating with 0600) the ledger file; falls back to read-only
+/// where the file or its file system refuses writes, so reading still works.
+fn open_file(path: &Path) -> Result<(File, bool)> {
+    let created = !path.exists();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path);
+    match file {
+        Ok(file) => {
+            if created {
+                // The umask may have taken bits away; never add any.
+                file.set_permissions(Permissions::from_mode(0o600))
+                    .with_context(|| format!("could not set permissions of {}", path.display()))?;
+            }
+            Ok((file, true))
+        }
+        Err(error)
+            if matches!(
+                error.raw_os_error(),
+                Some(libc_errno::EACCES) | Some(libc_errno::EROFS)
+            ) && path.exists() =>
+        {
+            let file = File::open(path).map_err(|error| open_error(path, &error))?;
+            Ok((file, false))
+        }
+        Err(error) => Err(open_error(path, &error)),
+    }
+}
+
+mod libc_errno {
+    pub const EACCES: i32 = nix::errno::Errno::EACCES as i32;
+    pub const EROFS: i32 = nix::errno::Errno::EROFS as i32;
+}
+
+fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
+    Failure::new(
+        IDEM_FAILED,
+        format!(
+            "could not open ledger {}: {}; set --db or IDEM_DB",
+            path.display(),
+            io_words(error)
+        ),
+    )
+    .into()
+}
+
+fn query_head(tx: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Head)>> {
+    tx.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS}, k.owner_boot, k.owner_pid_start, k.owner_pgid, k.owner_pgid_start
+         FROM keys k JOIN runs r ON r.id = k.head WHERE k.key = ?1"
+    ))?
+    .query_row([key], |row| {
+        let (id, run) = run_from_row(row)?;
+        let owner = match run.status {
+            Status::Running => Some(Owner {
+                host: run.host.clone(),
+                boot_id: row.get::<_, Option<String>>(14)?.unwrap_or_default(),
+                pid: run.pid,
+                pid_start: row.get::<_, Option<i64>>(15)?.unwrap_or_default() as u64,
+                pgid: row.get(16)?,
+                pgid_start: row.get::<_, Option<i64>>(17)?.map(|start| start as u64),
+                lease_expired: false,
+            }),
+            _ => None,
+        };
+        Ok((id, Head { run, owner }))
+    })
+    .optional()
+}
+
+impl Ledger for SqliteLedger {
+    fn head(&mut self, key: &str) -> Result<Option<Head>> {
+        query_head(&self.conn, key)
+            .map(|head| head.map(|(_, head)| head))
+            .map_err(|error| self.fail("read", &error))
+    }
+
+    fn claim(
+        &mut self,
+        key: &str,
+        plan: &mut dyn FnMut(Option<&Head>) -> Plan,
+    ) -> Result<Option<Claim>> {
+        self.write("claim a key in", true, |tx| {
+            let head = query_head(tx, key)?;
+            let plan = plan(head.as_ref().map(|(_, head)| head));
+            let now = millis(Timestamp::now());
+            if plan.abandon_head {
+                if let Some((id, _)) = &head {
+                    tx.execute(
+                        "UPDATE runs SET status = 'abandoned', finished_at = ?2
+                         WHERE id = ?1 AND status = 'running'",
+                        params![id, now],
+                    )?;
+                }
+            }
+            let Some(new) = plan.claim else {
+                return Ok(None);
+            };
+            let key_id: i64 = tx.query_row(
+                "INSERT INTO keys (key) VALUES (?1)
+                 ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id",
+                [key],
+                |row| row.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell, recovered)
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    new.run_id.as_bytes().as_slice(),
+                    key_id,
+                    now,
+                    new.host,
+                    new.pid,
+                    encode_command(&new.command),
+                    new.shell,
+                    new.recovered
+                ],
+            )?;
+            let run = tx.last_insert_rowid();
+            tx.execute(
+                "UPDATE keys SET head = ?2, owner_boot = ?3, owner_pid_start = ?4,
+                     owner_pgid = NULL, owner_pgid_start = NULL
+                 WHERE id = ?1",
+                params![key_id, run, new.boot_id, new.pid_start as i64],
+            )?;
+            Ok(Some(Claim {
+                key: key.to_owned(),
+                run_id: new.run_id,
+                token: run,
+            }))
+        })
+    }
+
+    fn attempt_started(
+        &mut self,
+        claim: &Claim,
+        number: u32,
+        pgid: u32,
+        pgid_start: u64,
+    ) -> Result<()> {
+        self.write("record an attempt in", false, |tx| {
+            tx.execute(
+                "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
+                params![claim.token, number, millis(Timestamp::now())],
+            )?;
+            tx.execute(
+                "UPDATE runs SET attempts = ?2 WHERE id = ?1",
+                params![claim.token, number],
+            )?;
+            tx.execute(
+                "UPDATE keys SET owner_pgid = ?2, owner_pgid_start = ?3 WHERE head = ?1",
+                params![claim.token, pgid, pgid_start as i64],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
+        self.write("record an attempt in", true, |tx| {
+            update_attempt(tx, claim, attempt)
+        })
+    }
+
+    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
+        let recorded = self.write("record the outcome in", true, |tx| {
+            if let Some(attempt) = last {
+                update_attempt(tx, claim, attempt)?;
+            }
+            let changed = tx.execute(
+                "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
+                     attempts = max(attempts, ?6)
+                 WHERE id = ?1 AND status = 'running'",
+                params![
+                    claim.token,
+                    outcome.status.as_str(),
+                    outcome.exit_code,
+                    outcome.signal,
+                    millis(Timestamp::now()),
+                    last.map_or(0, |attempt| attempt.number)
+                ],
+            )?;
+            tx.execute(
+                "UPDATE keys SET owner_boot = NULL, owner_pid_start = NULL,
+                     owner_pgid = NULL, owner_pgid_start = NULL
+                 WHERE head = ?1",
+                [claim.token],
+            )?;
+            Ok(changed == 1)
+        })?;
+        if !recorded {
+            return Err(Failure::new(
+                IDEM_FAILED,
+                format!(
+                    "the outcome of run {} of key {} could not be recorded: another process marked it abandoned or removed it",
+                    claim.run_id, claim.key
+                ),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
+        let mut sql =
+            format!("SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id WHERE 1");
+        let mut values: Vec<rusqlite::types::Value> = Vec::new();
+        if let Some(glob) = &filter.key_glob {
+            values.push(glob.clone().into());
+            sql.push_str(&format!(" AND k.key GLOB ?{}", values.len()));
+        }
+        if !filter.statuses.is_empty() {
+            let mut marks = Vec::new();
+            for status in &filter.statuses {
+                values.push(status.as_str().to_owned().into());
+                marks.push(format!("?{}", values.len()));
+            }
+            sql.push_str(&format!(" AND r.status IN ({})", marks.join(", ")));
+        }
+        if let Some(since) = filter.since {
+            values.push(millis(since).into());
+            sql.push_str(&format!(" AND r.started_at >= ?{}", values.len()));
+        }
+        values.push(i64::from(filter.limit).into());
+        sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ?{}", values.len()));
+        let result = (|| {
+            let mut statement = self.conn.prepare(&sql)?;
+            let rows =
+                statement.query_map(params_from_iter(values), |row| Ok(run_from_row(row)?.1))?;
+            rows.collect::<rusqlite::Result<Vec<Run>>>()
+        })();
+        result.map_err(|error| self.fail("read", &error))
+    }
+
+    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>> {
+        let result = (|| {
+            let mut runs = self.conn.prepare(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id
+                 WHERE k.key = ?1 ORDER BY r.id DESC"
+            ))?;
+            let mut attempts = self.conn.prepare(
+                "SELECT n, started_at, finished_at, exit_code, signal, timed_out, stdout_tail, stderr_tail
+                 FROM attempts WHERE run = ?1 ORDER BY n",
+            )?;
+            let mut history = Vec::new();
+            for row in runs.query_map([key], run_from_row)? {
+                let (id, run) = row?;
+                let run_attempts = attempts
+                    .query_map([id], |row| {
+                        Ok(Attempt {
+                            number: row.get(0)?,
+                            started_at: Some(timestamp(row.get(1)?)),
+                            finished_at: row.get::<_, Option<i64>>(2)?.map(timestamp),
+                            exit_code: row.get(3)?,
+                            signal: row.get(4)?,
+                            timed_out: row.get(5)?,
+                            stdout_tail: row.get::<_, Option<Vec<u8>>>(6)?.unwrap_or_default(),
+                            stderr_tail: row.get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                history.push((run, run_attempts));
+            }
+            Ok(history)
+        })();
+        result.map_err(|error: rusqlite::Error| self.fail("read", &error))
+    }
+}
+
+fn update_attempt(tx: &Connection, claim: &Claim, attempt: &Attempt) -> rusqlite::Result<()> {
+    // An upsert: an attempt whose command could not even be spawned was
+    // never recorded as started.
+    tx.execute(
+        "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal, timed_out,
+             stdout_tail, stderr_tail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (run, n) DO UPDATE SET finished_at = ?4, exit_code = ?5, signal = ?6,
+             timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9",
+        params![
+            claim.token,
+            attempt.number,
+            attempt.started_at.map_or(0, millis),
+            attempt.finished_at.map(millis),
+            attempt.exit_code,
+            attempt.signal,
+            attempt.timed_out,
+            (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
+            (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
+        ],
+    )?;
+    Ok(())
+}

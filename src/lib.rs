@@ -1,0 +1,39 @@
+//! idem: run a command once per idempotency key.
+//!
+//! The data path of a run reads top to bottom: `cli` -> `key` -> `ledger`
+//! claim -> `process` -> `ledger` record -> `exit`.
+
+pub mod cli;
+pub mod cmd;
+pub mod exit;
+pub mod host;
+pub mod key;
+pub mod ledger;
+pub mod process;
+pub mod render;
+pub mod run;
+
+use anyhow::Result;
+use clap::CommandFactory;
+
+use cli::{Cli, Command};
+use ledger::Location;
+
+/// Runs a parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> Result<u8> {
+    let location = || Location::resolve(cli.db.as_deref());
+    match &cli.command {
+        Command::Run(args) => {
+            let reporter = run::Reporter::new(cli.quiet, cli.verbose, args.progress);
+            run::run(args, &location()?, &reporter)
+        }
+        Command::Ledger(command) => cmd::ledger::run(command, &location()?),
+        Command::Doctor(_) => {
+            Err(exit::Failure::new(exit::IDEM_FAILED, "idem doctor is not built yet").into())
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "idem", &mut std::io::stdout());
+            Ok(exit::SUCCESS)
+        }
+    }
+}

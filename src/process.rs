@@ -1,0 +1,465 @@
+//! Running one attempt of a command: spawning it in its own process group,
+//! passing its output through while keeping a tail, forwarding signals,
+//! enforcing the timeout, and reaping everything it started.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use jiff::Timestamp;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::exit;
+
+/// Something the supervisor waits for.
+enum Event {
+    Exited(io::Result<ExitStatus>),
+    Signal(i32),
+}
+
+/// Where a stream of the command's output goes.
+pub enum Sink {
+    /// Straight through to idem's own stdout or stderr.
+    Live(File),
+    /// Held in a temporary file, shown only if the run fails (`--quiet-success`).
+    Held(File),
+}
+
+impl Sink {
+    pub fn live(stream: impl AsFd) -> Result<Sink> {
+        let fd = stream
+            .as_fd()
+            .try_clone_to_owned()
+            .context("could not duplicate an output stream")?;
+        Ok(Sink::Live(File::from(fd)))
+    }
+
+    pub fn held() -> Result<Sink> {
+        Ok(Sink::Held(tempfile::tempfile().context(
+            "could not create a temporary file to hold the output",
+        )?))
+    }
+
+    pub fn writer(&mut self) -> &mut File {
+        match self {
+            Sink::Live(file) | Sink::Held(file) => file,
+        }
+    }
+
+    /// Sends held output on to `target` (after a failed run).
+    pub fn release(&mut self, target: &mut dyn Write) -> io::Result<()> {
+        if let Sink::Held(file) = self {
+            file.rewind()?;
+            io::copy(file, target)?;
+            target.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// What to run, and how.
+pub struct Spec<'a> {
+    pub argv: &'a [OsString],
+    pub shell: bool,
+    pub env: Vec<(&'static str, OsString)>,
+    pub env_remove: Vec<&'static str>,
+    pub timeout: Option<Duration>,
+    pub kill_after: Duration,
+    /// Bytes of each stream's tail to keep.
+    pub capture: usize,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Exited(i32),
+    Signaled(i32),
+    /// The command could not be started: 126 or 127, with the reason.
+    NotStarted {
+        code: u8,
+        reason: String,
+    },
+}
+
+pub struct AttemptEnd {
+    pub started_at: Timestamp,
+    pub finished_at: Timestamp,
+    pub end: End,
+    pub timed_out: bool,
+    /// A signal idem received and passed on to the command.
+    pub interrupted: Option<i32>,
+    pub stdout_tail: Vec<u8>,
+    pub stderr_tail: Vec<u8>,
+}
+
+impl AttemptEnd {
+    /// The exit code this attempt stands for, by the SPEC's table.
+    pub fn code(&self) -> u8 {
+        if self.timed_out {
+            return exit::TIMED_OUT;
+        }
+        match &self.end {
+            End::Exited(code) => u8::try_from(*code).unwrap_or(exit::IDEM_FAILED),
+            End::Signaled(signal) => exit::for_signal(*signal),
+            End::NotStarted { code, .. } => *code,
+        }
+    }
+
+    pub fn signal(&self) -> Option<i32> {
+        match self.end {
+            End::Signaled(signal) => Some(signal),
+            _ => None,
+        }
+    }
+}
+
+/// Owns the signal handlers and the event queue for one `idem run`.
+pub struct Supervisor {
+    sender: Sender<Event>,
+    events: Receiver<Event>,
+}
+
+impl Supervisor {
+    /// Installs handlers for SIGINT, SIGTERM and SIGHUP: from now on they are
+    /// passed to the command instead of ending idem.
+    pub fn new() -> Result<Supervisor> {
+        let (sender, events) = mpsc::channel();
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+            .context("could not install signal handlers")?;
+        let forward = sender.clone();
+        std::thread::spawn(move || {
+            for signal in signals.forever() {
+                if forward.send(Event::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Supervisor { sender, events })
+    }
+
+    /// Sleeps for `duration`, calling `tick` with the time left every
+    /// `every`; returns early with the signal that interrupted the wait.
+    pub fn sleep(
+        &self,
+        duration: Duration,
+        every: Duration,
+        tick: &mut dyn FnMut(Duration),
+    ) -> Option<i32> {
+        let until = Instant::now() + duration;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            tick(left);
+            match self.events.recv_timeout(left.min(every)) {
+                Ok(Event::Signal(signal)) => return Some(signal),
+                Ok(Event::Exited(_)) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// Takes a signal that arrived while idem was busy elsewhere.
+    pub fn pending_signal(&self) -> Option<i32> {
+        self.events.try_iter().find_map(|event| match event {
+            Event::Signal(signal) => Some(signal),
+            Event::Exited(_) => None,
+        })
+    }
+
+    /// Runs one attempt to its end. `started` is told the process group as
+    /// soon as the command runs, so its owner can be recorded.
+    pub fn attempt(
+        &self,
+        spec: &Spec<'_>,
+        stdout: &mut Sink,
+        stderr: &mut Sink,
+        started: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<AttemptEnd> {
+        let started_at = Timestamp::now();
+        let mut command = build(spec);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                let (code, reason) = spawn_failure(spec, &error);
+                return Ok(AttemptEnd {
+                    started_at,
+                    finished_at: Timestamp::now(),
+                    end: End::NotStarted { code, reason },
+                    timed_out: false,
+                    interrupted: None,
+                    stdout_tail: Vec::new(),
+                    stderr_tail: Vec::new(),
+                });
+            }
+        };
+        let pgid = child.id();
+        let child_out = child.stdout.take();
+        let child_err = child.stderr.take();
+        let capture = spec.capture;
+        std::thread::scope(|scope| {
+            let out =
+                child_out.map(|pipe| scope.spawn(move || pump(pipe, stdout.writer(), capture)));
+            let err =
+                child_err.map(|pipe| scope.spawn(move || pump(pipe, stderr.writer(), capture)));
+            let recorded = started(pgid);
+            let sender = self.sender.clone();
+            scope.spawn(move || {
+                let _ = sender.send(Event::Exited(child.wait()));
+            });
+            // Even if the start could not be recorded, the command runs to
+            // its end under supervision; the error surfaces afterwards.
+            let (status, timed_out, interrupted) = self.supervise(pgid, spec, recorded.is_err())?;
+            recorded?;
+            let join = |handle: Option<std::thread::ScopedJoinHandle<'_, Vec<u8>>>| {
+                handle
+                    .map(|handle| handle.join().unwrap_or_default())
+                    .unwrap_or_default()
+            };
+            let end = match status.signal() {
+                Some(signal) => End::Signaled(signal),
+                None => End::Exited(status.code().unwrap_or(exit::IDEM_FAILED.into())),
+            };
+            Ok(AttemptEnd {
+                started_at,
+                stdout_tail: join(out),
+                stderr_tail: join(err),
+                finished_at: Timestamp::now(),
+                end,
+                timed_out,
+                interrupted,
+            })
+        })
+    }
+
+    /// Waits for the command's leader to exit while enforcing the timeout
+    /// and passing signals on; then makes sure nothing of a killed group
+    /// lives on. `abort` stops the command at once.
+    fn supervise(
+        &self,
+        pgid: u32,
+        spec: &Spec<'_>,
+        abort: bool,
+    ) -> Result<(ExitStatus, bool, Option<i32>)> {
+        let group = Pid::from_raw(pgid as i32);
+        let send = |signal: Signal| {
+            // ESRCH: the group is already gone, which is what we wanted.
+            let _ = killpg(group, signal);
+        };
+        let mut deadline = spec.timeout.map(|timeout| Instant::now() + timeout);
+        let mut kill_at: Option<Instant> = None;
+        let mut timed_out = false;
+        let mut interrupted = None;
+        if abort {
+            send(Signal::SIGKILL);
+        }
+        let status = loop {
+            let next = match (deadline, kill_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let event = match next {
+                Some(at) => self
+                    .events
+                    .recv_timeout(at.saturating_duration_since(Instant::now())),
+                None => self
+                    .events
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match event {
+                Ok(Event::Exited(status)) => {
+                    break status.context("could not wait for the command")?
+                }
+                Ok(Event::Signal(signal)) => {
+                    if interrupted.is_some() {
+                        // A second signal: the operator means it.
+                        send(Signal::SIGKILL);
+                    } else {
+                        interrupted = Some(signal);
+                        if let Ok(signal) = Signal::try_from(signal) {
+                            send(signal);
+                        }
+                    }
+                    deadline = None;
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|at| at <= now) {
+                        timed_out = true;
+                        deadline = None;
+                        send(Signal::SIGTERM);
+                        kill_at = Some(now + spec.kill_after);
+                    } else if kill_at.is_some_and(|at| at <= now) {
+                        send(Signal::SIGKILL);
+                        kill_at = None;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    anyhow::bail!("lost track of the command (event queue closed)")
+                }
+            }
+        };
+        if timed_out || interrupted.is_some() {
+            // The leader is gone; members of its group that shrugged off the
+            // signal get until the kill deadline, then SIGKILL.
+            let until = kill_at.unwrap_or_else(|| Instant::now() + spec.kill_after);
+            while crate::host::group_has_live_members(pgid) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            send(Signal::SIGKILL);
+        }
+        Ok((status, timed_out, interrupted))
+    }
+}
+
+fn build(spec: &Spec<'_>) -> Command {
+    let mut command = if spec.shell {
+        let script = spec
+            .argv
+            .iter()
+            .map(|word| word.as_os_str())
+            .collect::<Vec<_>>()
+            .join(std::ffi::OsStr::new(" "));
+        let mut command = Command::new("/bin/sh");
+        command.arg("-c").arg(script);
+        command
+    } else {
+        let mut command = Command::new(&spec.argv[0]);
+        command.args(&spec.argv[1..]);
+        command
+    };
+    for (name, value) in &spec.env {
+        command.env(name, value);
+    }
+    for name in &spec.env_remove {
+        command.env_remove(name);
+    }
+    command
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so a timeout or a signal reaches everything
+    // the command started, and so liveness can be checked for the group.
+    command.process_group(0);
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and makes only
+    // async-signal-safe system calls (prctl, getppid).
+    unsafe {
+        command.pre_exec(move || {
+            // If idem dies (even by SIGKILL), the command is told to stop
+            // rather than run on unobserved. If idem died before this
+            // prctl took effect, stop now.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+fn spawn_failure(spec: &Spec<'_>, error: &io::Error) -> (u8, String) {
+    let program = if spec.shell {
+        "/bin/sh".into()
+    } else {
+        String::from_utf8_lossy(spec.argv[0].as_bytes()).into_owned()
+    };
+    match error.kind() {
+        io::ErrorKind::NotFound => (
+            exit::NOT_FOUND_COMMAND,
+            format!("command not found: {program} (check the name and PATH)"),
+        ),
+        io::ErrorKind::PermissionDenied => (
+            exit::CANNOT_EXECUTE,
+            format!("cannot execute {program}: permission denied (chmod +x it?)"),
+        ),
+        _ => (
+            exit::CANNOT_EXECUTE,
+            format!("cannot execute {program}: {}", exit::io_words(error)),
+        ),
+    }
+}
+
+/// Copies a pipe to `to` as it comes, keeping the last `capture` bytes.
+/// Memory stays bounded: one read buffer plus at most twice the capture.
+fn pump(mut from: impl Read, to: &mut File, capture: usize) -> Vec<u8> {
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut tail = Tail::new(capture);
+    loop {
+        let read = match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        tail.push(&buffer[..read]);
+        if to.write_all(&buffer[..read]).is_err() {
+            // Our reader went away (EPIPE): close the pipe so the command
+            // learns it too, as it would writing to that reader directly.
+            break;
+        }
+    }
+    tail.into_bytes()
+}
+
+/// The last `capacity` bytes of a stream.
+struct Tail {
+    capacity: usize,
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    fn new(capacity: usize) -> Tail {
+        Tail {
+            capacity,
+            bytes: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        if self.capacity == 0 {
+            return;
+        }
+        self.bytes.extend_from_slice(chunk);
+        // Trim only when twice over, so trimming costs O(1) per byte.
+        if self.bytes.len() > 2 * self.capacity {
+            let excess = self.bytes.len() - self.capacity;
+            self.bytes.drain(..excess);
+        }
+    }
+
+    fn into_bytes(mut self) -> Vec<u8> {
+        let excess = self.bytes.len().saturating_sub(self.capacity);
+        self.bytes.drain(..excess);
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tail;
+
+    #[test]
+    fn tail_keeps_the_last_bytes() {
+        let mut tail = Tail::new(4);
+        for chunk in [&b"abc"[..], b"defgh", b"ij", b"klmnopqrstu"] {
+            tail.push(chunk);
+        }
+        assert_eq!(tail.into_bytes(), b"rstu");
+        let mut none = Tail::new(0);
+        none.push(b"abc");
+        assert!(none.into_bytes().is_empty());
+    }
+}

@@ -1,0 +1,233 @@
+//! What `idem run` does with a key, given the key's head: a pure function,
+//! called once without writing (the skip path) and again inside the claim
+//! transaction, where its answer is final.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::cli::OnAbandoned;
+use crate::ledger::{Head, Owner, Status};
+
+/// Everything the decision depends on besides the head.
+pub struct Rules<'a> {
+    pub fingerprint: [u8; 32],
+    pub force: bool,
+    pub ttl: Option<Duration>,
+    pub on_abandoned: OnAbandoned,
+    pub now: Timestamp,
+    /// Whether a recorded owner still lives (see `run::owner`).
+    pub alive: &'a dyn Fn(&Owner) -> bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Claim the key and run; `recovered` when the last run was abandoned.
+    Run { recovered: bool },
+    /// The key succeeded within its TTL with this command.
+    Skip { finished_at: Timestamp },
+    /// The key succeeded with a different command (exit 65).
+    Mismatch,
+    /// The key is running under a live owner (exit 75, or wait).
+    Busy { owner: Owner, since: Timestamp },
+    /// The last run was abandoned and `--on-abandoned fail` was given (69).
+    AbandonedFail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The head is running but its owner is gone: mark it abandoned.
+    pub abandon_head: bool,
+}
+
+impl Decision {
+    /// Whether acting on this decision writes to the ledger.
+    pub fn writes(&self) -> bool {
+        self.abandon_head || matches!(self.verdict, Verdict::Run { .. })
+    }
+}
+
+pub fn decide(head: Option<&Head>, rules: &Rules<'_>) -> Decision {
+    let decision = |verdict| Decision {
+        verdict,
+        abandon_head: false,
+    };
+    let Some(head) = head else {
+        return decision(Verdict::Run { recovered: false });
+    };
+    let run = &head.run;
+    let abandoned = match (&run.status, &head.owner) {
+        (Status::Running, Some(owner)) if (rules.alive)(owner) => {
+            // Even --force never overlaps a live run.
+            return decision(Verdict::Busy {
+                owner: owner.clone(),
+                since: run.started_at,
+            });
+        }
+        (Status::Running, _) => true,
+        (Status::Abandoned, _) => false,
+        (Status::Succeeded, _) => {
+            let fresh = match (rules.ttl, run.finished_at) {
+                (Some(ttl), Some(finished)) => {
+                    let age = rules.now.duration_since(finished);
+                    age.is_negative() || age.unsigned_abs() < ttl
+                }
+                _ => true,
+            };
+            return decision(if rules.force || !fresh {
+                Verdict::Run { recovered: false }
+            } else if run.fingerprint() != rules.fingerprint {
+                Verdict::Mismatch
+            } else {
+                Verdict::Skip {
+                    finished_at: run.finished_at.unwrap_or(run.started_at),
+                }
+            });
+        }
+        (Status::Failed, _) => return decision(Verdict::Run { recovered: false }),
+    };
+    // The last run died without an outcome (or was just found dead).
+    let verdict = if rules.force || rules.on_abandoned == OnAbandoned::Rerun {
+        Verdict::Run { recovered: true }
+    } else {
+        Verdict::AbandonedFail
+    };
+    Decision {
+        verdict,
+        abandon_head: abandoned,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Run;
+
+    fn head(status: Status, command: &str, finished_secs_ago: Option<i64>, now: Timestamp) -> Head {
+        Head {
+            run: Run {
+                key: "k".into(),
+                run_id: uuid::Uuid::nil(),
+                status,
+                exit_code: None,
+                signal: None,
+                attempts: 1,
+                started_at: now,
+                finished_at: finished_secs_ago
+                    .map(|secs| now - jiff::SignedDuration::from_secs(secs)),
+                host: "h".into(),
+                pid: 1,
+                command: vec![command.into()],
+                shell: false,
+                recovered: false,
+            },
+            owner: (status == Status::Running).then(|| Owner {
+                host: "h".into(),
+                boot_id: "b".into(),
+                pid: 1,
+                pid_start: 1,
+                pgid: None,
+                pgid_start: None,
+                lease_expired: false,
+            }),
+        }
+    }
+
+    fn verdict(
+        head: Option<&Head>,
+        force: bool,
+        ttl: Option<u64>,
+        alive: bool,
+        on: OnAbandoned,
+    ) -> Decision {
+        let is_alive = move |_: &Owner| alive;
+        let rules = Rules {
+            fingerprint: crate::key::fingerprint(&["true".into()], false),
+            force,
+            ttl: ttl.map(Duration::from_secs),
+            on_abandoned: on,
+            now: head.map_or(Timestamp::now(), |head| head.run.started_at),
+            alive: &is_alive,
+        };
+        decide(head, &rules)
+    }
+
+    #[test]
+    fn the_state_machine() {
+        let now = Timestamp::now();
+        let rerun = OnAbandoned::Rerun;
+        let run = |recovered| Verdict::Run { recovered };
+        assert_eq!(verdict(None, false, None, true, rerun).verdict, run(false));
+
+        let ok = head(Status::Succeeded, "true", Some(10), now);
+        assert!(matches!(
+            verdict(Some(&ok), false, None, true, rerun).verdict,
+            Verdict::Skip { .. }
+        ));
+        assert!(matches!(
+            verdict(Some(&ok), false, Some(60), true, rerun).verdict,
+            Verdict::Skip { .. }
+        ));
+        assert_eq!(
+            verdict(Some(&ok), false, Some(5), true, rerun).verdict,
+            run(false)
+        );
+        assert_eq!(
+            verdict(Some(&ok), true, None, true, rerun).verdict,
+            run(false)
+        );
+        let other = head(Status::Succeeded, "false", Some(10), now);
+        assert_eq!(
+            verdict(Some(&other), false, None, true, rerun).verdict,
+            Verdict::Mismatch
+        );
+        assert_eq!(
+            verdict(Some(&other), true, None, true, rerun).verdict,
+            run(false)
+        );
+
+        let failed = head(Status::Failed, "false", Some(1), now);
+        assert_eq!(
+            verdict(Some(&failed), false, None, true, rerun).verdict,
+            run(false)
+        );
+
+        let running = head(Status::Running, "true", None, now);
+        assert!(matches!(
+            verdict(Some(&running), true, None, true, rerun).verdict,
+            Verdict::Busy { .. }
+        ));
+        let dead = verdict(Some(&running), false, None, false, rerun);
+        assert_eq!(
+            dead,
+            Decision {
+                verdict: run(true),
+                abandon_head: true
+            }
+        );
+        let dead = verdict(Some(&running), false, None, false, OnAbandoned::Fail);
+        assert_eq!(
+            dead,
+            Decision {
+                verdict: Verdict::AbandonedFail,
+                abandon_head: true
+            }
+        );
+
+        let abandoned = head(Status::Abandoned, "true", Some(1), now);
+        let fail = verdict(Some(&abandoned), false, None, true, OnAbandoned::Fail);
+        assert_eq!(
+            fail,
+            Decision {
+                verdict: Verdict::AbandonedFail,
+                abandon_head: false
+            }
+        );
+        assert!(!fail.writes());
+        assert_eq!(
+            verdict(Some(&abandoned), true, None, true, OnAbandoned::Fail).verdict,
+            run(true)
+        );
+    }
+}

@@ -1,0 +1,417 @@
+//! The run state machine: decide, claim, execute with retries, record.
+//!
+//! A key's state is the status of its head run (its latest, unless
+//! forgotten):
+//!
+//! ```text
+//!  (none) ──claim──▶ running ──exit 0──────────────▶ succeeded
+//!                       │    ──failure, no retries──▶ failed
+//!                       │    ──idem and its group gone (found by
+//!                       │      the next run, or a lease ran out)──▶ abandoned
+//!  failed, abandoned, expired or forced succeeded ──claim──▶ running
+//! ```
+//!
+//! Who writes what: only a claim transaction creates a `running` run, and
+//! only after reading the head under the ledger's write lock and finding it
+//! claimable, so two runs of a key never overlap. Only the owner of a run
+//! writes its final state (`succeeded` or `failed`), and only while the run
+//! is still `running`. Any later `idem run` may write `abandoned`, and only
+//! for a running head whose owner it has found dead.
+
+mod decide;
+mod owner;
+mod report;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use jiff::Timestamp;
+
+use crate::cli::RunArgs;
+use crate::exit::{self, Failure};
+use crate::host;
+use crate::key::{self, Template};
+use crate::ledger::{self, Attempt, Claim, Ledger, Location, NewRun, Outcome, Plan, Status};
+use crate::process::{AttemptEnd, End, Sink, Spec, Supervisor};
+use decide::{decide, Decision, Rules, Verdict};
+pub use report::Reporter;
+
+/// How often a waiter looks at the ledger again.
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
+    let key = Template::parse(&args.key)?.expand_now()?;
+    check(args)?;
+    let mut ledger = ledger::open(location)?;
+    let (claim, recovered) = match acquire(args, &key, ledger.as_mut(), reporter)? {
+        Acquired::Claimed(claim, recovered) => (claim, recovered),
+        Acquired::Done(code) => return Ok(code),
+    };
+    execute(args, &claim, recovered, ledger.as_mut(), reporter)
+}
+
+fn check(args: &RunArgs) -> Result<()> {
+    if args
+        .command
+        .first()
+        .is_some_and(|program| program.is_empty())
+    {
+        return Err(Failure::usage("the command after -- is empty; name a program to run").into());
+    }
+    if args.timeout.is_some_and(|timeout| timeout.is_zero()) {
+        return Err(Failure::usage(
+            "--timeout 0 would kill every attempt at once; give a positive duration",
+        )
+        .into());
+    }
+    if args.lease.is_zero() {
+        return Err(Failure::usage(
+            "--lease 0 would expire at once; give a positive duration like 60s",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+enum Acquired {
+    Claimed(Claim, bool),
+    Done(u8),
+}
+
+/// Decides without writing; claims (or marks an abandoned run) only when
+/// that is what the key needs, and waits on a busy key with `--wait`.
+fn acquire(
+    args: &RunArgs,
+    key: &str,
+    ledger: &mut dyn Ledger,
+    reporter: &Reporter,
+) -> Result<Acquired> {
+    let fingerprint = key::fingerprint(&args.command, args.shell);
+    let wait_until = args.wait.map(|wait| Instant::now() + *wait);
+    let mut spinner = None;
+    loop {
+        let rules = Rules {
+            fingerprint,
+            force: args.force,
+            ttl: args.ttl.map(Into::into),
+            on_abandoned: args.on_abandoned,
+            now: Timestamp::now(),
+            alive: &owner::alive,
+        };
+        let head = ledger.head(key)?;
+        let mut decision = decide(head.as_ref(), &rules);
+        if decision.writes() {
+            let mut recovered = false;
+            let claim = ledger.claim(key, &mut |head| {
+                decision = decide(head, &rules);
+                let claim = match decision.verdict {
+                    Verdict::Run { recovered: was } => {
+                        recovered = was;
+                        Some(new_run(args, was))
+                    }
+                    _ => None,
+                };
+                Plan {
+                    abandon_head: decision.abandon_head,
+                    claim,
+                }
+            })?;
+            if let Some(claim) = claim {
+                return Ok(Acquired::Claimed(claim, recovered));
+            }
+        }
+        let Decision { verdict, .. } = decision;
+        let code = match verdict {
+            Verdict::Run { .. } => unreachable!("a run verdict always claims"),
+            Verdict::Skip { finished_at } => skip(args, key, finished_at, ledger, reporter)?,
+            Verdict::Mismatch => {
+                return Err(Failure::new(
+                    exit::FINGERPRINT_MISMATCH,
+                    format!("key {key} succeeded with a different command; nothing ran (--force runs this one)"),
+                )
+                .into())
+            }
+            Verdict::AbandonedFail => {
+                return Err(Failure::new(
+                    exit::ABANDONED,
+                    format!("the last run of key {key} was abandoned (its outcome is unknown); check, then `idem ledger forget {key}` or --force"),
+                )
+                .into())
+            }
+            Verdict::Busy { owner, since } => {
+                if let Some(until) = wait_until.filter(|until| Instant::now() < *until) {
+                    let bar = spinner.get_or_insert_with(|| reporter.spinner());
+                    if let Some(bar) = bar {
+                        bar.set_message(format!(
+                            "waiting for {key} (pid {} on {}), {} left",
+                            owner.pid,
+                            owner.host,
+                            report::short(until - Instant::now())
+                        ));
+                    }
+                    std::thread::sleep(WAIT_POLL.min(until - Instant::now()));
+                    continue;
+                }
+                let line = format!(
+                    "{key} is running elsewhere: pid {} on {} since {}; {}",
+                    owner.pid,
+                    owner.host,
+                    local_time(since),
+                    if args.wait.is_some() { "--wait ran out" } else { "--wait DUR waits for it" }
+                );
+                if args.conflict_exit_code == exit::SUCCESS {
+                    reporter.info(&line);
+                } else {
+                    reporter.notice(&mut std::io::stderr(), &line);
+                }
+                args.conflict_exit_code
+            }
+        };
+        return Ok(Acquired::Done(code));
+    }
+}
+
+fn new_run(args: &RunArgs, recovered: bool) -> NewRun {
+    let pid = std::process::id();
+    NewRun {
+        run_id: uuid::Uuid::now_v7(),
+        command: args.command.clone(),
+        shell: args.shell,
+        host: host::name(),
+        boot_id: host::boot_id(),
+        pid,
+        pid_start: host::process_start(pid).unwrap_or_default(),
+        recovered,
+        lease: args.lease.into(),
+    }
+}
+
+fn skip(
+    args: &RunArgs,
+    key: &str,
+    finished_at: Timestamp,
+    ledger: &mut dyn Ledger,
+    reporter: &Reporter,
+) -> Result<u8> {
+    reporter.info(&format!(
+        "skipped {key}: succeeded at {}; --force runs it again",
+        local_time(finished_at)
+    ));
+    if args.replay {
+        replay(key, ledger)?;
+    }
+    Ok(args.skipped_exit_code)
+}
+
+/// Prints the output tails recorded by the key's successful run.
+fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
+    let history = ledger.history(key)?;
+    let last = history
+        .iter()
+        .find(|(run, _)| run.status == Status::Succeeded)
+        .and_then(|(_, attempts)| attempts.last());
+    if let Some(attempt) = last {
+        let _ = std::io::stdout().write_all(&attempt.stdout_tail);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().write_all(&attempt.stderr_tail);
+    }
+    Ok(())
+}
+
+/// Runs the attempts of a claimed run and records each, then the outcome.
+fn execute(
+    args: &RunArgs,
+    claim: &Claim,
+    recovered: bool,
+    ledger: &mut dyn Ledger,
+    reporter: &Reporter,
+) -> Result<u8> {
+    let supervisor = Supervisor::new()?;
+    let max_attempts = args.retries.saturating_add(1);
+    let (mut stdout, mut stderr) = if args.quiet_success {
+        (Sink::held()?, Sink::held()?)
+    } else {
+        (
+            Sink::live(std::io::stdout())?,
+            Sink::live(std::io::stderr())?,
+        )
+    };
+    let key = &claim.key;
+    let mut spec = Spec {
+        argv: &args.command,
+        shell: args.shell,
+        env: Vec::new(),
+        env_remove: Vec::new(),
+        timeout: args.timeout.map(Into::into),
+        kill_after: args.kill_after.into(),
+        capture: args.capture.0 as usize,
+    };
+    let mut attempt_number = 1;
+    let (code, outcome, last) = loop {
+        if let Some(signal) = supervisor.pending_signal() {
+            let code = exit::for_signal(signal);
+            break (code, failed(code, Some(signal)), None);
+        }
+        spec.env = vec![
+            ("IDEM_KEY", key.into()),
+            ("IDEM_RUN_ID", claim.run_id.to_string().into()),
+            ("IDEM_ATTEMPT", attempt_number.to_string().into()),
+            ("IDEM_MAX_ATTEMPTS", max_attempts.to_string().into()),
+        ];
+        if recovered {
+            spec.env.push(("IDEM_RECOVERED", "1".into()));
+        } else {
+            spec.env_remove = vec!["IDEM_RECOVERED"];
+        }
+        let end = supervisor.attempt(&spec, &mut stdout, &mut stderr, &mut |pgid| {
+            let start = host::process_start(pgid).unwrap_or_default();
+            ledger.attempt_started(claim, attempt_number, pgid, start)
+        })?;
+        let record = attempt_record(attempt_number, &end);
+        let code = end.code();
+        let said = describe(&end, attempt_number, max_attempts);
+        if let End::NotStarted { reason, .. } = &end.end {
+            reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
+        }
+        if let Some(signal) = end.interrupted {
+            // The operator stopped it: recorded as failed, never retried.
+            let code = if code == 0 {
+                exit::for_signal(signal)
+            } else {
+                code
+            };
+            reporter.notice(
+                stderr.writer(),
+                &format!("{key}: interrupted by signal {signal}; {said}"),
+            );
+            break (code, failed(code, Some(signal)), Some(record));
+        }
+        if code == exit::SUCCESS {
+            break (
+                code,
+                Outcome {
+                    status: Status::Succeeded,
+                    exit_code: 0,
+                    signal: None,
+                },
+                Some(record),
+            );
+        }
+        if attempt_number >= max_attempts || !retryable(args, code) {
+            let why = if attempt_number < max_attempts {
+                " (not retried)"
+            } else {
+                ""
+            };
+            reporter.notice(stderr.writer(), &format!("{key} failed: {said}{why}"));
+            break (code, failed(code, end.signal()), Some(record));
+        }
+        ledger.attempt_finished(claim, &record)?;
+        let delay = backoff(args, attempt_number);
+        reporter.notice(
+            stderr.writer(),
+            &format!("{key}: {said}; retrying in {}", report::short(delay)),
+        );
+        let spinner = if args.quiet_success {
+            None
+        } else {
+            reporter.spinner()
+        };
+        let interrupted = supervisor.sleep(delay, Duration::from_millis(100), &mut |left| {
+            if let Some(bar) = &spinner {
+                bar.set_message(format!(
+                    "retry {}/{max_attempts} of {key} in {}",
+                    attempt_number + 1,
+                    report::short(left)
+                ));
+            }
+        });
+        if let Some(bar) = spinner {
+            bar.finish_and_clear();
+        }
+        if let Some(signal) = interrupted {
+            let code = exit::for_signal(signal);
+            reporter.notice(
+                stderr.writer(),
+                &format!("{key}: interrupted by signal {signal} while waiting to retry"),
+            );
+            break (code, failed(code, Some(signal)), None);
+        }
+        attempt_number += 1;
+    };
+    let recorded = ledger.finish(claim, last.as_ref(), &outcome);
+    if outcome.status != Status::Succeeded {
+        let _ = stdout.release(&mut std::io::stdout());
+        let _ = stderr.release(&mut std::io::stderr());
+    }
+    recorded.map_err(|error| {
+        error.context(format!(
+            "the command exited {code}, but idem could not record it"
+        ))
+    })?;
+    Ok(code)
+}
+
+fn failed(code: u8, signal: Option<i32>) -> Outcome {
+    Outcome {
+        status: Status::Failed,
+        exit_code: code.into(),
+        signal,
+    }
+}
+
+fn attempt_record(number: u32, end: &AttemptEnd) -> Attempt {
+    Attempt {
+        number,
+        started_at: Some(end.started_at),
+        finished_at: Some(end.finished_at),
+        exit_code: Some(end.code().into()),
+        signal: end.signal(),
+        timed_out: end.timed_out,
+        stdout_tail: end.stdout_tail.clone(),
+        stderr_tail: end.stderr_tail.clone(),
+    }
+}
+
+fn describe(end: &AttemptEnd, number: u32, max: u32) -> String {
+    let what = if end.timed_out {
+        "timed out".to_owned()
+    } else {
+        match &end.end {
+            End::Exited(code) => format!("exited {code}"),
+            End::Signaled(signal) => format!("was killed by signal {signal}"),
+            End::NotStarted { code, .. } => format!("could not start ({code})"),
+        }
+    };
+    format!("attempt {number}/{max} {what}")
+}
+
+fn retryable(args: &RunArgs, code: u8) -> bool {
+    let wanted = args
+        .retry_on
+        .as_ref()
+        .is_none_or(|codes| codes.contains(code));
+    wanted && !args.no_retry_on.contains(code)
+}
+
+/// The wait before attempt `failed + 1`: random in [d/2, d] with
+/// d = min(max, base * 2^(failed-1)).
+fn backoff(args: &RunArgs, failed: u32) -> Duration {
+    let base: Duration = args.backoff.into();
+    let max: Duration = args.max_backoff.into();
+    let doubled = base.saturating_mul(
+        1u32.checked_shl(failed.saturating_sub(1))
+            .unwrap_or(u32::MAX),
+    );
+    let ceiling = doubled.min(max);
+    let half = ceiling / 2;
+    half + ceiling.saturating_sub(half).mul_f64(fastrand::f64())
+}
+
+/// A time for people, in the local zone.
+fn local_time(time: Timestamp) -> String {
+    time.to_zoned(jiff::tz::TimeZone::system())
+        .strftime("%Y-%m-%d %H:%M:%S %Z")
+        .to_string()
+}

@@ -1,0 +1,71 @@
+//! idem's own lines on stderr, kept apart from the command's output.
+//!
+//! Silence is golden under cron, which mails any output: a skip is told only
+//! at a terminal or with `-v`; failures, retries and refusals always are
+//! (unless `-q`). Waits show a spinner at a terminal, else nothing.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::Progress;
+
+pub struct Reporter {
+    quiet: bool,
+    verbose: bool,
+    terminal: bool,
+}
+
+impl Reporter {
+    pub fn new(quiet: bool, verbose: bool, progress: Progress) -> Reporter {
+        let terminal = match progress {
+            Progress::Never => false,
+            Progress::Auto | Progress::Always => std::io::stderr().is_terminal(),
+        };
+        Reporter {
+            quiet,
+            verbose,
+            terminal,
+        }
+    }
+
+    /// A line that always prints (unless `-q`): failures, retries, refusals.
+    /// `to` is stderr, or the held stream under `--quiet-success`.
+    pub fn notice(&self, to: &mut dyn Write, text: &str) {
+        if !self.quiet {
+            let _ = writeln!(to, "idem: {text}");
+        }
+    }
+
+    /// A line that prints only at a terminal or with `-v`: skips.
+    pub fn info(&self, text: &str) {
+        if !self.quiet && (self.terminal || self.verbose) {
+            eprintln!("idem: {text}");
+        }
+    }
+
+    /// A spinner for a wait, at a terminal only.
+    pub fn spinner(&self) -> Option<ProgressBar> {
+        if self.quiet || !self.terminal {
+            return None;
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{spinner} idem: {msg}") {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Some(bar)
+    }
+}
+
+/// A duration for people: `3.1s`, `2m05s`.
+pub fn short(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else {
+        let whole = duration.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}

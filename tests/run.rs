@@ -1,0 +1,370 @@
+//! `idem run` on a SQLite ledger: skips, fingerprints, exit codes, the
+//! child's environment and its streams.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
+
+use crate::util::{assert_code, text, Env};
+
+#[test]
+fn runs_once_then_skips() {
+    let env = Env::new();
+    let count = env.count_cmd("count");
+    for _ in 0..3 {
+        assert_code(
+            &env.run(["run", "--key", "backup", "--shell", "--", &count]),
+            0,
+        );
+    }
+    assert_eq!(env.count("count"), 1);
+    let runs = env.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    let run = &runs[0];
+    assert_eq!(run["key"], "backup");
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["exit_code"], 0);
+    assert_eq!(run["attempts"], 1);
+    assert_eq!(run["shell"], true);
+    assert_eq!(run["command"][0], count.as_str());
+    for field in [
+        "run_id",
+        "signal",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "host",
+        "pid",
+    ] {
+        assert!(run.get(field).is_some(), "missing {field}");
+    }
+}
+
+#[test]
+fn a_skip_is_silent_unless_verbose() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    let quiet = env.run(["run", "--key", "k", "--", "true"]);
+    assert_code(&quiet, 0);
+    assert_eq!(text(&quiet.stderr), "");
+    let verbose = env.run(["-v", "run", "--key", "k", "--", "true"]);
+    assert_code(&verbose, 0);
+    assert!(
+        text(&verbose.stderr).starts_with("idem: skipped k: succeeded at "),
+        "{}",
+        text(&verbose.stderr)
+    );
+    assert!(text(&verbose.stderr).contains("--force runs it again"));
+    let code = env.run([
+        "run",
+        "--key",
+        "k",
+        "--skipped-exit-code",
+        "3",
+        "--",
+        "true",
+    ]);
+    assert_code(&code, 3);
+}
+
+#[test]
+fn failure_passes_the_exit_code_and_runs_again() {
+    let env = Env::new();
+    let script = format!("{}; exit 7", env.count_cmd("count"));
+    assert_code(
+        &env.run([
+            "run",
+            "--key",
+            "f",
+            "--retries",
+            "0",
+            "--shell",
+            "--",
+            &script,
+        ]),
+        7,
+    );
+    assert_code(
+        &env.run([
+            "run",
+            "--key",
+            "f",
+            "--retries",
+            "0",
+            "--shell",
+            "--",
+            &script,
+        ]),
+        7,
+    );
+    assert_eq!(env.count("count"), 2);
+    assert_eq!(env.list_json()[0]["status"], "failed");
+    assert_eq!(env.list_json()[0]["exit_code"], 7);
+}
+
+#[test]
+fn force_runs_a_succeeded_key_again() {
+    let env = Env::new();
+    let count = env.count_cmd("count");
+    assert_code(&env.run(["run", "--key", "k", "--shell", "--", &count]), 0);
+    assert_code(
+        &env.run(["run", "--key", "k", "--force", "--shell", "--", &count]),
+        0,
+    );
+    assert_eq!(env.count("count"), 2);
+}
+
+#[test]
+fn a_different_command_is_refused_with_65() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    let other = env.run(["run", "--key", "k", "--", "echo", "other"]);
+    assert_code(&other, 65);
+    assert!(text(&other.stdout).is_empty(), "nothing ran");
+    assert!(text(&other.stderr).contains("--force"));
+    // --shell changes the fingerprint too.
+    assert_code(&env.run(["run", "--key", "k", "--shell", "--", "true"]), 65);
+    // After a failure a changed command simply runs.
+    assert_code(
+        &env.run(["run", "--key", "g", "--retries", "0", "--", "false"]),
+        1,
+    );
+    assert_code(&env.run(["run", "--key", "g", "--", "true"]), 0);
+}
+
+#[test]
+fn ttl_lets_a_success_expire() {
+    let env = Env::new();
+    let count = env.count_cmd("count");
+    let run = |ttl: &str| env.run(["run", "--key", "t", "--ttl", ttl, "--shell", "--", &count]);
+    assert_code(&run("1h"), 0);
+    assert_code(&run("1h"), 0);
+    assert_eq!(env.count("count"), 1);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_code(&run("200ms"), 0);
+    assert_eq!(env.count("count"), 2);
+}
+
+#[test]
+fn command_not_found_is_127_and_not_executable_is_126() {
+    let env = Env::new();
+    let missing = env.run(["run", "--key", "m", "--", "no-such-command-idem"]);
+    assert_code(&missing, 127);
+    assert!(text(&missing.stderr).contains("command not found: no-such-command-idem"));
+    let script = env.path("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_code(
+        &env.run(["run", "--key", "x", "--", script.to_str().unwrap()]),
+        126,
+    );
+    // Neither is retried by default: one attempt each.
+    let runs = env.list_json();
+    assert!(
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .all(|run| run["attempts"] == 1),
+        "{runs}"
+    );
+}
+
+#[test]
+fn a_signal_death_is_128_plus_n() {
+    let env = Env::new();
+    let output = env.run([
+        "run",
+        "--key",
+        "s",
+        "--retries",
+        "0",
+        "--shell",
+        "--",
+        "kill -USR1 $$",
+    ]);
+    assert_code(&output, 128 + 10);
+    assert_eq!(env.list_json()[0]["signal"], 10);
+}
+
+#[test]
+fn the_child_gets_its_environment() {
+    let env = Env::new();
+    let output = env.run([
+        "run",
+        "--key",
+        "e",
+        "--retries",
+        "2",
+        "--shell",
+        "--",
+        "echo $IDEM_KEY $IDEM_ATTEMPT $IDEM_MAX_ATTEMPTS ${IDEM_RECOVERED:-none} $IDEM_RUN_ID",
+    ]);
+    assert_code(&output, 0);
+    let words: Vec<String> = text(&output.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(words[..4], ["e", "1", "3", "none"]);
+    assert_eq!(words[4], env.list_json()[0]["run_id"].as_str().unwrap());
+}
+
+#[test]
+fn streams_pass_through_and_tails_are_kept() {
+    let env = Env::new();
+    let mut child = env
+        .idem([
+            "run",
+            "--key",
+            "io",
+            "--capture",
+            "4",
+            "--shell",
+            "--",
+            "cat; echo to-stderr >&2",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "from stdin\n");
+    assert_eq!(text(&output.stderr), "to-stderr\n");
+    let shown = env.show_json("io");
+    assert_eq!(shown["attempts_detail"][0]["stdout_tail"], "din\n");
+    assert_eq!(shown["attempts_detail"][0]["stderr_tail"], "err\n");
+}
+
+#[test]
+fn key_templates_expand_in_local_time() {
+    let env = Env::new();
+    let output = env
+        .idem([
+            "run",
+            "--key",
+            "r-{date}-{year}",
+            "--",
+            "sh",
+            "-c",
+            "echo $IDEM_KEY",
+        ])
+        .env("TZ", "Pacific/Kiritimati")
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    let today = std::process::Command::new("date")
+        .env("TZ", "Pacific/Kiritimati")
+        .arg("+r-%Y-%m-%d-%Y")
+        .output()
+        .unwrap();
+    assert_eq!(text(&output.stdout), text(&today.stdout));
+}
+
+#[test]
+fn bad_input_is_a_one_line_usage_error() {
+    let env = Env::new();
+    let cases: &[&[&str]] = &[
+        &["run", "--key", "{nope}", "--", "true"],
+        &["run", "--key", "", "--", "true"],
+        &["run", "--key", "a\u{7}b", "--", "true"],
+        &["run", "--key", &"k".repeat(513), "--", "true"],
+        &["run", "--key", "k", "--backoff", "soon", "--", "true"],
+        &["run", "--key", "k", "--retries", "-1", "--", "true"],
+        &["run", "--key", "k", "--retry-on", "1,x", "--", "true"],
+        &["run", "--key", "k"],
+        &["run", "--", "true"],
+    ];
+    for args in cases {
+        let output = env.run(*args);
+        assert_code(&output, 2);
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("idem: "), "{stderr}");
+    }
+    assert!(!env.db().exists(), "no ledger is created for bad input");
+}
+
+#[test]
+fn ledger_is_private() {
+    let env = Env::new();
+    let db = env.path("deep/er/ledger.db");
+    let output = env
+        .idem(["run", "--key", "k", "--", "true"])
+        .env("IDEM_DB", &db)
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&db), 0o600);
+    assert_eq!(mode(db.parent().unwrap()), 0o700);
+}
+
+#[test]
+fn default_ledger_lives_in_the_data_dir() {
+    let env = Env::new();
+    let output = env
+        .idem(["ledger", "path"])
+        .env_remove("IDEM_DB")
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    assert_eq!(
+        text(&output.stdout).trim(),
+        env.path("data/idem/ledger.db").to_str().unwrap()
+    );
+}
+
+#[test]
+fn foreign_and_newer_ledgers_are_refused_untouched() {
+    let env = Env::new();
+    let garbage = env.path("garbage.db");
+    std::fs::write(&garbage, vec![b'x'; 5000]).unwrap();
+    let foreign = env.path("foreign.db");
+    let made = std::process::Command::new("sqlite3")
+        .arg(&foreign)
+        .arg("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+        .status();
+    let newer = env.path("newer.db");
+    assert_code(
+        &env.idem(["run", "--key", "k", "--", "true"])
+            .env("IDEM_DB", &newer)
+            .output()
+            .unwrap(),
+        0,
+    );
+    if made.is_ok() {
+        std::process::Command::new("sqlite3")
+            .arg(&newer)
+            .arg("PRAGMA user_version = 99;")
+            .status()
+            .unwrap();
+    }
+    for db in [&garbage, &foreign, &newer] {
+        if !db.exists() {
+            continue;
+        }
+        let before = std::fs::read(db).unwrap();
+        let count = env.count_cmd("count");
+        let output = env
+            .idem(["run", "--key", "k2", "--shell", "--", &count])
+            .env("IDEM_DB", db)
+            .output()
+            .unwrap();
+        assert_code(&output, 125);
+        assert_eq!(
+            std::fs::read(db).unwrap(),
+            before,
+            "{} was modified",
+            db.display()
+        );
+        assert_eq!(env.count("count"), 0, "nothing ran");
+    }
+}

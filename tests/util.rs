@@ -1,0 +1,125 @@
+//! A small builder for running the real `idem` binary in an isolated
+//! tempdir: `IDEM_DB`, `HOME` and `XDG_DATA_HOME` all point inside it.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().expect("a tempdir"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The ledger every command of this Env uses.
+    pub fn db(&self) -> PathBuf {
+        self.path("ledger.db")
+    }
+
+    /// `idem ARGS` with the isolated environment, not yet run.
+    pub fn idem<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("IDEM_DB", self.db())
+            .env("HOME", self.dir.path())
+            .env("XDG_DATA_HOME", self.path("data"))
+            .env("TZ", "UTC")
+            .env_remove("IDEM_PROGRESS")
+            .env_remove("IDEM_RECOVERED")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `idem ARGS` to its end.
+    pub fn run<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.idem(args).output().expect("idem runs")
+    }
+
+    /// A shell snippet that appends one line to the counter file `name`.
+    pub fn count_cmd(&self, name: &str) -> String {
+        format!("echo x >> '{}'", self.path(name).display())
+    }
+
+    /// How many lines the counter file `name` holds (0 when missing).
+    pub fn count(&self, name: &str) -> usize {
+        std::fs::read_to_string(self.path(name))
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// `idem ledger list --json` as parsed JSON.
+    pub fn list_json(&self) -> serde_json::Value {
+        let output = self.run(["ledger", "list", "--json", "--limit", "100000"]);
+        assert!(
+            output.status.success(),
+            "ledger list failed: {}",
+            text(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("ledger list --json prints JSON")
+    }
+
+    /// `idem ledger show KEY --json` as parsed JSON.
+    pub fn show_json(&self, key: &str) -> serde_json::Value {
+        let output = self.run(["ledger", "show", key, "--json"]);
+        assert!(
+            output.status.success(),
+            "ledger show failed: {}",
+            text(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("ledger show --json prints JSON")
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn code(output: &Output) -> i32 {
+    output.status.code().expect("idem exited, not killed")
+}
+
+/// Asserts that idem exited `expected`, showing its stderr if not, and
+/// that no Rust panic message reached stderr.
+#[track_caller]
+pub fn assert_code(output: &Output, expected: i32) {
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("panicked"), "idem panicked: {stderr}");
+    assert_eq!(
+        code(output),
+        expected,
+        "stderr: {stderr}\nstdout: {}",
+        text(&output.stdout)
+    );
+}
+
+/// PRAGMA integrity_check of a SQLite ledger, through rusqlite-free means:
+/// the sqlite3 command line when present, else skipped (returns None).
+pub fn integrity_check(db: &Path) -> Option<String> {
+    let output = Command::new("sqlite3")
+        .arg(db)
+        .arg("PRAGMA integrity_check;")
+        .output()
+        .ok()?;
+    Some(text(&output.stdout).trim().to_owned())
+}
