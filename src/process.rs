@@ -24,6 +24,23 @@ use crate::exit;
 enum Event {
     Exited(io::Result<ExitStatus>),
     Signal(i32),
+    /// Another thread asks to stop the command (see [`Stopper`]).
+    Stop {
+        reason: String,
+        grace: Duration,
+    },
+}
+
+/// Lets another thread stop the running command: SIGTERM to its group,
+/// SIGKILL after `grace` (at most `--kill-after`). Used when a shared
+/// ledger's lease cannot be renewed.
+#[derive(Clone)]
+pub struct Stopper(Sender<Event>);
+
+impl Stopper {
+    pub fn stop(&self, reason: String, grace: Duration) {
+        let _ = self.0.send(Event::Stop { reason, grace });
+    }
 }
 
 /// Where a stream of the command's output goes.
@@ -97,6 +114,8 @@ pub struct AttemptEnd {
     pub timed_out: bool,
     /// A signal idem received and passed on to the command.
     pub interrupted: Option<i32>,
+    /// Why a [`Stopper`] stopped the command.
+    pub stopped: Option<String>,
     pub stdout_tail: Vec<u8>,
     pub stderr_tail: Vec<u8>,
 }
@@ -126,6 +145,8 @@ impl AttemptEnd {
 pub struct Supervisor {
     sender: Sender<Event>,
     events: Receiver<Event>,
+    /// The first reason a [`Stopper`] gave; no attempt starts after it.
+    stopped: std::cell::RefCell<Option<String>>,
 }
 
 impl Supervisor {
@@ -143,7 +164,11 @@ impl Supervisor {
                 }
             }
         });
-        Ok(Supervisor { sender, events })
+        Ok(Supervisor {
+            sender,
+            events,
+            stopped: Default::default(),
+        })
     }
 
     /// Sleeps for `duration`, calling `tick` with the time left every
@@ -163,6 +188,10 @@ impl Supervisor {
             tick(left);
             match self.events.recv_timeout(left.min(every)) {
                 Ok(Event::Signal(signal)) => return Some(signal),
+                Ok(Event::Stop { reason, .. }) => {
+                    self.note_stop(reason);
+                    return None;
+                }
                 Ok(Event::Exited(_)) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return None,
             }
@@ -173,8 +202,26 @@ impl Supervisor {
     pub fn pending_signal(&self) -> Option<i32> {
         self.events.try_iter().find_map(|event| match event {
             Event::Signal(signal) => Some(signal),
+            Event::Stop { reason, .. } => {
+                self.note_stop(reason);
+                None
+            }
             Event::Exited(_) => None,
         })
+    }
+
+    /// A handle for another thread to stop the command.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.sender.clone())
+    }
+
+    /// Why a [`Stopper`] asked to stop, if one did.
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped.borrow().clone()
+    }
+
+    fn note_stop(&self, reason: String) {
+        self.stopped.borrow_mut().get_or_insert(reason);
     }
 
     /// Runs one attempt to its end. `started` is told the process group as
@@ -198,6 +245,7 @@ impl Supervisor {
                     end: End::NotStarted { code, reason },
                     timed_out: false,
                     interrupted: None,
+                    stopped: None,
                     stdout_tail: Vec::new(),
                     stderr_tail: Vec::new(),
                 });
@@ -238,6 +286,7 @@ impl Supervisor {
                 end,
                 timed_out,
                 interrupted,
+                stopped: self.stopped(),
             })
         })
     }
@@ -281,6 +330,14 @@ impl Supervisor {
                 Ok(Event::Exited(status)) => {
                     break status.context("could not wait for the command")?
                 }
+                Ok(Event::Stop { reason, grace }) => {
+                    if self.stopped().is_none() {
+                        self.note_stop(reason);
+                        send(Signal::SIGTERM);
+                        kill_at = Some(Instant::now() + grace.min(spec.kill_after));
+                        deadline = None;
+                    }
+                }
                 Ok(Event::Signal(signal)) => {
                     if interrupted.is_some() {
                         // A second signal: the operator means it.
@@ -310,7 +367,7 @@ impl Supervisor {
                 }
             }
         };
-        if timed_out || interrupted.is_some() {
+        if timed_out || interrupted.is_some() || self.stopped().is_some() {
             // The leader is gone; members of its group that shrugged off the
             // signal get until the kill deadline, then SIGKILL.
             let until = kill_at.unwrap_or_else(|| Instant::now() + spec.kill_after);

@@ -4,4 +4,6 @@
 
 mod util;
 
+mod pg;
+mod postgres;
 mod run;

@@ -6,6 +6,7 @@
 //! Every key points at the run that decides what the next `idem run` does
 //! (its latest run, or none after `ledger forget`). Runs keep their attempts.
 
+mod postgres;
 mod schema;
 mod sqlite;
 
@@ -19,6 +20,7 @@ use uuid::Uuid;
 
 pub use crate::cli::Status;
 use crate::exit::Failure;
+pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
 
 impl Status {
@@ -93,24 +95,36 @@ fn mask_password(url: &str) -> String {
     };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
+    let tail = mask_password_option(tail);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
             Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
+            None => format!("{scheme}://{authority}{tail}"),
         },
-        None => url.to_owned(),
+        None => format!("{scheme}://{authority}{tail}"),
     }
+}
+
+/// Masks a `password=` option in a URL's query.
+fn mask_password_option(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let options: Vec<String> = query
+        .split('&')
+        .map(|option| match option.split_once('=') {
+            Some(("password", _)) => "password=***".to_owned(),
+            _ => option.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", options.join("&"))
 }
 
 /// Opens the ledger for `run`, creating and migrating it when needed.
 pub fn open(location: &Location) -> Result<Box<dyn Ledger>> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(SqliteLedger::open(path)?)),
-        Location::Postgres(_) => Err(Failure::new(
-            crate::exit::IDEM_FAILED,
-            "postgres ledgers are not supported by this build; use a SQLite file path",
-        )
-        .into()),
+        Location::Postgres(url) => Ok(Box::new(PostgresLedger::open(url, &location.display())?)),
     }
 }
 
@@ -271,6 +285,12 @@ pub trait Ledger {
         Ok(true)
     }
 
+    /// Whether a claim lives only as long as its lease, so that the run
+    /// must call [`Ledger::heartbeat`] while its command runs.
+    fn leased(&self) -> bool {
+        false
+    }
+
     /// Runs, newest first.
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>>;
 
@@ -317,6 +337,10 @@ mod tests {
         );
         assert_eq!(mask_password("postgres://db/idem"), "postgres://db/idem");
         assert_eq!(mask_password("postgresql://u@h/d"), "postgresql://u@h/d");
+        assert_eq!(
+            mask_password("postgres://u@h/d?sslmode=require&password=x%26y"),
+            "postgres://u@h/d?sslmode=require&password=***"
+        );
     }
 
     #[test]

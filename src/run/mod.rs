@@ -19,6 +19,7 @@
 //! for a running head whose owner it has found dead.
 
 mod decide;
+mod lease;
 mod owner;
 mod report;
 
@@ -48,7 +49,11 @@ pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u
         Acquired::Claimed(claim, recovered) => (claim, recovered),
         Acquired::Done(code) => return Ok(code),
     };
-    execute(args, &claim, recovered, ledger.as_mut(), reporter)
+    // A shared ledger's claim lives only as long as its heartbeat.
+    let lease = ledger
+        .leased()
+        .then(|| (location, Into::<Duration>::into(args.lease)));
+    execute(args, &claim, recovered, ledger.as_mut(), lease, reporter)
 }
 
 fn check(args: &RunArgs) -> Result<()> {
@@ -225,9 +230,12 @@ fn execute(
     claim: &Claim,
     recovered: bool,
     ledger: &mut dyn Ledger,
+    lease: Option<(&Location, Duration)>,
     reporter: &Reporter,
 ) -> Result<u8> {
     let supervisor = Supervisor::new()?;
+    let heartbeat = lease
+        .map(|(location, lease)| lease::Lease::start(location, claim, lease, supervisor.stopper()));
     let max_attempts = args.retries.saturating_add(1);
     let (mut stdout, mut stderr) = if args.quiet_success {
         (Sink::held()?, Sink::held()?)
@@ -253,6 +261,10 @@ fn execute(
             let code = exit::for_signal(signal);
             break (code, failed(code, Some(signal)), None);
         }
+        if let Some(reason) = supervisor.stopped() {
+            reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
+            break (exit::IDEM_FAILED, failed(exit::IDEM_FAILED, None), None);
+        }
         spec.env = vec![
             ("IDEM_KEY", key.into()),
             ("IDEM_RUN_ID", claim.run_id.to_string().into()),
@@ -273,6 +285,11 @@ fn execute(
         let said = describe(&end, attempt_number, max_attempts);
         if let End::NotStarted { reason, .. } = &end.end {
             reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
+        }
+        if let Some(reason) = &end.stopped {
+            // The lease could not be kept: idem failed, loudly.
+            reporter.notice(stderr.writer(), &format!("{key}: {reason}; {said}"));
+            break (exit::IDEM_FAILED, failed(code, end.signal()), Some(record));
         }
         if let Some(signal) = end.interrupted {
             // The operator stopped it: recorded as failed, never retried.
@@ -340,6 +357,7 @@ fn execute(
         }
         attempt_number += 1;
     };
+    drop(heartbeat);
     let recorded = ledger.finish(claim, last.as_ref(), &outcome);
     if outcome.status != Status::Succeeded {
         let _ = stdout.release(&mut std::io::stdout());

@@ -1,0 +1,621 @@
+//! A ledger shared by many hosts, in PostgreSQL (schema `idem`).
+//!
+//! Claims are fenced by an epoch: every claim of a key raises `keys.epoch`
+//! and hands the new value to its owner, and the owner's later writes
+//! (attempts, heartbeats, the outcome) apply only while the epoch is still
+//! theirs, so a run that lost its claim can never overwrite a newer one.
+//! A claim lives for its lease (`keys.lease_until`), renewed by the owner's
+//! heartbeat; an owner on another host is presumed gone once its lease has
+//! passed. Every time is the database's (`now()`), never a host's clock.
+
+mod connect;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use postgres::error::SqlState;
+use postgres::{Client, GenericClient, Row};
+
+use super::{
+    decode_command, encode_command, Attempt, Claim, Head, Ledger, ListFilter, Outcome, Owner, Plan,
+    Run, Status,
+};
+use crate::exit::{Failure, IDEM_FAILED};
+
+/// The schema idem owns in the database.
+const SCHEMA: &str = "idem";
+
+/// Any constant both idem processes agree on: the key of the advisory lock
+/// taken while migrating ("idem" in ASCII, then a version of the lock).
+const MIGRATION_LOCK: i64 = 0x6964_656d_0000_0001;
+
+/// Migration N brings the schema from version N-1 to N.
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE idem.keys (
+        key text PRIMARY KEY,
+        -- The run that decides what the next `idem run` does, or NULL.
+        head bigint,
+        -- Raised by every claim; the owner's writes carry it (fencing).
+        epoch bigint NOT NULL DEFAULT 0,
+        -- While the head is running: who owns it, and until when.
+        owner_boot text,
+        owner_pid_start bigint,
+        owner_pgid bigint,
+        owner_pgid_start bigint,
+        lease interval,
+        lease_until timestamptz
+    );
+    CREATE TABLE idem.runs (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id uuid NOT NULL UNIQUE,
+        key text NOT NULL REFERENCES idem.keys (key),
+        status text NOT NULL
+            CHECK (status IN ('running', 'succeeded', 'failed', 'abandoned')),
+        exit_code integer,
+        signal integer,
+        attempts integer NOT NULL DEFAULT 0,
+        started_at timestamptz NOT NULL,
+        finished_at timestamptz,
+        host text NOT NULL,
+        pid bigint NOT NULL,
+        command bytea NOT NULL,        -- argv, NUL-separated raw bytes
+        shell boolean NOT NULL,
+        recovered boolean NOT NULL DEFAULT false
+    );
+    CREATE INDEX runs_by_key ON idem.runs (key, id);
+    CREATE INDEX runs_by_status ON idem.runs (status, id);
+    CREATE TABLE idem.attempts (
+        run bigint NOT NULL REFERENCES idem.runs (id) ON DELETE CASCADE,
+        n integer NOT NULL,
+        started_at timestamptz NOT NULL,
+        finished_at timestamptz,
+        exit_code integer,
+        signal integer,
+        timed_out boolean NOT NULL DEFAULT false,
+        stdout_tail bytea,
+        stderr_tail bytea,
+        PRIMARY KEY (run, n)
+    );
+"];
+
+/// The schema version this idem writes.
+const LATEST: i32 = MIGRATIONS.len() as i32;
+
+const RUN_COLUMNS: &str = "r.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
+     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered";
+
+pub struct PostgresLedger {
+    client: Client,
+    /// The URL with its password masked, for messages.
+    shown: String,
+}
+
+impl PostgresLedger {
+    /// Connects and creates or migrates the schema when needed. Unreachable
+    /// or refusing: a [`Failure`] with exit code 125.
+    pub fn open(url: &str, shown: &str) -> Result<PostgresLedger> {
+        let config = connect::config(url, shown)?;
+        let client = connect::connect(&config).map_err(|why| {
+            Failure::new(
+                IDEM_FAILED,
+                format!("could not connect to ledger {shown}: {why}; check the URL and that the server is up"),
+            )
+        })?;
+        let mut ledger = PostgresLedger {
+            client,
+            shown: shown.to_owned(),
+        };
+        ledger.check_and_migrate()?;
+        Ok(ledger)
+    }
+
+    fn fail(&self, doing: &str, error: &postgres::Error) -> anyhow::Error {
+        Failure::new(
+            IDEM_FAILED,
+            format!(
+                "could not {doing} ledger {}: {}",
+                self.shown,
+                connect::describe(error)
+            ),
+        )
+        .into()
+    }
+
+    /// The schema's version; 0 when there is no schema yet.
+    fn version(client: &mut impl GenericClient) -> Result<i32, postgres::Error> {
+        let exists: bool = client
+            .query_one("SELECT to_regclass('idem.version') IS NOT NULL", &[])?
+            .get(0);
+        if !exists {
+            return Ok(0);
+        }
+        let row = client.query_opt("SELECT version FROM idem.version", &[])?;
+        Ok(row.map_or(0, |row| row.get(0)))
+    }
+
+    fn check_and_migrate(&mut self) -> Result<()> {
+        let version = Self::version(&mut self.client).map_err(|e| self.fail("read", &e))?;
+        if version == LATEST {
+            return Ok(());
+        }
+        if version > LATEST {
+            return Err(self.newer(version));
+        }
+        // Many hosts may start on a fresh database at once: the advisory
+        // lock lets one migrate while the others wait, then find it done.
+        let result = (|| {
+            let mut tx = self.client.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            tx.batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+                 CREATE TABLE IF NOT EXISTS idem.version (version integer NOT NULL);"
+            ))?;
+            let version = Self::version(&mut tx)?;
+            if version > LATEST {
+                return Ok(Some(version));
+            }
+            for migration in MIGRATIONS.iter().skip(version as usize) {
+                tx.batch_execute(migration)?;
+            }
+            tx.execute("DELETE FROM idem.version", &[])?;
+            tx.execute("INSERT INTO idem.version VALUES ($1)", &[&LATEST])?;
+            tx.commit()?;
+            Ok(None)
+        })();
+        let result: Result<Option<i32>, postgres::Error> = result;
+        match result {
+            Ok(None) => Ok(()),
+            Ok(Some(version)) => Err(self.newer(version)),
+            Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                Err(Failure::new(
+                    IDEM_FAILED,
+                    format!(
+                        "could not create schema {SCHEMA} in ledger {}: {}; let the database's owner run idem once, or grant CREATE on the database",
+                        self.shown,
+                        connect::describe(&error)
+                    ),
+                )
+                .into())
+            }
+            Err(error) => Err(self.fail("create or migrate", &error)),
+        }
+    }
+
+    fn newer(&self, version: i32) -> anyhow::Error {
+        Failure::new(
+            IDEM_FAILED,
+            format!(
+                "ledger {} was written by a newer idem (schema {version}, this idem knows {LATEST}); upgrade idem",
+                self.shown
+            ),
+        )
+        .into()
+    }
+
+    fn lost(claim: &Claim) -> anyhow::Error {
+        Failure::new(
+            IDEM_FAILED,
+            format!(
+                "run {} of key {} lost its claim: its lease ran out and another run took the key over",
+                claim.run_id, claim.key
+            ),
+        )
+        .into()
+    }
+}
+
+/// Reads the columns of [`RUN_COLUMNS`]: the run's row id and the run.
+fn run_from_row(row: &Row) -> (i64, Run) {
+    let status: String = row.get(3);
+    let run = Run {
+        key: row.get(0),
+        run_id: row.get(2),
+        status: Status::parse(&status).unwrap_or(Status::Failed),
+        exit_code: row.get(4),
+        signal: row.get(5),
+        attempts: row.get::<_, i32>(6).max(0) as u32,
+        started_at: row.get(7),
+        finished_at: row.get(8),
+        host: row.get(9),
+        pid: row.get::<_, i64>(10) as u32,
+        command: decode_command(row.get::<_, &[u8]>(11)),
+        shell: row.get(12),
+        recovered: row.get(13),
+    };
+    (row.get(1), run)
+}
+
+/// The key's head, with whether its lease has passed by the database's clock.
+fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>, postgres::Error> {
+    let row = client.query_opt(
+        &format!(
+            "SELECT {RUN_COLUMNS}, k.owner_boot, k.owner_pid_start, k.owner_pgid,
+                    k.owner_pgid_start, coalesce(k.lease_until < now(), false)
+             FROM idem.keys k JOIN idem.runs r ON r.id = k.head WHERE k.key = $1"
+        ),
+        &[&key],
+    )?;
+    Ok(row.map(|row| {
+        let (_, run) = run_from_row(&row);
+        let owner = (run.status == Status::Running).then(|| Owner {
+            host: run.host.clone(),
+            boot_id: row.get::<_, Option<String>>(14).unwrap_or_default(),
+            pid: run.pid,
+            pid_start: row.get::<_, Option<i64>>(15).unwrap_or_default() as u64,
+            pgid: row.get::<_, Option<i64>>(16).map(|pgid| pgid as u32),
+            pgid_start: row.get::<_, Option<i64>>(17).map(|start| start as u64),
+            lease_expired: row.get(18),
+        });
+        Head { run, owner }
+    }))
+}
+
+fn interval(duration: Duration) -> String {
+    format!("{} milliseconds", duration.as_millis().max(1))
+}
+
+/// Locks the key's row if the claim's epoch still holds it; false if not.
+fn lock_claimed(
+    tx: &mut postgres::Transaction<'_>,
+    claim: &Claim,
+) -> Result<bool, postgres::Error> {
+    Ok(tx
+        .query_opt(
+            "SELECT 1 FROM idem.keys WHERE key = $1 AND epoch = $2 FOR UPDATE",
+            &[&claim.key, &claim.token],
+        )?
+        .is_some())
+}
+
+fn upsert_attempt(
+    tx: &mut postgres::Transaction<'_>,
+    claim: &Claim,
+    attempt: &Attempt,
+) -> Result<(), postgres::Error> {
+    // An upsert: an attempt whose command could not even be spawned was
+    // never recorded as started.
+    let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
+    tx.execute(
+        "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
+             timed_out, stdout_tail, stderr_tail)
+         SELECT id, $2, now(), now(), $3, $4, $5, $6, $7 FROM idem.runs WHERE run_id = $1
+         ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $3, signal = $4,
+             timed_out = $5, stdout_tail = $6, stderr_tail = $7",
+        &[
+            &claim.run_id,
+            &(attempt.number as i32),
+            &attempt.exit_code,
+            &attempt.signal,
+            &attempt.timed_out,
+            &tail(&attempt.stdout_tail),
+            &tail(&attempt.stderr_tail),
+        ],
+    )?;
+    Ok(())
+}
+
+impl Ledger for PostgresLedger {
+    fn head(&mut self, key: &str) -> Result<Option<Head>> {
+        query_head(&mut self.client, key).map_err(|error| self.fail("read", &error))
+    }
+
+    fn claim(
+        &mut self,
+        key: &str,
+        plan: &mut dyn FnMut(Option<&Head>) -> Plan,
+    ) -> Result<Option<Claim>> {
+        let result = (|| {
+            let mut tx = self.client.transaction()?;
+            // Creates the key's row, or locks it without writing (a
+            // conflicting row is locked even when WHERE is false). Every
+            // claimer of the key queues here; the head is read after the
+            // lock, in a statement of its own, so it sees the last commit.
+            tx.execute(
+                "INSERT INTO idem.keys (key) VALUES ($1)
+                 ON CONFLICT (key) DO UPDATE SET epoch = idem.keys.epoch WHERE false",
+                &[&key],
+            )?;
+            let head = query_head(&mut tx, key)?;
+            let plan = plan(head.as_ref());
+            if plan.abandon_head {
+                tx.execute(
+                    "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
+                     WHERE id = (SELECT head FROM idem.keys WHERE key = $1)
+                       AND status = 'running'",
+                    &[&key],
+                )?;
+            }
+            let Some(new) = plan.claim else {
+                tx.commit()?;
+                return Ok(None);
+            };
+            let row = tx.query_one(
+                "WITH run AS (
+                     INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
+                         command, shell, recovered)
+                     VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7)
+                     RETURNING id
+                 )
+                 UPDATE idem.keys SET head = run.id, epoch = idem.keys.epoch + 1,
+                     owner_boot = $8, owner_pid_start = $9, owner_pgid = NULL,
+                     owner_pgid_start = NULL, lease = $10::text::interval,
+                     lease_until = now() + $10::text::interval
+                 FROM run WHERE idem.keys.key = $1
+                 RETURNING idem.keys.epoch",
+                &[
+                    &key,
+                    &new.run_id,
+                    &new.host,
+                    &i64::from(new.pid),
+                    &encode_command(&new.command),
+                    &new.shell,
+                    &new.recovered,
+                    &new.boot_id,
+                    &(new.pid_start as i64),
+                    &interval(new.lease),
+                ],
+            )?;
+            tx.commit()?;
+            Ok(Some(Claim {
+                key: key.to_owned(),
+                run_id: new.run_id,
+                token: row.get(0),
+            }))
+        })();
+        result.map_err(|error: postgres::Error| self.fail("claim a key in", &error))
+    }
+
+    fn attempt_started(
+        &mut self,
+        claim: &Claim,
+        number: u32,
+        pgid: u32,
+        pgid_start: u64,
+    ) -> Result<()> {
+        let result = (|| {
+            let mut tx = self.client.transaction()?;
+            if !lock_claimed(&mut tx, claim)? {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO idem.attempts (run, n, started_at)
+                 SELECT id, $2, now() FROM idem.runs WHERE run_id = $1",
+                &[&claim.run_id, &(number as i32)],
+            )?;
+            tx.execute(
+                "UPDATE idem.runs SET attempts = $2 WHERE run_id = $1",
+                &[&claim.run_id, &(number as i32)],
+            )?;
+            tx.execute(
+                "UPDATE idem.keys SET owner_pgid = $2, owner_pgid_start = $3 WHERE key = $1",
+                &[&claim.key, &i64::from(pgid), &(pgid_start as i64)],
+            )?;
+            tx.commit()?;
+            Ok(true)
+        })();
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Self::lost(claim)),
+            Err(error) => Err(self.fail("record an attempt in", &error)),
+        }
+    }
+
+    fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
+        let result = (|| {
+            let mut tx = self.client.transaction()?;
+            if !lock_claimed(&mut tx, claim)? {
+                return Ok(false);
+            }
+            upsert_attempt(&mut tx, claim, attempt)?;
+            tx.commit()?;
+            Ok(true)
+        })();
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Self::lost(claim)),
+            Err(error) => Err(self.fail("record an attempt in", &error)),
+        }
+    }
+
+    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
+        let result = (|| {
+            let mut tx = self.client.transaction()?;
+            // Under the key's lock, so no claim can read the run as running
+            // (and abandon it) while this records its outcome.
+            if !lock_claimed(&mut tx, claim)? {
+                return Ok(false);
+            }
+            if let Some(attempt) = last {
+                upsert_attempt(&mut tx, claim, attempt)?;
+            }
+            let changed = tx.execute(
+                "UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
+                     finished_at = now(), attempts = greatest(attempts, $5)
+                 WHERE run_id = $1 AND status = 'running'",
+                &[
+                    &claim.run_id,
+                    &outcome.status.as_str(),
+                    &outcome.exit_code,
+                    &outcome.signal,
+                    &(last.map_or(0, |attempt| attempt.number) as i32),
+                ],
+            )?;
+            tx.execute(
+                "UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
+                     owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
+                 WHERE key = $1",
+                &[&claim.key],
+            )?;
+            tx.commit()?;
+            Ok(changed == 1)
+        })();
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Failure::new(
+                IDEM_FAILED,
+                format!(
+                    "the outcome of run {} of key {} could not be recorded: its lease ran out and another run took the key over",
+                    claim.run_id, claim.key
+                ),
+            )
+            .into()),
+            Err(error) => Err(self.fail("record the outcome in", &error)),
+        }
+    }
+
+    fn heartbeat(&mut self, claim: &Claim) -> Result<bool> {
+        self.client
+            .execute(
+                "UPDATE idem.keys k SET lease_until = now() + k.lease
+                 FROM idem.runs r
+                 WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.status = 'running'",
+                &[&claim.key, &claim.token],
+            )
+            .map(|changed| changed == 1)
+            .map_err(|error| self.fail("renew the lease in", &error))
+    }
+
+    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM idem.runs r WHERE true");
+        let glob = filter.key_glob.as_deref().map(glob_to_regex);
+        let statuses: Vec<String> = filter
+            .statuses
+            .iter()
+            .map(|status| status.as_str().to_owned())
+            .collect();
+        let limit = i64::from(filter.limit);
+        let mut values: Vec<&(dyn postgres::types::ToSql + Sync)> = Vec::new();
+        if let Some(glob) = &glob {
+            values.push(glob);
+            sql.push_str(&format!(" AND r.key ~ ${}", values.len()));
+        }
+        if !statuses.is_empty() {
+            values.push(&statuses);
+            sql.push_str(&format!(" AND r.status = ANY(${})", values.len()));
+        }
+        if let Some(since) = &filter.since {
+            values.push(since);
+            sql.push_str(&format!(" AND r.started_at >= ${}", values.len()));
+        }
+        values.push(&limit);
+        sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", values.len()));
+        let rows = self
+            .client
+            .query(&sql, &values)
+            .map_err(|error| self.fail("read", &error))?;
+        Ok(rows.iter().map(|row| run_from_row(row).1).collect())
+    }
+
+    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>> {
+        let result = (|| {
+            let runs = self.client.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.key = $1 ORDER BY r.id DESC"
+                ),
+                &[&key],
+            )?;
+            let attempts = self.client.query(
+                "SELECT a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal,
+                        a.timed_out, a.stdout_tail, a.stderr_tail
+                 FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
+                 WHERE r.key = $1 ORDER BY a.run, a.n",
+                &[&key],
+            )?;
+            let mut history = Vec::new();
+            for row in &runs {
+                let (id, run) = run_from_row(row);
+                let run_attempts = attempts
+                    .iter()
+                    .filter(|row| row.get::<_, i64>(0) == id)
+                    .map(|row| Attempt {
+                        number: row.get::<_, i32>(1).max(0) as u32,
+                        started_at: Some(row.get(2)),
+                        finished_at: row.get(3),
+                        exit_code: row.get(4),
+                        signal: row.get(5),
+                        timed_out: row.get(6),
+                        stdout_tail: row.get::<_, Option<Vec<u8>>>(7).unwrap_or_default(),
+                        stderr_tail: row.get::<_, Option<Vec<u8>>>(8).unwrap_or_default(),
+                    })
+                    .collect();
+                history.push((run, run_attempts));
+            }
+            Ok(history)
+        })();
+        result.map_err(|error: postgres::Error| self.fail("read", &error))
+    }
+
+    fn leased(&self) -> bool {
+        true
+    }
+}
+
+/// A shell glob (`*`, `?`, `[...]`, as SQLite's GLOB) as an anchored
+/// POSIX regular expression.
+fn glob_to_regex(glob: &str) -> String {
+    let mut regex = String::from("^");
+    let mut chars = glob.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' => regex.push_str(".*"),
+            '?' => regex.push('.'),
+            '[' => {
+                let mut class = String::from("[");
+                if chars.peek() == Some(&'^') {
+                    chars.next();
+                    class.push('^');
+                }
+                let mut closed = false;
+                let mut first = true;
+                for c in chars.by_ref() {
+                    if c == ']' && !first {
+                        closed = true;
+                        break;
+                    }
+                    first = false;
+                    if c == '\\' {
+                        class.push_str("\\\\");
+                    } else {
+                        class.push(c);
+                    }
+                }
+                if closed {
+                    regex.push_str(&class);
+                    regex.push(']');
+                } else {
+                    regex.push_str(&regex_escape(&class));
+                }
+            }
+            c => regex.push_str(&regex_escape(&c.to_string())),
+        }
+    }
+    regex.push('$');
+    regex
+}
+
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_punctuation() {
+                format!("\\{c}")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_become_anchored_regexes() {
+        assert_eq!(glob_to_regex("backup-*"), "^backup\\-.*$");
+        assert_eq!(glob_to_regex("a?c"), "^a.c$");
+        assert_eq!(glob_to_regex("[ab]x"), "^[ab]x$");
+        assert_eq!(glob_to_regex("[^a]"), "^[^a]$");
+        assert_eq!(glob_to_regex("a.b"), "^a\\.b$");
+        assert_eq!(glob_to_regex("[oops"), "^\\[oops$");
+    }
+}

@@ -1,0 +1,229 @@
+//! Connecting to a PostgreSQL ledger: the URL, the password and TLS.
+//!
+//! A password comes from the URL, else `PGPASSWORD`, else the password file
+//! (`PGPASSFILE` or `~/.pgpass`, as libpq reads it); idem never prints it
+//! and never stores it. TLS is used only where the URL asks for it
+//! (`sslmode=require`), verified against the system's roots and the file
+//! named by `PGSSLROOTCERT`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::config::{Host, SslMode};
+use postgres::{Client, Config, NoTls};
+
+use crate::exit::{Failure, IDEM_FAILED};
+
+/// How long a connection attempt may take when the URL does not say.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Parses `url` into a connection config, with idem's defaults and the
+/// password looked up where libpq would look.
+pub fn config(url: &str, shown: &str) -> Result<Config, Failure> {
+    // The driver knows disable, prefer and require; idem's require already
+    // verifies the certificate and the host name, as verify-full does.
+    let url = url
+        .replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require");
+    let mut config = Config::from_str(&url).map_err(|error| {
+        Failure::new(
+            IDEM_FAILED,
+            format!(
+                "invalid postgres URL {shown}: {}; see the README's PostgreSQL section",
+                describe(&error)
+            ),
+        )
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("idem");
+    }
+    if config.get_password().is_none() {
+        if let Some(password) = std::env::var_os("PGPASSWORD").filter(|p| !p.is_empty()) {
+            use std::os::unix::ffi::OsStrExt;
+            config.password(password.as_bytes());
+        } else if let Some(password) = pgpass_lookup(&config) {
+            config.password(password);
+        }
+    }
+    Ok(config)
+}
+
+/// Connects, with TLS only where the URL asks for it; says in words why not.
+pub fn connect(config: &Config) -> Result<Client, String> {
+    let connected = match config.get_ssl_mode() {
+        SslMode::Require => {
+            let tls = rustls_connector().map_err(|error| format!("tls setup failed: {error}"))?;
+            config.connect(tls)
+        }
+        // `prefer` without a TLS connector connects in the clear, as libpq
+        // does when it was built without TLS.
+        _ => config.connect(NoTls),
+    };
+    connected.map_err(|error| describe(&error))
+}
+
+fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect, rustls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(file) = std::env::var_os("PGSSLROOTCERT") {
+        if let Ok(pem) = std::fs::read(file) {
+            use rustls::pki_types::pem::PemObject;
+            let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem).flatten();
+            roots.add_parsable_certificates(certs);
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// A PostgreSQL error in words: the server's message, or the cause of a
+/// failed connection, without the driver's wrapping.
+pub fn describe(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return db.message().to_owned();
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let words = cause.to_string();
+        if !text.contains(&words) {
+            text = format!("{text}: {words}");
+        }
+        source = cause.source();
+    }
+    // "Connection refused (os error 111)": keep the words only.
+    let text = match text.find(" (os error") {
+        Some(at) => {
+            let rest = &text[at..];
+            let end = rest.find(')').map_or(rest.len(), |end| end + 1);
+            format!("{}{}", &text[..at], &rest[end..])
+        }
+        None => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+/// The password file's entry for this connection, as libpq reads it:
+/// `host:port:database:user:password`, `*` matching anything, `\` escaping
+/// `:` and `\`; ignored when others may read the file.
+fn pgpass_lookup(config: &Config) -> Option<Vec<u8>> {
+    let path = match std::env::var_os("PGPASSFILE") {
+        Some(file) => PathBuf::from(file),
+        None => dirs::home_dir()?.join(".pgpass"),
+    };
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(&path).ok()?;
+    if !metadata.is_file() || metadata.mode() & 0o077 != 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let user = config
+        .get_user()
+        .map(str::to_owned)
+        .unwrap_or_else(current_user);
+    let database = config.get_dbname().unwrap_or(&user).to_owned();
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(name)) => name.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let unix = !matches!(config.get_hosts().first(), Some(Host::Tcp(_)));
+    pgpass_find(&text, &host, unix, &port, &database, &user).map(String::into_bytes)
+}
+
+fn current_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|user| user.name)
+        .unwrap_or_default()
+}
+
+fn pgpass_find(
+    text: &str,
+    host: &str,
+    unix: bool,
+    port: &str,
+    database: &str,
+    user: &str,
+) -> Option<String> {
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .find_map(|line| {
+            let fields = split_pgpass(line);
+            let [h, p, d, u, password] = fields.as_slice() else {
+                return None;
+            };
+            let host_ok = h == "*" || h == host || (unix && h == "localhost");
+            let ok = |field: &String, value: &str| field == "*" || field == value;
+            (host_ok && ok(p, port) && ok(d, database) && ok(u, user)).then(|| password.clone())
+        })
+}
+
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let (Some(next), Some(field)) = (chars.next(), fields.last_mut()) {
+                    field.push(next);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => {
+                if let Some(field) = fields.last_mut() {
+                    field.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_password_file_like_libpq() {
+        let text = "# comment\n\
+                    db.example:5432:idem:ci:s3cr\\:et\n\
+                    *:*:*:ops:other\n\
+                    localhost:5432:*:local:sock\n";
+        assert_eq!(
+            pgpass_find(text, "db.example", false, "5432", "idem", "ci").as_deref(),
+            Some("s3cr:et")
+        );
+        assert_eq!(
+            pgpass_find(text, "db.example", false, "5433", "idem", "ci"),
+            None
+        );
+        assert_eq!(
+            pgpass_find(text, "anywhere", false, "1", "x", "ops").as_deref(),
+            Some("other")
+        );
+        assert_eq!(
+            pgpass_find(text, "/run/postgresql", true, "5432", "x", "local").as_deref(),
+            Some("sock")
+        );
+    }
+}

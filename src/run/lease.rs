@@ -1,0 +1,129 @@
+//! The heartbeat of a claim on a shared ledger.
+//!
+//! While the command runs, a thread renews the claim's lease every lease/3
+//! on a connection of its own. Another host takes the key over once the
+//! lease has passed, so the command must never outlive it: when renewals
+//! keep failing for two thirds of the lease (database gone, network cut),
+//! or the claim turns out lost, the command is stopped (SIGTERM to its
+//! group, SIGKILL at most lease/6 later), well before the lease runs out.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::ledger::{self, Claim, Location};
+use crate::process::Stopper;
+
+/// Renews a claim's lease until dropped.
+pub struct Lease {
+    /// Dropping it tells the renewer to stop.
+    _done: mpsc::Sender<()>,
+    over: Arc<AtomicBool>,
+}
+
+enum Beat {
+    Renewed(Instant),
+    Lost,
+    Failed(String),
+}
+
+impl Lease {
+    /// Starts renewing `claim`, whose lease of `lease` was just taken (the
+    /// milliseconds since the claim's commit are within the lease/6 margin).
+    pub fn start(location: &Location, claim: &Claim, lease: Duration, stopper: Stopper) -> Lease {
+        let claimed = Instant::now();
+        let (done, done_rx) = mpsc::channel::<()>();
+        let (beats, beats_rx) = mpsc::channel();
+        let over = Arc::new(AtomicBool::new(false));
+        let every = lease / 3;
+
+        let location = location.clone();
+        let renewed_claim = claim.clone();
+        std::thread::spawn(move || {
+            let claim = renewed_claim;
+            let mut ledger = None;
+            let mut wait = every;
+            loop {
+                match done_rx.recv_timeout(wait) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let sent = Instant::now();
+                let result = match &mut ledger {
+                    Some(ledger) => Ok(ledger),
+                    None => ledger::open(&location).map(|opened| ledger.insert(opened)),
+                }
+                .and_then(|ledger| ledger.heartbeat(&claim));
+                let beat = match result {
+                    Ok(true) => {
+                        wait = every;
+                        Beat::Renewed(sent)
+                    }
+                    Ok(false) => Beat::Lost,
+                    Err(error) => {
+                        // Try again soon, on a new connection.
+                        ledger = None;
+                        wait = (every / 4).max(Duration::from_millis(50));
+                        Beat::Failed(format!("{error:#}"))
+                    }
+                };
+                let lost = matches!(beat, Beat::Lost);
+                if beats.send(beat).is_err() || lost {
+                    return;
+                }
+            }
+        });
+
+        let watched = over.clone();
+        let key = claim.key.clone();
+        std::thread::spawn(move || {
+            // Stop at 2/3 of the lease after the last renewal; SIGKILL by 5/6.
+            let stop_after = lease * 2 / 3;
+            let grace = lease / 6;
+            let mut renewed = claimed;
+            let mut last_error = None;
+            let reason = loop {
+                let deadline = renewed + stop_after;
+                match beats_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(Beat::Renewed(at)) => {
+                        renewed = at;
+                        last_error = None;
+                    }
+                    Ok(Beat::Failed(error)) => last_error = Some(error),
+                    Ok(Beat::Lost) => {
+                        break format!("lost the claim on key {key}: its lease ran out and another run took the key over")
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        if Instant::now() < deadline {
+                            continue;
+                        }
+                        break format!(
+                            "could not renew the lease on key {key} for {}{}",
+                            humantime::format_duration(round(stop_after)),
+                            last_error.map_or(String::new(), |error| format!(" ({error})")),
+                        );
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            };
+            if !watched.load(Ordering::SeqCst) {
+                stopper.stop(
+                    format!("{reason}; stopped the command so that it does not run unowned"),
+                    grace,
+                );
+            }
+        });
+        Lease { _done: done, over }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.over.store(true, Ordering::SeqCst);
+    }
+}
+
+fn round(duration: Duration) -> Duration {
+    Duration::from_millis(duration.as_millis() as u64)
+}

@@ -1,0 +1,207 @@
+//! A throwaway PostgreSQL server for one test: `initdb` into a tempdir,
+//! listening only on a Unix socket there, stopped when dropped (also when
+//! the test fails). The server refuses to run as root, so under root it
+//! runs as the `postgres` user that the Debian package creates.
+//!
+//! Where no server binaries are installed, [`Server::start`] says that the
+//! test is skipped and why, and returns `None`; under CI (`CI` set) it fails
+//! instead, since CI installs them.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Server {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    as_postgres: bool,
+    running: bool,
+}
+
+/// The directory holding `initdb`, `pg_ctl` and `postgres`: the newest
+/// under /usr/lib/postgresql, else the one on PATH.
+fn binaries() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin"))
+        .filter(|bin| bin.join("initdb").exists() && bin.join("pg_ctl").exists())
+        .collect();
+    found.sort_by_key(|bin| {
+        bin.parent()
+            .and_then(|version| version.file_name())
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    if let Some(bin) = found.pop() {
+        return Some(bin);
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .find(|dir| dir.join("initdb").exists() && dir.join("pg_ctl").exists())
+    })
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+impl Server {
+    /// Starts a server with an empty database `idem`, or says why the
+    /// calling test is skipped.
+    pub fn start(test: &str) -> Option<Server> {
+        let Some(bin) = binaries() else {
+            let why = "no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin or on PATH; install the postgresql package";
+            if std::env::var_os("CI").is_some() {
+                panic!("{test}: {why}");
+            }
+            eprintln!("skipped {test}: {why}");
+            return None;
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("idem-pg")
+            .tempdir()
+            .expect("a tempdir for the server");
+        let as_postgres = is_root();
+        if as_postgres {
+            chown_to_postgres(dir.path());
+        }
+        let mut server = Server {
+            bin,
+            dir,
+            as_postgres,
+            running: false,
+        };
+        let data = server.data();
+        server.tool(
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        // Only a Unix socket in the tempdir; no TCP at all.
+        let options = format!(
+            "-k {} -c listen_addresses= -c max_connections=200 -c fsync=off",
+            server.dir.path().display()
+        );
+        let log = server.dir.path().join("server.log");
+        server.tool(
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &options,
+                "-l",
+                log.to_str().unwrap(),
+                "-w",
+                "start",
+            ],
+        );
+        server.running = true;
+        server.sql("postgres", "CREATE DATABASE idem");
+        Some(server)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The socket folder, percent-encoded for a URL's host.
+    fn host(&self) -> String {
+        self.dir
+            .path()
+            .to_str()
+            .unwrap()
+            .replace('%', "%25")
+            .replace('/', "%2F")
+    }
+
+    /// A URL of database `db` on this server.
+    pub fn url_of(&self, db: &str) -> String {
+        format!("postgresql://postgres@{}/{db}", self.host())
+    }
+
+    /// The URL of the test's database.
+    pub fn url(&self) -> String {
+        self.url_of("idem")
+    }
+
+    /// Runs `sql` in database `db` as the superuser.
+    pub fn sql(&self, db: &str, sql: &str) {
+        let mut client = postgres::Client::connect(&self.url_of(db), postgres::NoTls)
+            .expect("connect to the test server");
+        client.batch_execute(sql).expect("the test's SQL runs");
+    }
+
+    /// Stops the server at once, dropping its connections.
+    pub fn stop(&mut self) {
+        if self.running {
+            self.running = false;
+            let data = self.data();
+            self.try_tool(
+                "pg_ctl",
+                &[
+                    "-D",
+                    data.to_str().unwrap(),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
+            );
+        }
+    }
+
+    fn tool(&self, name: &str, args: &[&str]) {
+        let output = self.try_tool(name, args);
+        assert!(
+            output.status.success(),
+            "{name} failed: {}{}",
+            String::from_utf8_lossy(&output.stderr),
+            std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+        );
+    }
+
+    fn try_tool(&self, name: &str, args: &[&str]) -> Output {
+        let program = self.bin.join(name);
+        let mut command = if self.as_postgres {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(&program);
+            command
+        } else {
+            Command::new(&program)
+        };
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap_or_else(|error| panic!("could not run {name}: {error}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn chown_to_postgres(path: &Path) {
+    let user = nix::unistd::User::from_name("postgres")
+        .ok()
+        .flatten()
+        .expect("a postgres user to run the server as (the postgresql package creates it)");
+    nix::unistd::chown(path, Some(user.uid), Some(user.gid)).expect("chown the server's tempdir");
+}

@@ -1,0 +1,379 @@
+//! `idem run` and `idem ledger` on a shared PostgreSQL ledger, against a
+//! real server each test starts for itself (see `pg.rs`).
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::pg::Server;
+use crate::util::{assert_code, text, Env};
+
+/// An isolated environment whose ledger is a fresh PostgreSQL database.
+struct Pg {
+    env: Env,
+    server: Server,
+}
+
+impl Pg {
+    fn new(test: &str) -> Option<Pg> {
+        Some(Pg {
+            server: Server::start(test)?,
+            env: Env::new(),
+        })
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    fn idem<const N: usize>(&self, args: [&str; N]) -> Command {
+        let mut command = self.env.idem(args);
+        command.env("IDEM_DB", self.url());
+        command
+    }
+
+    fn run<const N: usize>(&self, args: [&str; N]) -> Output {
+        self.idem(args).output().expect("idem runs")
+    }
+
+    /// `idem ARGS` as if on another host: its own UTS namespace, renamed.
+    /// Needs root (CI runs as root); `None` says the test is skipped.
+    fn on_host<const N: usize>(&self, host: &str, args: [&str; N]) -> Option<Command> {
+        let probe = Command::new("unshare")
+            .args(["--uts", "true"])
+            .stderr(Stdio::null())
+            .status();
+        if !probe.is_ok_and(|status| status.success()) {
+            let why = "`unshare --uts` is not available (it needs root)";
+            if std::env::var_os("CI").is_some() {
+                panic!("{why}");
+            }
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let template = self.idem(args);
+        let mut command = Command::new("unshare");
+        command
+            .args(["--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host])
+            .arg(template.get_program())
+            .args(template.get_args())
+            .current_dir(self.env.dir.path())
+            .stdin(Stdio::null());
+        for (name, value) in template.get_envs() {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        Some(command)
+    }
+
+    fn list_json(&self) -> serde_json::Value {
+        let output = self.run(["ledger", "list", "--json", "--limit", "100000"]);
+        assert_code(&output, 0);
+        serde_json::from_slice(&output.stdout).expect("ledger list --json prints JSON")
+    }
+
+    fn count_cmd(&self, name: &str) -> String {
+        self.env.count_cmd(name)
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.env.count(name)
+    }
+}
+
+/// Waits (bounded) until `path` exists.
+fn wait_for_file(path: &std::path::Path, child: &mut Child) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the owner exited ({status}) before its command started");
+        }
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn postgres_runs_once_then_skips() {
+    let Some(pg) = Pg::new("postgres_runs_once_then_skips") else {
+        return;
+    };
+    let count = pg.count_cmd("count");
+    for _ in 0..3 {
+        assert_code(
+            &pg.run(["run", "--key", "backup", "--shell", "--", &count]),
+            0,
+        );
+    }
+    assert_eq!(pg.count("count"), 1);
+    let runs = pg.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["key"], "backup");
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_eq!(runs[0]["exit_code"], 0);
+    assert_eq!(runs[0]["attempts"], 1);
+    assert_eq!(runs[0]["shell"], true);
+
+    // A different command: refused; a failure runs again; --force runs.
+    assert_code(&pg.run(["run", "--key", "backup", "--", "true"]), 65);
+    let fail = format!("{count}; exit 7");
+    for _ in 0..2 {
+        assert_code(
+            &pg.run([
+                "run",
+                "--key",
+                "f",
+                "--retries",
+                "1",
+                "--backoff",
+                "10ms",
+                "--shell",
+                "--",
+                &fail,
+            ]),
+            7,
+        );
+    }
+    assert_eq!(pg.count("count"), 5);
+    assert_code(
+        &pg.run(["run", "--key", "backup", "--force", "--shell", "--", &count]),
+        0,
+    );
+    assert_eq!(pg.count("count"), 6);
+
+    let show = pg.run(["ledger", "show", "f", "--json"]);
+    assert_code(&show, 0);
+    let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(show["status"], "failed");
+    assert_eq!(show["exit_code"], 7);
+    assert_eq!(show["attempts"], 2);
+    assert_eq!(show["attempts_detail"].as_array().unwrap().len(), 2);
+    assert_eq!(show["history"].as_array().unwrap().len(), 1);
+    let failed = pg.run([
+        "ledger", "list", "--json", "--status", "failed", "--key", "f*",
+    ]);
+    assert_code(&failed, 0);
+    let failed: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
+    assert_eq!(failed.as_array().unwrap().len(), 2);
+
+    // Output tails and --replay come back from the database.
+    assert_code(&pg.run(["run", "--key", "hello", "--", "echo", "hello"]), 0);
+    let replay = pg.run(["run", "--key", "hello", "--replay", "--", "echo", "hello"]);
+    assert_code(&replay, 0);
+    assert_eq!(text(&replay.stdout), "hello\n");
+}
+
+#[test]
+fn postgres_thirty_racers_run_one_command() {
+    let Some(pg) = Pg::new("postgres_thirty_racers_run_one_command") else {
+        return;
+    };
+    // The command holds a lock file while it runs and notes an overlap if
+    // it cannot take it at once.
+    let lock = pg.env.path("lock");
+    let script = format!(
+        "flock -n '{}' -c \"{}; sleep 0.3\" || echo overlap >> '{}'",
+        lock.display(),
+        pg.count_cmd("count"),
+        pg.env.path("overlaps").display()
+    );
+    let racers: Vec<Child> = (0..30)
+        .map(|_| {
+            pg.idem(["run", "--key", "race", "--shell", "--", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("idem starts")
+        })
+        .collect();
+    for racer in racers {
+        let output = racer.wait_with_output().unwrap();
+        let code = output.status.code();
+        assert!(
+            code == Some(0) || code == Some(75),
+            "a racer exited {code:?}: {}",
+            text(&output.stderr)
+        );
+    }
+    assert_eq!(pg.count("count"), 1, "the command ran more than once");
+    assert_eq!(pg.count("overlaps"), 0, "two runs overlapped");
+    let runs = pg.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["status"], "succeeded");
+}
+
+#[test]
+fn postgres_unreachable_database_runs_nothing() {
+    let env = Env::new();
+    let nowhere = env.path("no-server");
+    std::fs::create_dir(&nowhere).unwrap();
+    let url = format!(
+        "postgresql://idem:s3cret@{}/idem",
+        nowhere.to_str().unwrap().replace('/', "%2F")
+    );
+    let output = env
+        .idem([
+            "run",
+            "--key",
+            "k",
+            "--shell",
+            "--",
+            &env.count_cmd("count"),
+        ])
+        .env("IDEM_DB", &url)
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with("idem: could not connect to ledger"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("s3cret"),
+        "the password was printed: {stderr}"
+    );
+    assert_eq!(env.count("count"), 0);
+}
+
+#[test]
+fn postgres_fresh_database_migrated_by_many_at_once() {
+    let Some(pg) = Pg::new("postgres_fresh_database_migrated_by_many_at_once") else {
+        return;
+    };
+    for round in 0..5 {
+        let db = format!("fresh{round}");
+        pg.server.sql("postgres", &format!("CREATE DATABASE {db}"));
+        let url = pg.server.url_of(&db);
+        let children: Vec<Child> = (0..2)
+            .map(|index| {
+                pg.idem(["run", "--key", &format!("k{index}"), "--", "true"])
+                    .env("IDEM_DB", &url)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            assert_code(&child.wait_with_output().unwrap(), 0);
+        }
+    }
+}
+
+#[test]
+fn postgres_heartbeat_keeps_a_run_past_its_lease() {
+    let Some(pg) = Pg::new("postgres_heartbeat_keeps_a_run_past_its_lease") else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let script = format!(
+        "touch '{}'; sleep 4; {}",
+        started.display(),
+        pg.count_cmd("count")
+    );
+    // The owner is on another host, so only its lease tells it is alive.
+    let Some(mut owner) = pg.on_host(
+        "host-a",
+        [
+            "run", "--key", "long", "--lease", "1s", "--shell", "--", &script,
+        ],
+    ) else {
+        return;
+    };
+    let mut owner = owner.stderr(Stdio::piped()).spawn().unwrap();
+    wait_for_file(&started, &mut owner);
+    // Four leases long: every try from this host meets a live claim.
+    let mut tries = 0;
+    while owner.try_wait().unwrap().is_none() && tries < 100 {
+        let output = pg.run(["run", "--key", "long", "--shell", "--", &script]);
+        if owner.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert_code(&output, 75);
+        tries += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        tries >= 3,
+        "the owner ended too soon to tell ({tries} tries)"
+    );
+    let output = owner.wait_with_output().unwrap();
+    assert_code(&output, 0);
+    assert_eq!(pg.count("count"), 1);
+    let runs = pg.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_eq!(runs[0]["host"], "host-a");
+}
+
+#[test]
+fn postgres_takeover_after_the_owner_vanished() {
+    let Some(pg) = Pg::new("postgres_takeover_after_the_owner_vanished") else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let first = format!("touch '{}'; exec sleep 600", started.display());
+    let Some(mut owner) = pg.on_host(
+        "host-a",
+        [
+            "run", "--key", "job", "--lease", "2s", "--shell", "--", &first,
+        ],
+    ) else {
+        return;
+    };
+    let mut owner = owner.stderr(Stdio::null()).spawn().unwrap();
+    wait_for_file(&started, &mut owner);
+    // The owner (and with it its command) vanishes without a word.
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+
+    let second = format!(
+        "echo \"recovered=$IDEM_RECOVERED\" >> '{}'",
+        pg.env.path("count").display()
+    );
+    let output = pg.run([
+        "run", "--key", "job", "--wait", "60s", "--lease", "2s", "--shell", "--", &second,
+    ]);
+    assert_code(&output, 0);
+    assert_eq!(
+        std::fs::read_to_string(pg.env.path("count")).unwrap(),
+        "recovered=1\n"
+    );
+    let runs = pg.list_json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_eq!(runs[1]["status"], "abandoned");
+    assert_eq!(runs[1]["host"], "host-a");
+}
+
+#[test]
+fn postgres_lost_database_stops_the_command_before_the_lease_ends() {
+    let Some(mut pg) = Pg::new("postgres_lost_database_stops_the_command_before_the_lease_ends")
+    else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let script = format!("touch '{}'; exec sleep 600", started.display());
+    let mut owner = pg
+        .idem([
+            "run", "--key", "k", "--lease", "3s", "--shell", "--", &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, &mut owner);
+    let stopped_at = Instant::now();
+    pg.server.stop();
+    let output = owner.wait_with_output().unwrap();
+    // Loose bound: stopped within the lease, not after the command's 600s.
+    assert!(stopped_at.elapsed() < Duration::from_secs(60));
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("could not renew the lease on key k"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("does not run unowned"), "{stderr}");
+}
