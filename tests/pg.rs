@@ -91,13 +91,23 @@ impl Server {
                 "--no-sync",
             ],
         );
-        // Only a Unix socket in the tempdir; no TCP at all.
+        server.pg_ctl("start");
+        server.running = true;
+        server.sql("postgres", "CREATE DATABASE idem");
+        Some(server)
+    }
+
+    /// `pg_ctl start` or `restart`, listening only on a Unix socket in the
+    /// tempdir, with no TCP at all.
+    fn pg_ctl(&self, action: &str) {
         let options = format!(
             "-k {} -c listen_addresses= -c max_connections=200 -c fsync=off",
-            server.dir.path().display()
+            self.dir.path().display()
         );
-        let log = server.dir.path().join("server.log");
-        server.tool(
+        let data = self.data();
+        // A log file, also so that the server does not hold our pipes open.
+        let log = self.dir.path().join("server.log");
+        self.tool(
             "pg_ctl",
             &[
                 "-D",
@@ -106,13 +116,17 @@ impl Server {
                 &options,
                 "-l",
                 log.to_str().unwrap(),
+                "-m",
+                "fast",
                 "-w",
-                "start",
+                action,
             ],
         );
-        server.running = true;
-        server.sql("postgres", "CREATE DATABASE idem");
-        Some(server)
+    }
+
+    /// Restarts the server, cutting every connection.
+    pub fn restart(&self) {
+        self.pg_ctl("restart");
     }
 
     fn data(&self) -> PathBuf {

@@ -377,3 +377,30 @@ fn postgres_lost_database_stops_the_command_before_the_lease_ends() {
     );
     assert!(stderr.contains("does not run unowned"), "{stderr}");
 }
+
+#[test]
+fn postgres_outcome_recorded_after_the_server_restarted() {
+    let Some(pg) = Pg::new("postgres_outcome_recorded_after_the_server_restarted") else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let go = pg.env.path("go");
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; {}",
+        started.display(),
+        go.display(),
+        pg.count_cmd("count")
+    );
+    let mut owner = pg
+        .idem(["run", "--key", "k", "--shell", "--", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, &mut owner);
+    // Every connection is cut while the command runs.
+    pg.server.restart();
+    std::fs::write(&go, "").unwrap();
+    assert_code(&owner.wait_with_output().unwrap(), 0);
+    assert_eq!(pg.count("count"), 1);
+    assert_eq!(pg.list_json()[0]["status"], "succeeded");
+}

@@ -86,6 +86,8 @@ const RUN_COLUMNS: &str = "r.key, r.id, r.run_id, r.status, r.exit_code, r.signa
 
 pub struct PostgresLedger {
     client: Client,
+    /// To connect again when the connection was cut (see [`Self::retrying`]).
+    config: postgres::Config,
     /// The URL with its password masked, for messages.
     shown: String,
 }
@@ -103,10 +105,32 @@ impl PostgresLedger {
         })?;
         let mut ledger = PostgresLedger {
             client,
+            config,
             shown: shown.to_owned(),
         };
         ledger.check_and_migrate()?;
         Ok(ledger)
+    }
+
+    /// Runs `body`, and once more on a new connection if the connection
+    /// was lost: the main connection idles while the command runs, maybe for
+    /// hours, and a server restart or a cut idle connection must not cost
+    /// the outcome. Only for writes fenced by the epoch, which are safe to
+    /// repeat.
+    fn retrying<T>(
+        &mut self,
+        mut body: impl FnMut(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        match body(&mut self.client) {
+            Err(error) if connection_lost(&error) => match connect::connect(&self.config) {
+                Ok(client) => {
+                    self.client = client;
+                    body(&mut self.client)
+                }
+                Err(_) => Err(error),
+            },
+            other => other,
+        }
     }
 
     fn fail(&self, doing: &str, error: &postgres::Error) -> anyhow::Error {
@@ -372,14 +396,15 @@ impl Ledger for PostgresLedger {
         pgid: u32,
         pgid_start: u64,
     ) -> Result<()> {
-        let result = (|| {
-            let mut tx = self.client.transaction()?;
+        let result = self.retrying(|client| {
+            let mut tx = client.transaction()?;
             if !lock_claimed(&mut tx, claim)? {
                 return Ok(false);
             }
             tx.execute(
                 "INSERT INTO idem.attempts (run, n, started_at)
-                 SELECT id, $2, now() FROM idem.runs WHERE run_id = $1",
+                 SELECT id, $2, now() FROM idem.runs WHERE run_id = $1
+                 ON CONFLICT (run, n) DO NOTHING",
                 &[&claim.run_id, &(number as i32)],
             )?;
             tx.execute(
@@ -392,7 +417,7 @@ impl Ledger for PostgresLedger {
             )?;
             tx.commit()?;
             Ok(true)
-        })();
+        });
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(Self::lost(claim)),
@@ -401,15 +426,15 @@ impl Ledger for PostgresLedger {
     }
 
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
-        let result = (|| {
-            let mut tx = self.client.transaction()?;
+        let result = self.retrying(|client| {
+            let mut tx = client.transaction()?;
             if !lock_claimed(&mut tx, claim)? {
                 return Ok(false);
             }
             upsert_attempt(&mut tx, claim, attempt)?;
             tx.commit()?;
             Ok(true)
-        })();
+        });
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(Self::lost(claim)),
@@ -418,8 +443,8 @@ impl Ledger for PostgresLedger {
     }
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
-        let result = (|| {
-            let mut tx = self.client.transaction()?;
+        let result = self.retrying(|client| {
+            let mut tx = client.transaction()?;
             // Under the key's lock, so no claim can read the run as running
             // (and abandon it) while this records its outcome.
             if !lock_claimed(&mut tx, claim)? {
@@ -446,9 +471,18 @@ impl Ledger for PostgresLedger {
                  WHERE key = $1",
                 &[&claim.key],
             )?;
+            // A repeat after a lost connection may find its first commit.
+            let recorded = changed == 1
+                || tx
+                    .query_opt(
+                        "SELECT 1 FROM idem.runs
+                         WHERE run_id = $1 AND status = $2 AND exit_code = $3",
+                        &[&claim.run_id, &outcome.status.as_str(), &outcome.exit_code],
+                    )?
+                    .is_some();
             tx.commit()?;
-            Ok(changed == 1)
-        })();
+            Ok(recorded)
+        });
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(Failure::new(
@@ -547,6 +581,21 @@ impl Ledger for PostgresLedger {
 
     fn leased(&self) -> bool {
         true
+    }
+}
+
+/// Whether `error` broke the connection (rather than being the server's
+/// answer to a statement): worth one more try on a new connection.
+fn connection_lost(error: &postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        // Class 08: connection exception; 57P01-03: the server shut down.
+        Some(code) => {
+            code.code().starts_with("08") || matches!(code.code(), "57P01" | "57P02" | "57P03")
+        }
+        None => error.as_db_error().is_none(),
     }
 }
 
