@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -17,7 +18,14 @@ pub struct Server {
     dir: tempfile::TempDir,
     as_postgres: bool,
     running: bool,
+    /// Server options beyond the Unix socket (TCP and TLS).
+    extra: String,
+    /// The TCP port, when the server listens on 127.0.0.1 too.
+    pub port: Option<u16>,
 }
+
+/// The superuser's password on a server started by [`Server::start_tcp`].
+pub const PASSWORD: &str = "pw-s3cret";
 
 /// The directory holding `initdb`, `pg_ctl` and `postgres`: the newest
 /// under /usr/lib/postgresql, else the one on PATH.
@@ -53,6 +61,22 @@ impl Server {
     /// Starts a server with an empty database `idem`, or says why the
     /// calling test is skipped.
     pub fn start(test: &str) -> Option<Server> {
+        Server::start_with(test, false)
+    }
+
+    /// Like [`Server::start`], also listening on 127.0.0.1 with TLS (a
+    /// certificate for `localhost` signed by the CA in [`Server::ca`]) and
+    /// asking TCP clients for the password [`PASSWORD`].
+    pub fn start_tcp(test: &str) -> Option<Server> {
+        Server::start_with(test, true)
+    }
+
+    /// The CA that signed a TCP server's certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    fn start_with(test: &str, tcp: bool) -> Option<Server> {
         let Some(bin) = binaries() else {
             let why = "no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin or on PATH; install the postgresql package";
             if std::env::var_os("CI").is_some() {
@@ -74,6 +98,8 @@ impl Server {
             dir,
             as_postgres,
             running: false,
+            extra: String::new(),
+            port: None,
         };
         let data = server.data();
         server.tool(
@@ -89,11 +115,29 @@ impl Server {
                 "UTF8",
                 "--locale=C",
                 "--no-sync",
+                "--auth-host=scram-sha-256",
             ],
         );
+        if tcp {
+            server.tls_files();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .expect("a free port")
+                .port();
+            let dir = server.dir.path().display().to_string();
+            server.extra = format!(
+                "-c listen_addresses=127.0.0.1 -p {port} -c ssl=on \
+                 -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"
+            );
+            server.port = Some(port);
+        }
         server.pg_ctl("start");
         server.running = true;
         server.sql("postgres", "CREATE DATABASE idem");
+        server.sql(
+            "postgres",
+            &format!("ALTER USER postgres PASSWORD '{PASSWORD}'"),
+        );
         Some(server)
     }
 
@@ -101,8 +145,9 @@ impl Server {
     /// tempdir, with no TCP at all.
     fn pg_ctl(&self, action: &str) {
         let options = format!(
-            "-k {} -c listen_addresses= -c max_connections=200 -c fsync=off",
-            self.dir.path().display()
+            "-k {} -c listen_addresses= -c max_connections=200 -c fsync=off {}",
+            self.dir.path().display(),
+            self.extra
         );
         let data = self.data();
         // A log file, also so that the server does not hold our pipes open.
@@ -122,6 +167,78 @@ impl Server {
                 action,
             ],
         );
+    }
+
+    /// A CA, and a certificate for `localhost` it signed, made by openssl.
+    fn tls_files(&self) {
+        let dir = self.dir.path();
+        let openssl = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("openssl runs (install the openssl package)");
+            assert!(
+                output.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=idem test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ]);
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.crt",
+        ]);
+        let key = dir.join("server.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if self.as_postgres {
+            chown_to_postgres(&key);
+            chown_to_postgres(&dir.join("server.crt"));
+        }
     }
 
     /// Restarts the server, cutting every connection.
@@ -145,7 +262,8 @@ impl Server {
 
     /// A URL of database `db` on this server.
     pub fn url_of(&self, db: &str) -> String {
-        format!("postgresql://postgres@{}/{db}", self.host())
+        let port = self.port.map_or(String::new(), |port| format!(":{port}"));
+        format!("postgresql://postgres@{}{port}/{db}", self.host())
     }
 
     /// The URL of the test's database.

@@ -1,6 +1,7 @@
 //! `idem run` and `idem ledger` on a shared PostgreSQL ledger, against a
 //! real server each test starts for itself (see `pg.rs`).
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -403,4 +404,95 @@ fn postgres_outcome_recorded_after_the_server_restarted() {
     assert_code(&owner.wait_with_output().unwrap(), 0);
     assert_eq!(pg.count("count"), 1);
     assert_eq!(pg.list_json()[0]["status"], "succeeded");
+}
+
+#[test]
+fn postgres_tls_and_passwords_where_the_url_asks() {
+    let Some(server) = Server::start_tcp("postgres_tls_and_passwords_where_the_url_asks") else {
+        return;
+    };
+    let env = Env::new();
+    let port = server.port.unwrap();
+    let run = |url: &str, key: &str, vars: &[(&str, &str)]| {
+        let mut command = env.idem(["run", "--key", key, "--", "true"]);
+        command.env("IDEM_DB", url).env_remove("PGPASSWORD");
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        command.output().unwrap()
+    };
+    let ca = server.ca();
+    let ca = ca.to_str().unwrap();
+    let tls = format!("postgresql://postgres@localhost:{port}/idem?sslmode=require");
+
+    // No password anywhere: refused, nothing runs.
+    let output = run(&tls, "a", &[("PGSSLROOTCERT", ca)]);
+    assert_code(&output, 125);
+    assert!(
+        text(&output.stderr).contains("password"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // From PGPASSWORD, over TLS verified against the test CA.
+    let output = run(
+        &tls,
+        "b",
+        &[("PGSSLROOTCERT", ca), ("PGPASSWORD", crate::pg::PASSWORD)],
+    );
+    assert_code(&output, 0);
+
+    // The certificate is checked: without the CA, refused.
+    let output = run(&tls, "c", &[("PGPASSWORD", crate::pg::PASSWORD)]);
+    assert_code(&output, 125);
+    assert!(
+        text(&output.stderr).contains("certificate"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // From ~/.pgpass (HOME is the test's dir), only while private.
+    let pgpass = env.path(".pgpass");
+    std::fs::write(
+        &pgpass,
+        format!("localhost:{port}:idem:postgres:{}\n", crate::pg::PASSWORD),
+    )
+    .unwrap();
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_code(&run(&tls, "d", &[("PGSSLROOTCERT", ca)]), 125);
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_code(&run(&tls, "d", &[("PGSSLROOTCERT", ca)]), 0);
+
+    // From the URL, in the clear where the URL does not ask for TLS; the
+    // password is never printed.
+    let plain = format!(
+        "postgresql://postgres:{}@localhost:{port}/idem",
+        crate::pg::PASSWORD
+    );
+    assert_code(&run(&plain, "e", &[]), 0);
+    let path = env
+        .idem(["ledger", "path"])
+        .env("IDEM_DB", &plain)
+        .output()
+        .unwrap();
+    assert_code(&path, 0);
+    assert_eq!(
+        text(&path.stdout).trim(),
+        format!("postgresql://postgres:***@localhost:{port}/idem")
+    );
+    let list = env
+        .idem(["ledger", "list"])
+        .env("IDEM_DB", &plain)
+        .output()
+        .unwrap();
+    assert_code(&list, 0);
+    assert!(!text(&list.stdout).contains(crate::pg::PASSWORD));
+    let wrong = format!("postgresql://postgres:nope@localhost:{port}/idem");
+    let output = run(&wrong, "f", &[]);
+    assert_code(&output, 125);
+    assert!(
+        !text(&output.stderr).contains("nope"),
+        "{}",
+        text(&output.stderr)
+    );
 }
