@@ -4,5 +4,6 @@
 
 mod util;
 
+mod concurrency;
 mod failures;
 mod run;
