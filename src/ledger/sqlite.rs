@@ -222,8 +222,21 @@ impl SqliteLedger {
 
     fn migrate(&mut self, from: i64) -> rusqlite::Result<()> {
         // journal_mode cannot change inside a transaction; it persists in
-        // the file, so this runs once per ledger.
-        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        // the file, so this runs once per ledger. Other processes may be
+        // reading the new file (without the writers' lock), and the switch
+        // does not wait for them through the busy handler: retry it.
+        let started = std::time::Instant::now();
+        loop {
+            match self.conn.pragma_update(None, "journal_mode", "WAL") {
+                Err(error)
+                    if error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                        && started.elapsed() < LOCK_WAIT =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                result => break result?,
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
