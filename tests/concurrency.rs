@@ -251,10 +251,13 @@ fn on_abandoned_fail_leaves_the_key_for_a_person() {
     first.wait().unwrap();
     let count = env.count_cmd("count");
     for _ in 0..2 {
+        // --wait: the command may take a moment to die of its wrapper's death.
         let refused = env.run([
             "run",
             "--key",
             "p",
+            "--wait",
+            "10s",
             "--on-abandoned",
             "fail",
             "--shell",
