@@ -225,7 +225,7 @@ fn a_key_stays_running_while_its_group_lives() {
     // The command's own child ignores SIGTERM, so it outlives the wrapper.
     let marker = env.path("started");
     let script = format!(
-        "trap '' TERM; sleep 1 & echo x > '{}'; wait",
+        "trap '' TERM; sleep 3 & echo x > '{}'; wait",
         marker.display()
     );
     let mut first = spawn_in_own_group(&env, &["run", "--key", "g", "--shell", "--", &script]);
