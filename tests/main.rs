@@ -4,6 +4,8 @@
 
 mod util;
 
+mod concurrency;
+mod failures;
 mod pg;
 mod postgres;
 mod run;
