@@ -149,12 +149,12 @@ impl PostgresLedger {
     fn version(client: &mut impl GenericClient) -> Result<i32, postgres::Error> {
         let exists: bool = client
             .query_one("SELECT to_regclass('idem.version') IS NOT NULL", &[])?
-            .get(0);
+            .try_get(0)?;
         if !exists {
             return Ok(0);
         }
         let row = client.query_opt("SELECT version FROM idem.version", &[])?;
-        Ok(row.map_or(0, |row| row.get(0)))
+        row.map_or(Ok(0), |row| row.try_get(0))
     }
 
     fn check_and_migrate(&mut self) -> Result<()> {
@@ -229,25 +229,45 @@ impl PostgresLedger {
 }
 
 /// Reads the columns of [`RUN_COLUMNS`]: the run's row id and the run.
-fn run_from_row(row: &Row) -> (i64, Run) {
-    let status: String = row.get(3);
+/// (`try_get` throughout: a schema changed behind idem's back is an error
+/// to report, never a panic.)
+fn run_from_row(row: &Row) -> Result<(i64, Run), postgres::Error> {
+    let status: String = row.try_get(3)?;
     let run = Run {
-        key: row.get(0),
-        run_id: row.get(2),
+        key: row.try_get(0)?,
+        run_id: row.try_get(2)?,
         status: Status::parse(&status).unwrap_or(Status::Failed),
-        exit_code: row.get(4),
-        signal: row.get(5),
-        attempts: row.get::<_, i32>(6).max(0) as u32,
-        started_at: row.get(7),
-        finished_at: row.get(8),
-        host: row.get(9),
-        pid: row.get::<_, i64>(10) as u32,
-        command: decode_command(row.get::<_, &[u8]>(11)),
-        shell: row.get(12),
-        recovered: row.get(13),
+        exit_code: row.try_get(4)?,
+        signal: row.try_get(5)?,
+        attempts: row.try_get::<_, i32>(6)?.max(0) as u32,
+        started_at: row.try_get(7)?,
+        finished_at: row.try_get(8)?,
+        host: row.try_get(9)?,
+        pid: row.try_get::<_, i64>(10)? as u32,
+        command: decode_command(row.try_get::<_, &[u8]>(11)?),
+        shell: row.try_get(12)?,
+        recovered: row.try_get(13)?,
     };
-    (row.get(1), run)
+    Ok((row.try_get(1)?, run))
 }
+
+/// Reads the columns of [`ATTEMPT_COLUMNS`]: the run's row id and the attempt.
+fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), postgres::Error> {
+    let attempt = Attempt {
+        number: row.try_get::<_, i32>(1)?.max(0) as u32,
+        started_at: Some(row.try_get(2)?),
+        finished_at: row.try_get(3)?,
+        exit_code: row.try_get(4)?,
+        signal: row.try_get(5)?,
+        timed_out: row.try_get(6)?,
+        stdout_tail: row.try_get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
+        stderr_tail: row.try_get::<_, Option<Vec<u8>>>(8)?.unwrap_or_default(),
+    };
+    Ok((row.try_get(0)?, attempt))
+}
+
+const ATTEMPT_COLUMNS: &str = "a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal, \
+     a.timed_out, a.stdout_tail, a.stderr_tail";
 
 /// The key's head, with whether its lease has passed by the database's clock.
 fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>, postgres::Error> {
@@ -259,19 +279,24 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
         ),
         &[&key],
     )?;
-    Ok(row.map(|row| {
-        let (_, run) = run_from_row(&row);
-        let owner = (run.status == Status::Running).then(|| Owner {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let (_, run) = run_from_row(&row)?;
+    let owner = if run.status == Status::Running {
+        Some(Owner {
             host: run.host.clone(),
-            boot_id: row.get::<_, Option<String>>(14).unwrap_or_default(),
+            boot_id: row.try_get::<_, Option<String>>(14)?.unwrap_or_default(),
             pid: run.pid,
-            pid_start: row.get::<_, Option<i64>>(15).unwrap_or_default() as u64,
-            pgid: row.get::<_, Option<i64>>(16).map(|pgid| pgid as u32),
-            pgid_start: row.get::<_, Option<i64>>(17).map(|start| start as u64),
-            lease_expired: row.get(18),
-        });
-        Head { run, owner }
-    }))
+            pid_start: row.try_get::<_, Option<i64>>(15)?.unwrap_or_default() as u64,
+            pgid: row.try_get::<_, Option<i64>>(16)?.map(|pgid| pgid as u32),
+            pgid_start: row.try_get::<_, Option<i64>>(17)?.map(|start| start as u64),
+            lease_expired: row.try_get(18)?,
+        })
+    } else {
+        None
+    };
+    Ok(Some(Head { run, owner }))
 }
 
 fn interval(duration: Duration) -> String {
@@ -383,7 +408,7 @@ impl Ledger for PostgresLedger {
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
-                token: row.get(0),
+                token: row.try_get(0)?,
             }))
         })();
         result.map_err(|error: postgres::Error| self.fail("claim a key in", &error))
@@ -537,7 +562,10 @@ impl Ledger for PostgresLedger {
             .client
             .query(&sql, &values)
             .map_err(|error| self.fail("read", &error))?;
-        Ok(rows.iter().map(|row| run_from_row(row).1).collect())
+        rows.iter()
+            .map(|row| run_from_row(row).map(|(_, run)| run))
+            .collect::<Result<_, _>>()
+            .map_err(|error| self.fail("read", &error))
     }
 
     fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>> {
@@ -549,30 +577,22 @@ impl Ledger for PostgresLedger {
                 &[&key],
             )?;
             let attempts = self.client.query(
-                "SELECT a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal,
-                        a.timed_out, a.stdout_tail, a.stderr_tail
-                 FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
-                 WHERE r.key = $1 ORDER BY a.run, a.n",
+                &format!(
+                    "SELECT {ATTEMPT_COLUMNS} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
+                     WHERE r.key = $1 ORDER BY a.run, a.n"
+                ),
                 &[&key],
             )?;
+            // Runs come newest first, attempts by run id: match them by id.
+            let mut by_run: std::collections::HashMap<i64, Vec<Attempt>> = Default::default();
+            for row in &attempts {
+                let (run, attempt) = attempt_from_row(row)?;
+                by_run.entry(run).or_default().push(attempt);
+            }
             let mut history = Vec::new();
             for row in &runs {
-                let (id, run) = run_from_row(row);
-                let run_attempts = attempts
-                    .iter()
-                    .filter(|row| row.get::<_, i64>(0) == id)
-                    .map(|row| Attempt {
-                        number: row.get::<_, i32>(1).max(0) as u32,
-                        started_at: Some(row.get(2)),
-                        finished_at: row.get(3),
-                        exit_code: row.get(4),
-                        signal: row.get(5),
-                        timed_out: row.get(6),
-                        stdout_tail: row.get::<_, Option<Vec<u8>>>(7).unwrap_or_default(),
-                        stderr_tail: row.get::<_, Option<Vec<u8>>>(8).unwrap_or_default(),
-                    })
-                    .collect();
-                history.push((run, run_attempts));
+                let (id, run) = run_from_row(row)?;
+                history.push((run, by_run.remove(&id).unwrap_or_default()));
             }
             Ok(history)
         })();
