@@ -4,5 +4,7 @@
 
 mod util;
 
+mod concurrency;
 mod examples;
+mod failures;
 mod run;

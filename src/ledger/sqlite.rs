@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use jiff::Timestamp;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use uuid::Uuid;
 
@@ -27,6 +28,9 @@ use crate::exit::{io_words, Failure, IDEM_FAILED};
 
 /// How long idem waits for another writer before giving up (exit 125).
 pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// WAL pages after which a commit checkpoints (a run writes about ten).
+const WAL_PAGES: i64 = 64;
 
 pub struct SqliteLedger {
     // Field order matters: `conn` must close before `lock`. Closing any
@@ -154,6 +158,17 @@ impl SqliteLedger {
             .map_err(|error| self.fail("configure", &error))?;
         self.conn
             .busy_timeout(LOCK_WAIT)
+            .map_err(|error| self.fail("configure", &error))?;
+        // By default the last connection to close checkpoints the WAL and
+        // deletes it and the shared-memory file, and the next process makes
+        // them anew: most of the cost of a short-lived process. Keep them.
+        // But a process that opens the ledger alone rebuilds the WAL index
+        // by reading the whole WAL, so checkpoint often to keep it short.
+        self.conn
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|error| self.fail("configure", &error))?;
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", WAL_PAGES)
             .map_err(|error| self.fail("configure", &error))?;
         Ok(())
     }
