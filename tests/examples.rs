@@ -73,6 +73,17 @@ fn provision_account_creates_each_account_once() {
 /// Kills `script` KILLS times, runs it to completion, and checks that the
 /// effects are `expected`, each once; then a further run changes nothing.
 fn check(script: &str, expected: &[String]) {
+    for tool in ["sqlite3", "flock"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        assert!(
+            found,
+            "the examples need {tool} on PATH (.ci/run installs it)"
+        );
+    }
     let seed = std::env::var("IDEM_EXAMPLES_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
