@@ -5,5 +5,6 @@
 mod util;
 
 mod concurrency;
+mod examples;
 mod failures;
 mod run;
