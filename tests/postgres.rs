@@ -496,3 +496,82 @@ fn postgres_tls_and_passwords_where_the_url_asks() {
         text(&output.stderr)
     );
 }
+
+#[test]
+fn postgres_same_host_owner_judged_by_its_pid_not_its_lease() {
+    let Some(pg) = Pg::new("postgres_same_host_owner_judged_by_its_pid_not_its_lease") else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let first = format!("touch '{}'; exec sleep 600", started.display());
+    let mut owner = pg
+        .idem([
+            "run", "--key", "job", "--lease", "10m", "--shell", "--", &first,
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, &mut owner);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    // Its lease has ten minutes to go, but on this host its pid and group
+    // tell it is gone (its command got SIGTERM as idem died).
+    let began = Instant::now();
+    let second = format!(
+        "echo \"recovered=$IDEM_RECOVERED\" >> '{}'",
+        pg.env.path("count").display()
+    );
+    let output = pg.run([
+        "run", "--key", "job", "--wait", "2m", "--shell", "--", &second,
+    ]);
+    assert_code(&output, 0);
+    assert!(
+        began.elapsed() < Duration::from_secs(300),
+        "waited for the lease"
+    );
+    assert_eq!(
+        std::fs::read_to_string(pg.env.path("count")).unwrap(),
+        "recovered=1\n"
+    );
+    let runs = pg.list_json();
+    assert_eq!(runs[1]["status"], "abandoned");
+}
+
+#[test]
+fn postgres_waiter_adopts_the_outcome_and_ttl_expires() {
+    let Some(pg) = Pg::new("postgres_waiter_adopts_the_outcome_and_ttl_expires") else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let go = pg.env.path("go");
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; {}",
+        started.display(),
+        go.display(),
+        pg.count_cmd("count")
+    );
+    let mut owner = pg
+        .idem(["run", "--key", "k", "--shell", "--", &script])
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, &mut owner);
+    assert_code(&pg.run(["run", "--key", "k", "--shell", "--", &script]), 75);
+    let waiter = pg
+        .idem([
+            "run", "--key", "k", "--wait", "2m", "--shell", "--", &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    assert_code(&owner.wait_with_output().unwrap(), 0);
+    assert_code(&waiter.wait_with_output().unwrap(), 0);
+    assert_eq!(pg.count("count"), 1, "the waiter adopted the success");
+    // A success counts for --ttl only.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_code(
+        &pg.run(["run", "--key", "k", "--ttl", "1s", "--shell", "--", &script]),
+        0,
+    );
+    assert_eq!(pg.count("count"), 2);
+}
