@@ -166,9 +166,10 @@ impl PostgresLedger {
             return Err(self.newer(version));
         }
         // Many hosts may start on a fresh database at once: the advisory
-        // lock lets one migrate while the others wait, then find it done.
+        // lock lets one migrate while the others wait, then find it done
+        // (READ COMMITTED: the version is read after the wait, afresh).
         let result = (|| {
-            let mut tx = self.client.transaction()?;
+            let mut tx = begin(&mut self.client)?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
             tx.batch_execute(&format!(
                 "CREATE SCHEMA IF NOT EXISTS {SCHEMA};
@@ -303,6 +304,16 @@ fn interval(duration: Duration) -> String {
     format!("{} milliseconds", duration.as_millis().max(1))
 }
 
+/// Starts a write transaction in READ COMMITTED whatever the database's
+/// default: a claim reads the head in a statement after taking the key's
+/// row lock, and must see the commit of whoever held the lock before.
+fn begin(client: &mut Client) -> Result<postgres::Transaction<'_>, postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::ReadCommitted)
+        .start()
+}
+
 /// Locks the key's row if the claim's epoch still holds it; false if not.
 fn lock_claimed(
     tx: &mut postgres::Transaction<'_>,
@@ -354,7 +365,7 @@ impl Ledger for PostgresLedger {
         plan: &mut dyn FnMut(Option<&Head>) -> Plan,
     ) -> Result<Option<Claim>> {
         let result = (|| {
-            let mut tx = self.client.transaction()?;
+            let mut tx = begin(&mut self.client)?;
             // Creates the key's row, or locks it without writing (a
             // conflicting row is locked even when WHERE is false). Every
             // claimer of the key queues here; the head is read after the
@@ -422,7 +433,7 @@ impl Ledger for PostgresLedger {
         pgid_start: u64,
     ) -> Result<()> {
         let result = self.retrying(|client| {
-            let mut tx = client.transaction()?;
+            let mut tx = begin(client)?;
             if !lock_claimed(&mut tx, claim)? {
                 return Ok(false);
             }
@@ -452,7 +463,7 @@ impl Ledger for PostgresLedger {
 
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
         let result = self.retrying(|client| {
-            let mut tx = client.transaction()?;
+            let mut tx = begin(client)?;
             if !lock_claimed(&mut tx, claim)? {
                 return Ok(false);
             }
@@ -469,7 +480,7 @@ impl Ledger for PostgresLedger {
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
         let result = self.retrying(|client| {
-            let mut tx = client.transaction()?;
+            let mut tx = begin(client)?;
             // Under the key's lock, so no claim can read the run as running
             // (and abandon it) while this records its outcome.
             if !lock_claimed(&mut tx, claim)? {
