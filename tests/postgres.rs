@@ -95,6 +95,15 @@ fn wait_for_file(path: &std::path::Path, child: &mut Child) {
     }
 }
 
+/// Waits (bounded) until the latest run's first attempt is recorded.
+fn wait_for_attempt(pg: &Pg) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while pg.list_json()[0]["attempts"] != 1 {
+        assert!(Instant::now() < until, "the attempt was never recorded");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn postgres_runs_once_then_skips() {
     let Some(pg) = Pg::new("postgres_runs_once_then_skips") else {
@@ -370,6 +379,9 @@ fn postgres_lost_database_stops_the_command_before_the_lease_ends() {
         .spawn()
         .unwrap();
     wait_for_file(&started, &mut owner);
+    // Once the attempt's start is recorded, only the heartbeat still talks
+    // to the database while the command runs.
+    wait_for_attempt(&pg);
     let stopped_at = Instant::now();
     pg.server.stop();
     let output = owner.wait_with_output().unwrap();
@@ -403,6 +415,7 @@ fn postgres_outcome_recorded_after_the_server_restarted() {
         .spawn()
         .unwrap();
     wait_for_file(&started, &mut owner);
+    wait_for_attempt(&pg);
     // Every connection is cut while the command runs.
     pg.server.restart();
     std::fs::write(&go, "").unwrap();
