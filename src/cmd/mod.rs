@@ -1,5 +1,6 @@
 //! Subcommands other than `run`.
 
+pub mod doctor;
 pub mod ledger;
 
 use clap::error::ErrorKind;
