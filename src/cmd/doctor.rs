@@ -442,12 +442,22 @@ fn integrity(conn: &Connection, report: &mut Report) {
         });
     match lines {
         Ok(lines) if lines == ["ok"] => report.ok("integrity", "ok"),
-        Ok(lines) => {
-            let shown: Vec<&str> = lines.iter().take(3).map(String::as_str).collect();
+        Ok(rows) => {
+            // A row may hold several lines, under a "*** in database ***" title.
+            let lines: Vec<&str> = rows
+                .iter()
+                .flat_map(|row| row.lines())
+                .filter(|line| !line.starts_with("***"))
+                .collect();
+            let shown: Vec<&str> = lines.iter().take(3).copied().collect();
             report.push(
                 "integrity",
                 Level::Problem,
-                format!("{} error(s): {}", lines.len(), shown.join("; ")),
+                format!(
+                    "{} error(s), e.g. {}",
+                    lines.len(),
+                    shown.join("; ").to_lowercase()
+                ),
                 Some("save what is readable (`sqlite3 LEDGER .recover`), then move the file aside"),
             );
         }
