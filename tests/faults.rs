@@ -326,6 +326,26 @@ fn newer_foreign_and_garbage_ledgers_are_refused_by_name() {
     }
 }
 
+#[test]
+fn unusable_ledger_paths_are_named() {
+    let env = Env::new();
+    fs::write(env.path("a-file"), "x").unwrap();
+    let count = env.count_cmd("count");
+    let cases = [
+        (env.dir.path().to_owned(), "is a directory"),
+        (env.path("a-file/ledger.db"), "a-file"),
+    ];
+    for (db, says) in cases {
+        let output = run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &count]);
+        assert_code(&output, 125);
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains("set --db or IDEM_DB"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    assert_eq!(env.count("count"), 0);
+}
+
 fn sqlite(db: &Path, sql: &str) {
     let output = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
     assert!(output.status.success(), "sqlite3: {}", text(&output.stderr));
@@ -598,34 +618,67 @@ fn bad_arguments_are_one_line_naming_the_flag() {
         all_stderr.push_str(&stderr);
     }
     // Arguments that are not UTF-8 where text is expected.
-    for args in [
-        vec![
-            OsString::from("run"),
-            "--key".into(),
-            OsString::from_vec(vec![b'k', 0xff]),
-            "--".into(),
-            "true".into(),
-        ],
-        vec![
-            "run".into(),
-            "--key".into(),
-            "k".into(),
-            "--timeout".into(),
-            OsString::from_vec(vec![0xff]),
-            "--".into(),
-            "true".into(),
-        ],
-        vec![
-            "--db".into(),
-            OsString::from_vec(b"postgres://\xff".to_vec()),
-            "ledger".into(),
-            "list".into(),
-        ],
-    ] {
+    let not_utf8 = |before: &[u8], after: &[u8]| {
+        let mut bytes = before.to_vec();
+        bytes.push(0xff);
+        bytes.extend_from_slice(after);
+        OsString::from_vec(bytes)
+    };
+    let cases: Vec<(Vec<OsString>, &str)> = vec![
+        (
+            vec![
+                "run".into(),
+                "--key".into(),
+                not_utf8(b"k", b""),
+                "--".into(),
+                "true".into(),
+            ],
+            "--key",
+        ),
+        (
+            vec![
+                "run".into(),
+                not_utf8(b"--key=k", b""),
+                "--".into(),
+                "true".into(),
+            ],
+            "--key",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--key".into(),
+                "k".into(),
+                "--timeout".into(),
+                not_utf8(b"1", b"s"),
+                "--".into(),
+                "true".into(),
+            ],
+            "--timeout",
+        ),
+        (
+            vec!["ledger".into(), "show".into(), not_utf8(b"k", b"")],
+            "argument 'k",
+        ),
+        (
+            vec![
+                "--db".into(),
+                not_utf8(b"postgres://", b""),
+                "ledger".into(),
+                "list".into(),
+            ],
+            "--db",
+        ),
+    ];
+    for (args, names) in cases {
         let output = env.run(&args);
         assert_code(&output, 2);
         let stderr = text(&output.stderr);
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(names),
+            "{args:?} does not name {names}: {stderr}"
+        );
         all_stderr.push_str(&stderr);
     }
     assert!(!all_stderr.contains("panicked"), "{all_stderr}");

@@ -26,6 +26,13 @@ pub fn usage_error(error: &clap::Error) -> u8 {
             );
             crate::exit::USAGE
         }
+        ErrorKind::InvalidUtf8 => {
+            eprintln!(
+                "idem: {} is not valid UTF-8; write it in UTF-8 (see idem --help)",
+                not_utf8_argument()
+            );
+            crate::exit::USAGE
+        }
         _ => {
             // clap's message spans lines (usage, a tip); keep its substance.
             let text = error.render().to_string();
@@ -65,4 +72,23 @@ fn negative_value(error: &clap::Error) -> Option<(String, String)> {
     args.windows(2)
         .find(|pair| pair[1].starts_with(value.as_str()) && pair[0].starts_with("--"))
         .map(|pair| (pair[0].clone(), pair[1].clone()))
+}
+
+/// Names the argument clap found not to be UTF-8 (it does not say which).
+fn not_utf8_argument() -> String {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let Some(at) = args.iter().position(|arg| arg.to_str().is_none()) else {
+        return "an argument".into();
+    };
+    let bad = args[at].to_string_lossy();
+    if let Some((flag, _)) = bad
+        .split_once('=')
+        .filter(|(flag, _)| flag.starts_with("--"))
+    {
+        return format!("the value of {flag}");
+    }
+    match args[..at].last().and_then(|before| before.to_str()) {
+        Some(flag) if flag.starts_with("--") => format!("the value of {flag}"),
+        _ => format!("argument '{bad}'"),
+    }
 }
