@@ -207,7 +207,11 @@ fn a_read_only_ledger_runs_nothing_but_can_be_read() {
     let Some(mount) = Mount::tmpfs(&env.path("ro"), "4m") else {
         return;
     };
-    let db = mount.dir.join("idem/ledger.db");
+    // Characters a file: URI must escape, and bytes that are not UTF-8.
+    let db = mount
+        .dir
+        .join(OsString::from_vec(b"we?ird #%20 \xff".to_vec()))
+        .join("ledger.db");
     assert_code(
         &run_with_db(&env, &db, &["run", "--key", "done", "--", "echo", "hi"]),
         0,
