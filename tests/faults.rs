@@ -261,6 +261,55 @@ fn a_read_only_ledger_with_a_leftover_log_can_be_read() {
     assert_eq!(status_of(&runs, "done").as_deref(), Some("succeeded"));
 }
 
+/// A ledger of another user, readable but not writable: the same as a
+/// read-only file system. Runs idem as `nobody` through setpriv.
+#[test]
+fn another_users_ledger_is_read_only() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "done", "--", "true"]), 0);
+    fs::set_permissions(env.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(env.db(), fs::Permissions::from_mode(0o644)).unwrap();
+    let binary = env.path("idem");
+    fs::copy(env!("CARGO_BIN_EXE_idem"), &binary).unwrap();
+    let before = fs::read(env.db()).unwrap();
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&binary)
+            .args(args)
+            .env("IDEM_DB", env.db())
+            .env("HOME", env.dir.path())
+            .current_dir(env.dir.path())
+            .stdin(Stdio::null())
+            .output()
+    };
+    match as_nobody(&["ledger", "path"]) {
+        Ok(output) if output.status.success() => {}
+        other => {
+            println!("SKIPPED: cannot run idem as nobody through setpriv: {other:?}");
+            return;
+        }
+    }
+    let output = as_nobody(&["run", "--key", "new", "--", "true"]).unwrap();
+    assert_code(&output, 125);
+    assert!(
+        text(&output.stderr).contains("read-only"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_code(
+        &as_nobody(&["run", "--key", "done", "--", "true"]).unwrap(),
+        0,
+    );
+    let list = as_nobody(&["ledger", "list", "--json"]).unwrap();
+    assert_code(&list, 0);
+    let runs: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(status_of(&runs, "done").as_deref(), Some("succeeded"));
+    assert_code(&as_nobody(&["ledger", "show", "done"]).unwrap(), 0);
+    assert_eq!(fs::read(env.db()).unwrap(), before);
+    assert_eq!(listing(env.dir.path()), ["idem", "ledger.db"]);
+}
+
 /// Runs `sql` in a sqlite3 process and kills it before it closes the
 /// ledger, leaving its -wal and -shm behind.
 fn crash_writer(db: &Path, sql: &str) {
