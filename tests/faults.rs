@@ -1085,6 +1085,73 @@ fn a_ledger_cut_at_any_instant_is_consistent() {
     }
 }
 
+/// The other half of the power-loss argument: the claim is synced to disk
+/// before the command starts, and the outcome before idem exits. Watched
+/// with strace, when it is installed.
+#[test]
+fn the_claim_and_the_outcome_are_synced_in_order() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    let trace = env.path("trace");
+    let mut command = Command::new("strace");
+    command
+        .args([
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=fsync,fdatasync,execve,exit_group",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", "--key", "k", "--", "/bin/true"])
+        .env("IDEM_DB", env.db())
+        .env("HOME", env.dir.path())
+        .stdin(Stdio::null());
+    match command.output() {
+        Ok(output) if output.status.success() => {}
+        other => {
+            println!("SKIPPED: cannot trace idem with strace: {other:?}");
+            return;
+        }
+    }
+    let trace = fs::read_to_string(trace).unwrap();
+    let lines: Vec<(&str, &str)> = trace
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .collect();
+    let exec_at = lines
+        .iter()
+        .position(|(_, call)| call.starts_with("execve(\"/bin/true\""))
+        .unwrap_or_else(|| panic!("no exec of the command in:\n{trace}"));
+    let child = lines[exec_at].0;
+    let child_exit = exec_at
+        + lines[exec_at..]
+            .iter()
+            .position(|(pid, call)| *pid == child && call.starts_with("exit_group"))
+            .unwrap();
+    let idem_exit = lines
+        .iter()
+        .rposition(|(pid, call)| *pid != child && call.starts_with("exit_group"))
+        .unwrap();
+    let wal_synced = |range: std::ops::Range<usize>| {
+        lines[range].iter().any(|(pid, call)| {
+            *pid != child
+                && (call.starts_with("fsync(") || call.starts_with("fdatasync("))
+                && call.contains("ledger.db-wal>")
+        })
+    };
+    assert!(
+        wal_synced(0..exec_at),
+        "the claim was not synced before the command ran:\n{trace}"
+    );
+    assert!(
+        wal_synced(child_exit..idem_exit),
+        "the outcome was not synced before idem exited:\n{trace}"
+    );
+}
+
 // -------------------------------------------------------------- security
 
 #[test]
