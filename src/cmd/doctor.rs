@@ -310,12 +310,13 @@ fn shm_holder(shm: &Path) -> Option<i32> {
     use nix::fcntl::{fcntl, FcntlArg};
     use nix::libc;
     let file = fs::File::open(shm).ok()?;
-    // SAFETY: flock is plain data; all-zero is a valid value.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = 128;
-    lock.l_len = 1;
+    let mut lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 128,
+        l_len: 1,
+        l_pid: 0,
+    };
     fcntl(&file, FcntlArg::F_GETLK(&mut lock)).ok()?;
     (lock.l_type != libc::F_UNLCK as libc::c_short).then_some(lock.l_pid)
 }
