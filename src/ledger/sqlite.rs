@@ -387,7 +387,9 @@ pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
 /// How to read a ledger that cannot be written. SQLite reads a WAL-mode
 /// file through its -shm index and must create that index when it is
 /// missing, which a read-only file system refuses. Without a -wal file the
-/// main file holds every commit, so `immutable=1` reads it creating nothing.
+/// main file holds every commit, so `immutable=1` reads it creating nothing
+/// (a writer that starts meanwhile writes to a new -wal, not to this file,
+/// until it checkpoints).
 pub(crate) fn read_only_uri(path: &Path) -> Result<PathBuf> {
     let wal_is_empty =
         std::fs::metadata(side_file(path, "-wal")).map_or(true, |wal| wal.len() == 0);
