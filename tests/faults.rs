@@ -1120,6 +1120,8 @@ fn the_claim_and_the_outcome_are_synced_in_order() {
     let lines: Vec<(&str, &str)> = trace
         .lines()
         .filter_map(|line| line.split_once(' '))
+        // strace pads the pid column: "123  call(...)".
+        .map(|(pid, call)| (pid, call.trim_start()))
         .collect();
     let exec_at = lines
         .iter()
