@@ -7,4 +7,5 @@ mod util;
 mod concurrency;
 mod examples;
 mod failures;
+mod faults;
 mod run;
