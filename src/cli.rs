@@ -45,6 +45,13 @@ pub enum Command {
     #[command(subcommand)]
     Ledger(LedgerCommand),
     /// Check a ledger for problems without changing anything
+    ///
+    /// Checks the SQLite ledger of --db: schema version, PRAGMA
+    /// integrity_check, permissions of the file and its folder, leftover
+    /// -wal/-shm files, keys stuck in running whose owner is gone, and free
+    /// disk space. Says what is wrong and how to fix it. Creates and changes
+    /// nothing (the file is opened read-only). Exit 0 when healthy, 1 when
+    /// not, 2 for a postgres:// ledger (SQLite files only).
     Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions {
@@ -75,11 +82,11 @@ pub struct RunArgs {
 
     /// Base delay before a retry; attempt n waits a random time in
     /// [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))
-    #[arg(long, default_value = "1s", value_name = "DUR")]
+    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = duration)]
     pub backoff: humantime::Duration,
 
     /// Cap on one delay between attempts
-    #[arg(long, default_value = "5m", value_name = "DUR")]
+    #[arg(long, default_value = "5m", value_name = "DUR", value_parser = duration)]
     pub max_backoff: humantime::Duration,
 
     /// Retry only these exit codes, e.g. 1,3,10-20
@@ -92,15 +99,15 @@ pub struct RunArgs {
 
     /// Per attempt: SIGTERM the command's process group after DUR, SIGKILL
     /// after --kill-after more; counts as exit 124 and is retried
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
     pub timeout: Option<humantime::Duration>,
 
     /// Grace between SIGTERM and SIGKILL on timeout
-    #[arg(long, default_value = "10s", value_name = "DUR")]
+    #[arg(long, default_value = "10s", value_name = "DUR", value_parser = duration)]
     pub kill_after: humantime::Duration,
 
     /// A success counts for DUR; after that the key runs again [default: forever]
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
     pub ttl: Option<humantime::Duration>,
 
     /// Run even though the key succeeded (or its command changed)
@@ -108,11 +115,11 @@ pub struct RunArgs {
     pub force: bool,
 
     /// If the key is running elsewhere, wait up to DUR and adopt its outcome
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
     pub wait: Option<humantime::Duration>,
 
     /// Shared ledger: how long a claim lives without a heartbeat
-    #[arg(long, default_value = "60s", value_name = "DUR")]
+    #[arg(long, default_value = "60s", value_name = "DUR", value_parser = duration)]
     pub lease: humantime::Duration,
 
     /// What to do when the last run died without an outcome
@@ -200,7 +207,7 @@ pub enum LedgerCommand {
     /// Drop old history and output; never changes what `run` decides
     Prune {
         /// Drop runs that finished longer ago than DUR
-        #[arg(long, value_name = "DUR")]
+        #[arg(long, value_name = "DUR", value_parser = duration)]
         older_than: humantime::Duration,
         /// Say what would be dropped, change nothing
         #[arg(long)]
@@ -260,6 +267,23 @@ pub enum Status {
     Abandoned,
 }
 
+/// The longest duration any flag takes: deadlines computed from it must fit
+/// the clock (a far larger one would overflow it).
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
+/// Parses a human duration (`500ms`, `30s`, `1h30m`) of at most 100 years.
+pub fn duration(text: &str) -> Result<humantime::Duration, String> {
+    const HINT: &str = "write a duration like 500ms, 30s, 5m or 1h30m";
+    if text.trim_start().starts_with('-') {
+        return Err(format!("a duration cannot be negative; {HINT}"));
+    }
+    let parsed: humantime::Duration = text.parse().map_err(|error| format!("{error}; {HINT}"))?;
+    if *parsed > MAX_DURATION {
+        return Err(format!("{text} is longer than the 100 years idem accepts"));
+    }
+    Ok(parsed)
+}
+
 /// A set of exit codes: `1,3,10-20`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeSet(pub Vec<RangeInclusive<u8>>);
@@ -274,13 +298,15 @@ impl FromStr for CodeSet {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let code = |part: &str| {
-            part.trim().parse::<u8>().map_err(|_| {
-                format!("'{part}' is not an exit code from 0 to 255; write codes like 1,3,10-20")
-            })
-        };
         let mut ranges = Vec::new();
         for part in text.split(',') {
+            let code = |number: &str| {
+                number.trim().parse::<u8>().map_err(|_| {
+                    format!(
+                        "'{part}' is not an exit code from 0 to 255; write codes like 1,3,10-20"
+                    )
+                })
+            };
             let range = match part.split_once('-') {
                 Some((low, high)) => {
                     let (low, high) = (code(low)?, code(high)?);

@@ -28,9 +28,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             run::run(args, &location()?, &reporter)
         }
         Command::Ledger(command) => cmd::ledger::run(command, &location()?),
-        Command::Doctor(_) => {
-            Err(exit::Failure::new(exit::IDEM_FAILED, "idem doctor is not built yet").into())
-        }
+        Command::Doctor(args) => cmd::doctor::run(args, &location()?),
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "idem", &mut std::io::stdout());
             Ok(exit::SUCCESS)

@@ -7,6 +7,7 @@ mod util;
 mod concurrency;
 mod examples;
 mod failures;
+mod faults;
 mod pg;
 mod postgres;
 mod run;

@@ -1,5 +1,6 @@
 //! Subcommands other than `run`.
 
+pub mod doctor;
 pub mod ledger;
 
 use clap::error::ErrorKind;
@@ -18,6 +19,20 @@ pub fn usage_error(error: &clap::Error) -> u8 {
                 crate::exit::SUCCESS
             }
         }
+        ErrorKind::UnknownArgument if negative_value(error).is_some() => {
+            let (flag, value) = negative_value(error).unwrap_or_default();
+            eprintln!(
+                "idem: invalid value '{value}' for '{flag}': it cannot be negative (see idem --help)"
+            );
+            crate::exit::USAGE
+        }
+        ErrorKind::InvalidUtf8 => {
+            eprintln!(
+                "idem: {} is not valid UTF-8; write it in UTF-8 (see idem --help)",
+                not_utf8_argument()
+            );
+            crate::exit::USAGE
+        }
         _ => {
             // clap's message spans lines (usage, a tip); keep its substance.
             let text = error.render().to_string();
@@ -34,5 +49,46 @@ pub fn usage_error(error: &clap::Error) -> u8 {
             eprintln!("idem: {line} (see idem --help)");
             crate::exit::USAGE
         }
+    }
+}
+
+/// `--backoff -1s` reaches clap as a flag `-1s` it does not know; finds the
+/// flag it was meant for, so the message can name it.
+fn negative_value(error: &clap::Error) -> Option<(String, String)> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if !value
+        .strip_prefix('-')?
+        .starts_with(|c: char| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let args: Vec<String> = std::env::args_os()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    // clap names only the first letters of `-1s` (`-1`).
+    args.windows(2)
+        .find(|pair| pair[1].starts_with(value.as_str()) && pair[0].starts_with("--"))
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+}
+
+/// Names the argument clap found not to be UTF-8 (it does not say which).
+fn not_utf8_argument() -> String {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let Some(at) = args.iter().position(|arg| arg.to_str().is_none()) else {
+        return "an argument".into();
+    };
+    let bad = args[at].to_string_lossy();
+    if let Some((flag, _)) = bad
+        .split_once('=')
+        .filter(|(flag, _)| flag.starts_with("--"))
+    {
+        return format!("the value of {flag}");
+    }
+    match args[..at].last().and_then(|before| before.to_str()) {
+        Some(flag) if flag.starts_with("--") => format!("the value of {flag}"),
+        _ => format!("argument '{bad}'"),
     }
 }

@@ -21,7 +21,9 @@ use uuid::Uuid;
 pub use crate::cli::Status;
 use crate::exit::Failure;
 pub use postgres::PostgresLedger;
+pub(crate) use schema::{APPLICATION_ID, LATEST};
 pub use sqlite::SqliteLedger;
+pub(crate) use sqlite::{disk_full, free_bytes, read_only_uri, side_file, LOCK_WAIT};
 
 impl Status {
     pub fn as_str(self) -> &'static str {

@@ -74,11 +74,18 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Run)> {
     Ok((row.get(1)?, run))
 }
 
-/// Says in words what went wrong with the ledger.
-fn describe(error: &rusqlite::Error) -> String {
+/// Says in words what went wrong with the ledger in `path`.
+fn describe(error: &rusqlite::Error, path: &Path) -> String {
     match error.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => "the disk is full; free some space".into(),
-        Some(ErrorCode::ReadOnly) => "the ledger is read-only; make it writable".into(),
+        // A full disk often shows as an i/o error: the -shm index is grown
+        // through mmap, which cannot report ENOSPC as such.
+        Some(ErrorCode::SystemIoFailure) if disk_full(path) => {
+            "the disk is full; free some space".into()
+        }
+        Some(ErrorCode::ReadOnly) => {
+            "the ledger is read-only (its file or file system refuses writes); make it writable or set --db".into()
+        }
         Some(ErrorCode::NotADatabase) => {
             "not an idem ledger (the file is not a SQLite database); move it aside or set --db"
                 .into()
@@ -96,6 +103,21 @@ fn describe(error: &rusqlite::Error) -> String {
         Some(ErrorCode::SystemIoFailure) => format!("i/o error ({error}); check the disk"),
         _ => error.to_string(),
     }
+}
+
+/// Bytes free for unprivileged writers on the file system of `path`.
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
+    let stats = nix::sys::statvfs::statvfs(super::folder_of(path)).ok()?;
+    Some(
+        stats
+            .blocks_available()
+            .saturating_mul(stats.fragment_size()),
+    )
+}
+
+/// Whether the file system holding `path` has (next to) no space left.
+pub(crate) fn disk_full(path: &Path) -> bool {
+    free_bytes(path).is_some_and(|free| free < 256 << 10)
 }
 
 impl SqliteLedger {
@@ -121,18 +143,26 @@ impl SqliteLedger {
                 })?;
         }
         let (file, writable) = open_file(path)?;
-        let flags = if writable {
-            OpenFlags::SQLITE_OPEN_READ_WRITE
+        let opened = if writable {
+            Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
         } else {
-            OpenFlags::SQLITE_OPEN_READ_ONLY
-        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(|error| {
+            Connection::open_with_flags(
+                read_only_uri(path)?,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        };
+        let conn = opened.map_err(|error| {
             Failure::new(
                 IDEM_FAILED,
                 format!(
                     "could not open ledger {}: {}",
                     path.display(),
-                    describe(&error)
+                    describe(&error, path)
                 ),
             )
         })?;
@@ -296,7 +326,7 @@ impl SqliteLedger {
             format!(
                 "could not {doing} ledger {}: {}",
                 self.path.display(),
-                describe(error)
+                describe(error, &self.path)
             ),
         )
         .into()
@@ -373,6 +403,58 @@ fn open_file(path: &Path) -> Result<(File, bool)> {
         }
         Err(error) => Err(open_error(path, &error)),
     }
+}
+
+/// The file next to the ledger with `suffix` (`-wal`, `-shm`, `-journal`).
+pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut side = path.as_os_str().to_owned();
+    side.push(suffix);
+    PathBuf::from(side)
+}
+
+/// How to read a ledger that cannot be written. SQLite reads a WAL-mode
+/// file through its -shm index and must create that index when it is
+/// missing, which a read-only file system refuses. Without a -wal file the
+/// main file holds every commit, so `immutable=1` reads it creating nothing
+/// (a writer that starts meanwhile writes to a new -wal, not to this file,
+/// until it checkpoints).
+pub(crate) fn read_only_uri(path: &Path) -> Result<PathBuf> {
+    let wal_is_empty =
+        std::fs::metadata(side_file(path, "-wal")).map_or(true, |wal| wal.len() == 0);
+    if wal_is_empty {
+        return Ok(sqlite_uri(path, "immutable=1"));
+    }
+    if side_file(path, "-shm").exists() {
+        return Ok(sqlite_uri(path, "mode=ro"));
+    }
+    Err(Failure::new(
+        IDEM_FAILED,
+        format!(
+            "ledger {} cannot be written and holds a write-ahead log (-wal) without its index (-shm), left by a crash; make it writable once (any idem command then folds the log in)",
+            path.display()
+        ),
+    )
+    .into())
+}
+
+/// A `file:` URI for `path` with `query`: every byte but the unreserved ones
+/// is percent-encoded, so `?`, `#` and non-UTF-8 names survive.
+pub(crate) fn sqlite_uri(path: &Path, query: &str) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut uri = b"file:".to_vec();
+    if path.is_absolute() {
+        uri.extend_from_slice(b"//");
+    }
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            uri.push(byte);
+        } else {
+            uri.extend_from_slice(format!("%{byte:02X}").as_bytes());
+        }
+    }
+    uri.push(b'?');
+    uri.extend_from_slice(query.as_bytes());
+    PathBuf::from(std::ffi::OsString::from_vec(uri))
 }
 
 mod libc_errno {

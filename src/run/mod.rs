@@ -20,7 +20,7 @@
 
 mod decide;
 mod lease;
-mod owner;
+pub(crate) mod owner;
 mod report;
 
 use std::io::Write;

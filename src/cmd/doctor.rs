@@ -1,0 +1,593 @@
+//! `idem doctor`: checks a SQLite ledger and says what is wrong and how to
+//! fix it, creating and changing nothing.
+//!
+//! SQLite reads a WAL-mode file through its -shm index and creates that
+//! index when it is missing, so the file is opened so that nothing is
+//! created: `immutable=1` when there is no write-ahead log (the main file
+//! then holds every commit), `mode=ro` when the log and its index both
+//! exist, and a private copy elsewhere when only the log is left.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{json, Value};
+
+use crate::cli::DoctorArgs;
+use crate::exit::{self, Failure};
+use crate::ledger::{self, Location, Owner, APPLICATION_ID, LATEST};
+
+/// Less free space than this is worth a warning.
+const LOW_SPACE: u64 = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Warn,
+    Problem,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Problem => "problem",
+        }
+    }
+}
+
+/// One finding: what was checked, how it stands, and what to do.
+struct Check {
+    name: &'static str,
+    level: Level,
+    message: String,
+    fix: Option<String>,
+}
+
+#[derive(Default)]
+struct Report {
+    checks: Vec<Check>,
+    facts: serde_json::Map<String, Value>,
+}
+
+impl Report {
+    fn ok(&mut self, name: &'static str, message: impl Into<String>) {
+        self.push(name, Level::Ok, message, None::<String>);
+    }
+
+    fn push(
+        &mut self,
+        name: &'static str,
+        level: Level,
+        message: impl Into<String>,
+        fix: Option<impl Into<String>>,
+    ) {
+        self.checks.push(Check {
+            name,
+            level,
+            message: message.into(),
+            fix: fix.map(Into::into),
+        });
+    }
+
+    fn healthy(&self) -> bool {
+        self.checks
+            .iter()
+            .all(|check| check.level != Level::Problem)
+    }
+}
+
+pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
+    let path = match location {
+        Location::Sqlite(path) => path,
+        Location::Postgres(_) => {
+            return Err(Failure::usage(format!(
+                "idem doctor checks SQLite ledger files only, not {}; give --db PATH",
+                location.display()
+            ))
+            .into())
+        }
+    };
+    let report = examine(path);
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let mut object = json!({
+            "ledger": path.display().to_string(),
+            "healthy": report.healthy(),
+            "checks": report.checks.iter().map(|check| json!({
+                "check": check.name,
+                "status": check.level.as_str(),
+                "message": check.message,
+                "fix": check.fix,
+            })).collect::<Vec<_>>(),
+        });
+        for (name, value) in &report.facts {
+            object[name] = value.clone();
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
+    } else {
+        writeln!(out, "ledger {}", path.display())?;
+        for check in &report.checks {
+            let fix = check
+                .fix
+                .as_ref()
+                .map_or(String::new(), |fix| format!("; {fix}"));
+            writeln!(
+                out,
+                "  {:<8} {}: {}{fix}",
+                check.level.as_str(),
+                check.name,
+                check.message
+            )?;
+        }
+        let problems = report
+            .checks
+            .iter()
+            .filter(|check| check.level == Level::Problem)
+            .count();
+        match problems {
+            0 => writeln!(out, "healthy")?,
+            1 => writeln!(out, "1 problem")?,
+            n => writeln!(out, "{n} problems")?,
+        }
+    }
+    Ok(if report.healthy() {
+        exit::SUCCESS
+    } else {
+        exit::NOT_FOUND
+    })
+}
+
+fn examine(path: &Path) -> Report {
+    let mut report = Report::default();
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() => metadata,
+        Ok(_) => {
+            report.push(
+                "file",
+                Level::Problem,
+                format!("{} is not a regular file", path.display()),
+                Some("point --db at a ledger file"),
+            );
+            return report;
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            report.push(
+                "file",
+                Level::Problem,
+                format!("there is no ledger at {}", path.display()),
+                Some("check --db or IDEM_DB; the first `idem run` creates it"),
+            );
+            return report;
+        }
+        Err(error) => {
+            report.push(
+                "file",
+                Level::Problem,
+                format!("cannot read {}: {}", path.display(), exit::io_words(&error)),
+                Some("run idem doctor as the ledger's owner"),
+            );
+            return report;
+        }
+    };
+    permissions(path, &metadata, &mut report);
+    side_files(path, &mut report);
+    match open(path) {
+        Ok((conn, _copy)) => contents(&conn, &mut report),
+        Err(message) => report.push(
+            "open",
+            Level::Problem,
+            message,
+            Some("check the file's owner and permissions"),
+        ),
+    }
+    space(path, &mut report);
+    report
+}
+
+fn mode_text(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
+    let mode = metadata.permissions().mode();
+    if mode & 0o077 == 0 {
+        report.ok("file permissions", format!("{} (private)", mode_text(mode)));
+    } else {
+        report.push(
+            "file permissions",
+            Level::Warn,
+            format!(
+                "the ledger is {}: others can read the commands and output it holds",
+                mode_text(mode)
+            ),
+            Some(format!("chmod 600 {}", path.display())),
+        );
+    }
+    let folder = ledger::folder_of(path);
+    match fs::metadata(folder) {
+        Ok(folder_meta) => {
+            let mode = folder_meta.permissions().mode();
+            if mode & 0o002 != 0 {
+                report.push(
+                    "folder permissions",
+                    Level::Warn,
+                    format!(
+                        "folder {} is {}: anyone can write it, and so replace or remove the ledger",
+                        folder.display(),
+                        mode_text(mode)
+                    ),
+                    Some(format!(
+                        "chmod 700 {}, or move the ledger to a private folder",
+                        folder.display()
+                    )),
+                );
+            } else if folder_meta.uid() != metadata.uid() && folder_meta.uid() != 0 {
+                report.push(
+                    "folder permissions",
+                    Level::Warn,
+                    format!(
+                        "folder {} belongs to uid {}, the ledger to uid {}: that user can replace the ledger",
+                        folder.display(),
+                        folder_meta.uid(),
+                        metadata.uid()
+                    ),
+                    Some("keep the ledger in a folder of the user that runs idem"),
+                );
+            } else {
+                report.ok("folder permissions", mode_text(mode));
+            }
+            report
+                .facts
+                .insert("folder_mode".into(), mode_text(mode).into());
+        }
+        Err(error) => report.push(
+            "folder permissions",
+            Level::Warn,
+            format!(
+                "cannot read folder {}: {}",
+                folder.display(),
+                exit::io_words(&error)
+            ),
+            None::<String>,
+        ),
+    }
+    report
+        .facts
+        .insert("file_mode".into(), mode_text(mode).into());
+}
+
+/// -wal and -shm files: normal while idem runs, left over after a crash.
+fn side_files(path: &Path, report: &mut Report) {
+    let wal = ledger::side_file(path, "-wal");
+    let shm = ledger::side_file(path, "-shm");
+    let journal = ledger::side_file(path, "-journal");
+    let present: Vec<String> = [&wal, &shm, &journal]
+        .iter()
+        .filter(|side| side.exists())
+        .map(|side| file_name(side))
+        .collect();
+    report.facts.insert("side_files".into(), json!(present));
+    if present.is_empty() {
+        report.ok("leftover files", "none");
+        return;
+    }
+    match shm_holder(&shm) {
+        Some(pid) => report.ok(
+            "leftover files",
+            format!(
+                "{} in use by process {pid} (normal while idem runs)",
+                present.join(", ")
+            ),
+        ),
+        None => report.push(
+            "leftover files",
+            Level::Warn,
+            format!(
+                "{} left by a process that did not close the ledger (a crash or power loss); nothing is lost",
+                present.join(", ")
+            ),
+            Some("the next idem command folds them in (e.g. `idem ledger list`); do not delete them"),
+        ),
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// The pid of a process that has the ledger open: every SQLite connection
+/// in WAL mode holds a shared lock on the "DMS" byte (128) of the -shm file.
+/// Asking (F_GETLK) changes nothing.
+fn shm_holder(shm: &Path) -> Option<i32> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    use nix::libc;
+    let file = fs::File::open(shm).ok()?;
+    let mut lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 128,
+        l_len: 1,
+        l_pid: 0,
+    };
+    fcntl(&file, FcntlArg::F_GETLK(&mut lock)).ok()?;
+    (lock.l_type != libc::F_UNLCK as libc::c_short).then_some(lock.l_pid)
+}
+
+/// Opens the ledger for reading without creating anything next to it. The
+/// second value keeps a private copy alive while it is read.
+fn open(path: &Path) -> Result<(Connection, Option<tempfile::TempDir>), String> {
+    let failed = |error: rusqlite::Error| format!("cannot open {}: {error}", path.display());
+    let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = match ledger::read_only_uri(path) {
+        Ok(uri) => (
+            Connection::open_with_flags(uri, read_only).map_err(failed)?,
+            None,
+        ),
+        Err(_) => {
+            // A log without its index: SQLite would create the index, so
+            // read a copy of the two files elsewhere instead.
+            let copy = tempfile::tempdir().map_err(|error| {
+                format!("cannot make a temporary folder: {}", exit::io_words(&error))
+            })?;
+            let target = copy.path().join("ledger.db");
+            let copied = fs::copy(path, &target).and_then(|_| {
+                fs::copy(
+                    ledger::side_file(path, "-wal"),
+                    ledger::side_file(&target, "-wal"),
+                )
+            });
+            copied.map_err(|error| {
+                format!("cannot copy {}: {}", path.display(), exit::io_words(&error))
+            })?;
+            let conn = Connection::open_with_flags(
+                &target,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(failed)?;
+            (conn, Some(copy))
+        }
+    };
+    let _ = connection.0.busy_timeout(ledger::LOCK_WAIT);
+    Ok(connection)
+}
+
+fn contents(conn: &Connection, report: &mut Report) {
+    let versions = conn.query_row(
+        "SELECT (SELECT application_id FROM pragma_application_id),
+                (SELECT user_version FROM pragma_user_version),
+                (SELECT count(*) FROM sqlite_schema)",
+        [],
+        |row| {
+            Ok((
+                row.get::<_, i32>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        },
+    );
+    let (app_id, version, objects) = match versions {
+        Ok(versions) => versions,
+        Err(error) => {
+            let not_sqlite = error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase);
+            report.push(
+                "schema",
+                Level::Problem,
+                if not_sqlite {
+                    "the file is not a SQLite database".to_owned()
+                } else {
+                    format!("cannot read the schema: {error}")
+                },
+                Some("move the file aside or point --db elsewhere"),
+            );
+            return;
+        }
+    };
+    report.facts.insert("schema_version".into(), version.into());
+    if app_id == 0 && version == 0 && objects == 0 {
+        report.push(
+            "schema",
+            Level::Warn,
+            "the file is empty; the next `idem run` makes it a ledger",
+            None::<String>,
+        );
+        return;
+    }
+    if app_id != APPLICATION_ID {
+        report.push(
+            "schema",
+            Level::Problem,
+            "not an idem ledger: another program's SQLite database",
+            Some("move it aside or point --db elsewhere"),
+        );
+        return;
+    }
+    match version.cmp(&LATEST) {
+        std::cmp::Ordering::Greater => {
+            report.push(
+                "schema",
+                Level::Problem,
+                format!("version {version}, written by a newer idem (this one knows {LATEST})"),
+                Some("upgrade idem"),
+            );
+            return;
+        }
+        std::cmp::Ordering::Less => report.push(
+            "schema",
+            Level::Warn,
+            format!("version {version}, older than this idem's {LATEST}"),
+            Some("the next `idem run` migrates it"),
+        ),
+        std::cmp::Ordering::Equal => report.ok("schema", format!("version {version} (current)")),
+    }
+    integrity(conn, report);
+    stuck(conn, report);
+}
+
+fn integrity(conn: &Connection, report: &mut Report) {
+    let lines = conn
+        .prepare("PRAGMA integrity_check")
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()
+        });
+    match lines {
+        Ok(lines) if lines == ["ok"] => report.ok("integrity", "ok"),
+        Ok(rows) => {
+            // A row may hold several lines, under a "*** in database ***" title.
+            let lines: Vec<&str> = rows
+                .iter()
+                .flat_map(|row| row.lines())
+                .filter(|line| !line.starts_with("***"))
+                .collect();
+            let shown: Vec<&str> = lines.iter().take(3).copied().collect();
+            report.push(
+                "integrity",
+                Level::Problem,
+                format!(
+                    "{} error(s), e.g. {}",
+                    lines.len(),
+                    shown.join("; ").to_lowercase()
+                ),
+                Some("save what is readable (`sqlite3 LEDGER .recover`), then move the file aside"),
+            );
+        }
+        Err(error) => report.push(
+            "integrity",
+            Level::Problem,
+            format!("cannot be checked: {error}"),
+            Some("save what is readable (`sqlite3 LEDGER .recover`), then move the file aside"),
+        ),
+    }
+}
+
+/// Keys whose head is `running` while its owner is gone: the next
+/// `idem run` of such a key marks it abandoned and runs it again.
+fn stuck(conn: &Connection, report: &mut Report) {
+    let rows = conn
+        .prepare(
+            "SELECT k.key, r.host, r.pid, k.owner_boot, k.owner_pid_start, k.owner_pgid,
+                    k.owner_pgid_start
+             FROM keys k JOIN runs r ON r.id = k.head
+             WHERE r.status = 'running' ORDER BY k.key",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        Owner {
+                            host: row.get(1)?,
+                            pid: row.get(2)?,
+                            boot_id: row.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                            pid_start: row.get::<_, Option<i64>>(4)?.unwrap_or_default() as u64,
+                            pgid: row.get(5)?,
+                            pgid_start: row.get::<_, Option<i64>>(6)?.map(|start| start as u64),
+                            lease_expired: false,
+                        },
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        });
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(error) => {
+            report.push(
+                "running keys",
+                Level::Problem,
+                format!("cannot be read: {error}"),
+                None::<String>,
+            );
+            return;
+        }
+    };
+    let (live, dead): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .partition(|(_, owner)| crate::run::owner::alive(owner));
+    let dead_keys: Vec<&str> = dead.iter().map(|(key, _)| key.as_str()).collect();
+    report.facts.insert("stuck_keys".into(), json!(dead_keys));
+    report
+        .facts
+        .insert("running_keys".into(), live.len().into());
+    if dead.is_empty() {
+        report.ok(
+            "running keys",
+            format!("{} running, none stuck", live.len()),
+        );
+        return;
+    }
+    let shown: Vec<String> = dead
+        .iter()
+        .take(5)
+        .map(|(key, owner)| format!("{key} (pid {} on {})", owner.pid, owner.host))
+        .collect();
+    report.push(
+        "running keys",
+        Level::Problem,
+        format!(
+            "{} key(s) stuck in running, their owner gone: {}{}",
+            dead.len(),
+            shown.join(", "),
+            if dead.len() > 5 { ", ..." } else { "" }
+        ),
+        Some("the outcome is unknown; the next `idem run` of such a key marks it abandoned and runs it again with IDEM_RECOVERED=1"),
+    );
+}
+
+fn space(path: &Path, report: &mut Report) {
+    let folder: PathBuf = ledger::folder_of(path).to_owned();
+    let Some(free) = ledger::free_bytes(path) else {
+        report.push(
+            "free space",
+            Level::Warn,
+            format!("cannot be measured on {}", folder.display()),
+            None::<String>,
+        );
+        return;
+    };
+    report.facts.insert("free_bytes".into(), free.into());
+    let words = format!("{} free", human_bytes(free));
+    let fix = format!("free some space on the file system of {}", folder.display());
+    if ledger::disk_full(path) {
+        report.push(
+            "free space",
+            Level::Problem,
+            format!("{words}: the disk is full and idem cannot record runs"),
+            Some(fix),
+        );
+    } else if free < LOW_SPACE {
+        report.push(
+            "free space",
+            Level::Warn,
+            format!("only {words}"),
+            Some(fix),
+        );
+    } else {
+        report.ok("free space", words);
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
