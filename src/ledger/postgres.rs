@@ -81,6 +81,14 @@ const MIGRATIONS: &[&str] = &["
 /// The schema version this idem writes.
 const LATEST: i32 = MIGRATIONS.len() as i32;
 
+/// Parameters with their types, so that a statement costs one round trip
+/// to the server (no separate prepare): `typed![&key => TEXT, &n => INT4]`.
+macro_rules! typed {
+    ($($value:expr => $type:ident),* $(,)?) => {
+        &[$(($value as &(dyn postgres::types::ToSql + Sync), postgres::types::Type::$type)),*]
+    };
+}
+
 const RUN_COLUMNS: &str = "r.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
      r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered";
 
@@ -147,14 +155,16 @@ impl PostgresLedger {
 
     /// The schema's version; 0 when there is no schema yet.
     fn version(client: &mut impl GenericClient) -> Result<i32, postgres::Error> {
-        let exists: bool = client
-            .query_one("SELECT to_regclass('idem.version') IS NOT NULL", &[])?
-            .try_get(0)?;
-        if !exists {
-            return Ok(0);
+        match client.query_typed("SELECT version FROM idem.version", &[]) {
+            Ok(rows) => rows.first().map_or(Ok(0), |row| row.try_get(0)),
+            Err(error)
+                if error.code() == Some(&SqlState::UNDEFINED_TABLE)
+                    || error.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+            {
+                Ok(0)
+            }
+            Err(error) => Err(error),
         }
-        let row = client.query_opt("SELECT version FROM idem.version", &[])?;
-        row.map_or(Ok(0), |row| row.try_get(0))
     }
 
     fn check_and_migrate(&mut self) -> Result<()> {
@@ -272,13 +282,13 @@ const ATTEMPT_COLUMNS: &str = "a.run, a.n, a.started_at, a.finished_at, a.exit_c
 
 /// The key's head, with whether its lease has passed by the database's clock.
 fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>, postgres::Error> {
-    let row = client.query_opt(
+    let row = client.query_typed_opt(
         &format!(
             "SELECT {RUN_COLUMNS}, k.owner_boot, k.owner_pid_start, k.owner_pgid,
                     k.owner_pgid_start, coalesce(k.lease_until < now(), false)
              FROM idem.keys k JOIN idem.runs r ON r.id = k.head WHERE k.key = $1"
         ),
-        &[&key],
+        typed![&key => TEXT],
     )?;
     let Some(row) = row else {
         return Ok(None);
@@ -320,9 +330,9 @@ fn lock_claimed(
     claim: &Claim,
 ) -> Result<bool, postgres::Error> {
     Ok(tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT 1 FROM idem.keys WHERE key = $1 AND epoch = $2 FOR UPDATE",
-            &[&claim.key, &claim.token],
+            typed![&claim.key => TEXT, &claim.token => INT8],
         )?
         .is_some())
 }
@@ -335,20 +345,20 @@ fn upsert_attempt(
     // An upsert: an attempt whose command could not even be spawned was
     // never recorded as started.
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
-    tx.execute(
+    tx.execute_typed(
         "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
              timed_out, stdout_tail, stderr_tail)
          SELECT id, $2, now(), now(), $3, $4, $5, $6, $7 FROM idem.runs WHERE run_id = $1
          ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $3, signal = $4,
              timed_out = $5, stdout_tail = $6, stderr_tail = $7",
-        &[
-            &claim.run_id,
-            &(attempt.number as i32),
-            &attempt.exit_code,
-            &attempt.signal,
-            &attempt.timed_out,
-            &tail(&attempt.stdout_tail),
-            &tail(&attempt.stderr_tail),
+        typed![
+            &claim.run_id => UUID,
+            &(attempt.number as i32) => INT4,
+            &attempt.exit_code => INT4,
+            &attempt.signal => INT4,
+            &attempt.timed_out => BOOL,
+            &tail(&attempt.stdout_tail) => BYTEA,
+            &tail(&attempt.stderr_tail) => BYTEA,
         ],
     )?;
     Ok(())
@@ -370,26 +380,26 @@ impl Ledger for PostgresLedger {
             // conflicting row is locked even when WHERE is false). Every
             // claimer of the key queues here; the head is read after the
             // lock, in a statement of its own, so it sees the last commit.
-            tx.execute(
+            tx.execute_typed(
                 "INSERT INTO idem.keys (key) VALUES ($1)
                  ON CONFLICT (key) DO UPDATE SET epoch = idem.keys.epoch WHERE false",
-                &[&key],
+                typed![&key => TEXT],
             )?;
             let head = query_head(&mut tx, key)?;
             let plan = plan(head.as_ref());
             if plan.abandon_head {
-                tx.execute(
+                tx.execute_typed(
                     "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
                      WHERE id = (SELECT head FROM idem.keys WHERE key = $1)
                        AND status = 'running'",
-                    &[&key],
+                    typed![&key => TEXT],
                 )?;
             }
             let Some(new) = plan.claim else {
                 tx.commit()?;
                 return Ok(None);
             };
-            let row = tx.query_one(
+            let row = tx.query_typed_one(
                 "WITH run AS (
                      INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
                          command, shell, recovered)
@@ -402,17 +412,17 @@ impl Ledger for PostgresLedger {
                      lease_until = now() + $10::text::interval
                  FROM run WHERE idem.keys.key = $1
                  RETURNING idem.keys.epoch",
-                &[
-                    &key,
-                    &new.run_id,
-                    &new.host,
-                    &i64::from(new.pid),
-                    &encode_command(&new.command),
-                    &new.shell,
-                    &new.recovered,
-                    &new.boot_id,
-                    &(new.pid_start as i64),
-                    &interval(new.lease),
+                typed![
+                    &key => TEXT,
+                    &new.run_id => UUID,
+                    &new.host => TEXT,
+                    &i64::from(new.pid) => INT8,
+                    &encode_command(&new.command) => BYTEA,
+                    &new.shell => BOOL,
+                    &new.recovered => BOOL,
+                    &new.boot_id => TEXT,
+                    &(new.pid_start as i64) => INT8,
+                    &interval(new.lease) => TEXT,
                 ],
             )?;
             tx.commit()?;
@@ -433,26 +443,35 @@ impl Ledger for PostgresLedger {
         pgid_start: u64,
     ) -> Result<()> {
         let result = self.retrying(|client| {
-            let mut tx = begin(client)?;
-            if !lock_claimed(&mut tx, claim)? {
-                return Ok(false);
-            }
-            tx.execute(
-                "INSERT INTO idem.attempts (run, n, started_at)
-                 SELECT id, $2, now() FROM idem.runs WHERE run_id = $1
-                 ON CONFLICT (run, n) DO NOTHING",
-                &[&claim.run_id, &(number as i32)],
+            // One statement, fenced by the epoch: the key's row is updated
+            // (and locked) only while the claim is still this run's. It is
+            // bookkeeping that matters only while this host stays up, so
+            // its commit does not wait for the server's disk.
+            let row = client.query_typed_one(
+                "WITH k AS (
+                     UPDATE idem.keys SET owner_pgid = $3, owner_pgid_start = $4
+                     WHERE key = $1 AND epoch = $2
+                     RETURNING head
+                 ), r AS (
+                     UPDATE idem.runs SET attempts = $5
+                     WHERE id = (SELECT head FROM k) AND status = 'running'
+                     RETURNING id
+                 ), a AS (
+                     INSERT INTO idem.attempts (run, n, started_at)
+                     SELECT id, $5, now() FROM r
+                     ON CONFLICT (run, n) DO NOTHING
+                 )
+                 SELECT (SELECT count(*) FROM r),
+                        set_config('synchronous_commit', 'off', true)",
+                typed![
+                    &claim.key => TEXT,
+                    &claim.token => INT8,
+                    &i64::from(pgid) => INT8,
+                    &(pgid_start as i64) => INT8,
+                    &(number as i32) => INT4,
+                ],
             )?;
-            tx.execute(
-                "UPDATE idem.runs SET attempts = $2 WHERE run_id = $1",
-                &[&claim.run_id, &(number as i32)],
-            )?;
-            tx.execute(
-                "UPDATE idem.keys SET owner_pgid = $2, owner_pgid_start = $3 WHERE key = $1",
-                &[&claim.key, &i64::from(pgid), &(pgid_start as i64)],
-            )?;
-            tx.commit()?;
-            Ok(true)
+            Ok(row.try_get::<_, i64>(0)? == 1)
         });
         match result {
             Ok(true) => Ok(()),
@@ -486,36 +505,49 @@ impl Ledger for PostgresLedger {
             if !lock_claimed(&mut tx, claim)? {
                 return Ok(false);
             }
-            if let Some(attempt) = last {
-                upsert_attempt(&mut tx, claim, attempt)?;
-            }
-            let changed = tx.execute(
-                "UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
-                     finished_at = now(), attempts = greatest(attempts, $5)
-                 WHERE run_id = $1 AND status = 'running'",
-                &[
-                    &claim.run_id,
-                    &outcome.status.as_str(),
-                    &outcome.exit_code,
-                    &outcome.signal,
-                    &(last.map_or(0, |attempt| attempt.number) as i32),
+            // The last attempt, the outcome and the key's release in one
+            // statement. A repeat after a lost connection may find its
+            // first commit: `recorded` looks at the run as it was before.
+            let attempt = last.cloned().unwrap_or_default();
+            let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
+            let row = tx.query_typed_one(
+                "WITH a AS (
+                     INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
+                         signal, timed_out, stdout_tail, stderr_tail)
+                     SELECT id, $7, now(), now(), $8, $9, $10, $11, $12
+                     FROM idem.runs WHERE run_id = $1 AND $13
+                     ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
+                         signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12
+                 ), r AS (
+                     UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
+                         finished_at = now(), attempts = greatest(attempts, $5)
+                     WHERE run_id = $1 AND status = 'running'
+                     RETURNING id
+                 ), o AS (
+                     UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
+                         owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
+                     WHERE key = $6
+                 )
+                 SELECT (SELECT count(*) FROM r) = 1
+                     OR EXISTS (SELECT 1 FROM idem.runs
+                                WHERE run_id = $1 AND status = $2 AND exit_code = $3)",
+                typed![
+                    &claim.run_id => UUID,
+                    &outcome.status.as_str() => TEXT,
+                    &outcome.exit_code => INT4,
+                    &outcome.signal => INT4,
+                    &(attempt.number as i32) => INT4,
+                    &claim.key => TEXT,
+                    &(attempt.number as i32) => INT4,
+                    &attempt.exit_code => INT4,
+                    &attempt.signal => INT4,
+                    &attempt.timed_out => BOOL,
+                    &tail(&attempt.stdout_tail) => BYTEA,
+                    &tail(&attempt.stderr_tail) => BYTEA,
+                    &last.is_some() => BOOL,
                 ],
             )?;
-            tx.execute(
-                "UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
-                     owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
-                 WHERE key = $1",
-                &[&claim.key],
-            )?;
-            // A repeat after a lost connection may find its first commit.
-            let recorded = changed == 1
-                || tx
-                    .query_opt(
-                        "SELECT 1 FROM idem.runs
-                         WHERE run_id = $1 AND status = $2 AND exit_code = $3",
-                        &[&claim.run_id, &outcome.status.as_str(), &outcome.exit_code],
-                    )?
-                    .is_some();
+            let recorded: bool = row.try_get(0)?;
             tx.commit()?;
             Ok(recorded)
         });
@@ -535,11 +567,11 @@ impl Ledger for PostgresLedger {
 
     fn heartbeat(&mut self, claim: &Claim) -> Result<bool> {
         self.client
-            .execute(
+            .execute_typed(
                 "UPDATE idem.keys k SET lease_until = now() + k.lease
                  FROM idem.runs r
                  WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.status = 'running'",
-                &[&claim.key, &claim.token],
+                typed![&claim.key => TEXT, &claim.token => INT8],
             )
             .map(|changed| changed == 1)
             .map_err(|error| self.fail("renew the lease in", &error))
