@@ -19,7 +19,7 @@
 //! for a running head whose owner it has found dead.
 
 mod decide;
-mod owner;
+pub(crate) mod owner;
 mod report;
 
 use std::io::Write;
