@@ -4,5 +4,6 @@
 
 mod util;
 
+mod generated;
 mod ledger;
 mod run;
