@@ -68,12 +68,29 @@ pub fn attempt_json(attempt: &Attempt) -> Value {
     })
 }
 
-/// A command line for a table cell, shortened to `width` characters.
-pub fn short_command(run: &Run, width: usize) -> String {
-    let mut text = command_words(run).join(" ");
-    if run.shell {
-        text = format!("sh -c '{text}'");
+/// A word as a POSIX shell would need it: quoted when it holds anything
+/// but plain characters.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
     }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// A command line for a table cell, as a shell would take it back,
+/// shortened to `width` characters.
+pub fn short_command(run: &Run, width: usize) -> String {
+    let words = command_words(run);
+    let mut text = if run.shell {
+        format!("sh -c {}", shell_word(&words.join(" ")))
+    } else {
+        words
+            .iter()
+            .map(|word| shell_word(word))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     if text.chars().count() > width {
         text = text
             .chars()
@@ -556,6 +573,14 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_words_for_the_shell() {
+        assert_eq!(shell_word("plain/path-1.txt"), "plain/path-1.txt");
+        assert_eq!(shell_word("two words"), "'two words'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn escapes_label_values() {
