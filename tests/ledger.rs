@@ -827,3 +827,36 @@ fn metrics_are_the_prometheus_text_format() {
     assert_code(&none, 0);
     assert!(text(&none.stdout).lines().all(|line| line.starts_with('#')));
 }
+
+#[test]
+fn a_run_exported_while_running_takes_its_outcome_on_a_later_import() {
+    let source = Env::new();
+    let sleeper = start_sleeper(&source, "slow");
+    let during = export(&source);
+    let target = Env::new();
+    let first = import(&target, &during);
+    assert_code(&first, 0);
+    assert!(
+        text(&first.stdout).contains("0 became"),
+        "{}",
+        text(&first.stdout)
+    );
+    assert_eq!(target.list_json()[0]["status"], "running");
+    // Its owner is not in this ledger, so it decides nothing here.
+    assert!(text(&target.run(["ledger", "show", "slow"]).stdout).contains("forgotten"));
+
+    // SIGTERM: idem passes it on and records the run as failed.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sleeper.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_code(&sleeper.wait_with_output().unwrap(), 143);
+    let after = import(&target, &export(&source));
+    assert_code(&after, 0);
+    assert_eq!(
+        text(&after.stdout),
+        "imported 0 runs (1 updated, 0 already here); 1 became its key's deciding run\n"
+    );
+    assert_eq!(export(&target), export(&source));
+}
