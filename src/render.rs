@@ -133,11 +133,14 @@ impl Style {
     pub fn for_stdout() -> Style {
         let tty = std::io::stdout().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
-        let width = if tty { Table::new().width() } else { None }.or_else(|| {
-            std::env::var("COLUMNS")
-                .ok()
-                .and_then(|columns| columns.parse().ok())
-        });
+        // A pseudo-terminal may report a width of 0: no width then.
+        let width = if tty { Table::new().width() } else { None }
+            .or_else(|| {
+                std::env::var("COLUMNS")
+                    .ok()
+                    .and_then(|columns| columns.parse().ok())
+            })
+            .filter(|width| *width > 0);
         Style {
             colour: tty && !no_color,
             width,

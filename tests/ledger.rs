@@ -860,3 +860,40 @@ fn a_run_exported_while_running_takes_its_outcome_on_a_later_import() {
     );
     assert_eq!(export(&target), export(&source));
 }
+
+/// `idem ARGS` on a pseudo-terminal (script(1)), with `NO_COLOR` as given.
+fn on_a_terminal(env: &Env, args: &str, no_color: Option<&str>) -> Option<String> {
+    let mut command = std::process::Command::new("script");
+    command
+        .args([
+            "-qec",
+            &format!("{} {args}", env!("CARGO_BIN_EXE_idem")),
+            "/dev/null",
+        ])
+        .env("IDEM_DB", env.db())
+        .env("TZ", "UTC")
+        .env("COLUMNS", "120")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null());
+    if let Some(value) = no_color {
+        command.env("NO_COLOR", value);
+    }
+    let output = command.output().ok()?;
+    output.status.success().then(|| text(&output.stdout))
+}
+
+#[test]
+fn list_colours_the_status_only_on_a_terminal_without_no_color() {
+    let env = Env::new();
+    assert_code(&sh(&env, "k", "exit 3"), 3);
+    let Some(coloured) = on_a_terminal(&env, "ledger list", None) else {
+        eprintln!("skipped: script(1) cannot give a terminal here");
+        return;
+    };
+    assert!(coloured.contains("\x1b["), "{coloured:?}");
+    assert!(coloured.contains("failed"), "{coloured:?}");
+    let plain = on_a_terminal(&env, "ledger list", Some("1")).unwrap();
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+    assert!(plain.contains("failed"), "{plain:?}");
+    // Off a terminal there is never colour (see the plain-table test).
+}
