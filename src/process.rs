@@ -35,12 +35,16 @@ pub enum Sink {
 }
 
 impl Sink {
+    /// idem's own stdout or stderr; /dev/null where that stream is closed.
     pub fn live(stream: impl AsFd) -> Result<Sink> {
-        let fd = stream
-            .as_fd()
-            .try_clone_to_owned()
-            .context("could not duplicate an output stream")?;
-        Ok(Sink::Live(File::from(fd)))
+        let file = match stream.as_fd().try_clone_to_owned() {
+            Ok(fd) => File::from(fd),
+            Err(_) => File::options()
+                .write(true)
+                .open("/dev/null")
+                .context("could not open /dev/null for a closed output stream")?,
+        };
+        Ok(Sink::Live(file))
     }
 
     pub fn held() -> Result<Sink> {

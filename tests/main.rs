@@ -4,6 +4,8 @@
 
 mod util;
 
+mod concurrency;
+mod failures;
 mod generated;
 mod ledger;
 mod run;

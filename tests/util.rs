@@ -113,13 +113,20 @@ pub fn assert_code(output: &Output, expected: i32) {
     );
 }
 
-/// PRAGMA integrity_check of a SQLite ledger, through rusqlite-free means:
-/// the sqlite3 command line when present, else skipped (returns None).
-pub fn integrity_check(db: &Path) -> Option<String> {
+/// PRAGMA integrity_check of a SQLite ledger, by the sqlite3 command line.
+pub fn integrity_check(db: &Path) -> String {
     let output = Command::new("sqlite3")
         .arg(db)
         .arg("PRAGMA integrity_check;")
         .output()
-        .ok()?;
-    Some(text(&output.stdout).trim().to_owned())
+        .expect("sqlite3 is installed (.ci/run installs it)");
+    text(&output.stdout).trim().to_owned()
+}
+
+/// How many trials a randomized test makes: `IDEM_TEST_TRIALS`, else `default`.
+pub fn trials(default: usize) -> usize {
+    std::env::var("IDEM_TEST_TRIALS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use jiff::Timestamp;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use uuid::Uuid;
 
@@ -27,6 +28,9 @@ use crate::exit::{io_words, Failure, IDEM_FAILED};
 
 /// How long idem waits for another writer before giving up (exit 125).
 pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// WAL pages after which a commit checkpoints (a run writes about ten).
+const WAL_PAGES: i64 = 64;
 
 pub struct SqliteLedger {
     // Field order matters: `conn` must close before `lock`. Closing any
@@ -155,6 +159,17 @@ impl SqliteLedger {
         self.conn
             .busy_timeout(LOCK_WAIT)
             .map_err(|error| self.fail("configure", &error))?;
+        // By default the last connection to close checkpoints the WAL and
+        // deletes it and the shared-memory file, and the next process makes
+        // them anew: most of the cost of a short-lived process. Keep them.
+        // But a process that opens the ledger alone rebuilds the WAL index
+        // by reading the whole WAL, so checkpoint often to keep it short.
+        self.conn
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|error| self.fail("configure", &error))?;
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", WAL_PAGES)
+            .map_err(|error| self.fail("configure", &error))?;
         Ok(())
     }
 
@@ -207,8 +222,21 @@ impl SqliteLedger {
 
     fn migrate(&mut self, from: i64) -> rusqlite::Result<()> {
         // journal_mode cannot change inside a transaction; it persists in
-        // the file, so this runs once per ledger.
-        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        // the file, so this runs once per ledger. Other processes may be
+        // reading the new file (without the writers' lock), and the switch
+        // does not wait for them through the busy handler: retry it.
+        let started = std::time::Instant::now();
+        loop {
+            match self.conn.pragma_update(None, "journal_mode", "WAL") {
+                Err(error)
+                    if error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                        && started.elapsed() < LOCK_WAIT =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                result => break result?,
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

@@ -153,7 +153,7 @@ fn acquire(
                     std::thread::sleep(WAIT_POLL.min(until - Instant::now()));
                     continue;
                 }
-                let line = format!(
+                let line = || format!(
                     "{key} is running elsewhere: pid {} on {} since {}; {}",
                     owner.pid,
                     owner.host,
@@ -161,9 +161,9 @@ fn acquire(
                     if args.wait.is_some() { "--wait ran out" } else { "--wait DUR waits for it" }
                 );
                 if args.conflict_exit_code == exit::SUCCESS {
-                    reporter.info(&line);
+                    reporter.info(line);
                 } else {
-                    reporter.notice(&mut std::io::stderr(), &line);
+                    reporter.notice(&mut std::io::stderr(), &line());
                 }
                 args.conflict_exit_code
             }
@@ -194,10 +194,12 @@ fn skip(
     ledger: &mut dyn Ledger,
     reporter: &Reporter,
 ) -> Result<u8> {
-    reporter.info(&format!(
-        "skipped {key}: succeeded at {}; --force runs it again",
-        local_time(finished_at)
-    ));
+    reporter.info(|| {
+        format!(
+            "skipped {key}: succeeded at {}; --force runs it again",
+            local_time(finished_at)
+        )
+    });
     if args.replay {
         replay(key, ledger)?;
     }

@@ -38,10 +38,11 @@ impl Reporter {
         }
     }
 
-    /// A line that prints only at a terminal or with `-v`: skips.
-    pub fn info(&self, text: &str) {
+    /// A line that prints only at a terminal or with `-v`: skips. Made
+    /// only when shown, since it may need the time-zone database.
+    pub fn info(&self, text: impl FnOnce() -> String) {
         if !self.quiet && (self.terminal || self.verbose) {
-            eprintln!("idem: {text}");
+            eprintln!("idem: {}", text());
         }
     }
 
