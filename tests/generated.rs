@@ -52,7 +52,9 @@ fn man_pages(
     }
     // clap_mangen would print the notes as one filled paragraph; they are
     // rendered below as proper EXIT STATUS and ENVIRONMENT sections.
-    let man = clap_mangen::Man::new(command.after_long_help(None::<&str>));
+    let man = clap_mangen::Man::new(command.after_long_help(None::<&str>))
+        .source(format!("idem {}", env!("CARGO_PKG_VERSION")))
+        .manual("idem manual");
     let mut page = Vec::new();
     man.render(&mut page).expect("a man page renders");
     let mut page = String::from_utf8(page).expect("roff is UTF-8");

@@ -879,7 +879,11 @@ fn on_a_terminal(env: &Env, args: &str, no_color: Option<&str>) -> Option<String
         command.env("NO_COLOR", value);
     }
     let output = command.output().ok()?;
-    output.status.success().then(|| text(&output.stdout))
+    // script(1) itself failed (no pseudo-terminal to be had).
+    if text(&output.stderr).starts_with("script:") {
+        return None;
+    }
+    Some(text(&output.stdout))
 }
 
 #[test]
@@ -896,4 +900,12 @@ fn list_colours_the_status_only_on_a_terminal_without_no_color() {
     assert!(!plain.contains('\x1b'), "{plain:?}");
     assert!(plain.contains("failed"), "{plain:?}");
     // Off a terminal there is never colour (see the plain-table test).
+
+    // import does not wait on a terminal for a stream that never comes.
+    let refused = on_a_terminal(&env, "ledger import; echo exit=$?", None).unwrap();
+    assert!(
+        refused.contains("pipe one in or give a FILE"),
+        "{refused:?}"
+    );
+    assert!(refused.contains("exit=2"), "{refused:?}");
 }

@@ -1,6 +1,6 @@
 //! `idem ledger`: list, show, forget, prune, export, import, path, metrics.
 
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -288,6 +288,12 @@ fn import(file: Option<&Path>, location: &Location) -> Result<u8> {
                 ))
             })?;
             (Box::new(BufReader::new(opened)), path.display().to_string())
+        }
+        None if std::io::stdin().is_terminal() => {
+            return Err(Failure::usage(
+                "idem ledger import reads an export from stdin, which is a terminal; pipe one in or give a FILE",
+            )
+            .into())
         }
         None => (Box::new(std::io::stdin().lock()), "stdin".to_owned()),
     };
