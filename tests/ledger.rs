@@ -909,3 +909,35 @@ fn list_colours_the_status_only_on_a_terminal_without_no_color() {
     );
     assert!(refused.contains("exit=2"), "{refused:?}");
 }
+
+#[test]
+fn export_into_a_closed_pipe_is_the_readers_choice() {
+    let source = Env::new();
+    assert_code(&sh(&source, "seed", "true"), 0);
+    let line = String::from_utf8(export(&source)).unwrap();
+    let template: Value = serde_json::from_str(line.trim()).unwrap();
+    // Enough runs that the export outgrows any pipe buffer.
+    let mut stream = String::new();
+    for n in 0..3000u32 {
+        let mut run = template.clone();
+        run["run_id"] = format!("01a22687-a584-7676-8edf-{n:012}").into();
+        run["key"] = format!("key-{n}").into();
+        run["attempts_detail"][0]["stdout_tail"] = "x".repeat(200).into();
+        stream.push_str(&run.to_string());
+        stream.push('\n');
+    }
+    let env = Env::new();
+    assert_code(&import(&env, stream.as_bytes()), 0);
+    let mut child = env
+        .idem(["ledger", "export"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stderr), "");
+}

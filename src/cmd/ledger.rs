@@ -269,8 +269,10 @@ fn export(location: &Location) -> Result<u8> {
     };
     let mut out = BufWriter::new(std::io::stdout().lock());
     ledger.export(&mut |run| {
-        serde_json::to_writer(&mut out, &render::export_json(&run))?;
-        out.write_all(b"\n")?;
+        // Serialised first, so a closed pipe surfaces as an I/O error.
+        let mut line = serde_json::to_vec(&render::export_json(&run))?;
+        line.push(b'\n');
+        out.write_all(&line)?;
         Ok(())
     })?;
     out.flush()?;
