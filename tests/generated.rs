@@ -190,3 +190,47 @@ fn man_pages_carry_exit_codes_and_environment() {
         );
     }
 }
+
+#[test]
+fn idem_completions_prints_the_checked_in_scripts() {
+    let env = crate::util::Env::new();
+    let files = expected();
+    for (shell, name) in [
+        ("bash", "idem.bash"),
+        ("zsh", "_idem"),
+        ("fish", "idem.fish"),
+        ("elvish", "idem.elv"),
+        ("powershell", "_idem.ps1"),
+    ] {
+        let output = env.run(["completions", shell]);
+        crate::util::assert_code(&output, 0);
+        assert_eq!(
+            output.stdout,
+            files[&Path::new("completions").join(name)],
+            "idem completions {shell}"
+        );
+    }
+    crate::util::assert_code(&env.run(["completions", "tcsh"]), 2);
+}
+
+#[test]
+fn the_bash_completion_loads_and_completes() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let script = format!(
+        "source {root}/completions/idem.bash && complete -p idem && \
+         COMP_WORDS=(idem ledger f) COMP_CWORD=2 COMP_LINE='idem ledger f' COMP_POINT=13 && \
+         _idem idem f ledger && printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    let output = std::process::Command::new("bash")
+        .args(["--norc", "-c", &script])
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("-F _idem idem"), "{stdout}");
+    assert!(stdout.lines().any(|line| line == "forget"), "{stdout}");
+}
