@@ -24,13 +24,17 @@ pub fn boot_id() -> String {
 
 /// The start time of a process in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`), which tells a process from a later one that reused
-/// its pid. `None` when there is no such process.
+/// its pid. `None` when there is no such process, or only its zombie: a
+/// killed idem whose parent has not reaped it yet runs nothing.
 pub fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: skip past
     // its last ')'; field 3 (state) is then the first one.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// Whether process group `pgid` has a member that is not a zombie. Zombies

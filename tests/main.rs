@@ -5,6 +5,7 @@
 mod util;
 
 mod concurrency;
+mod examples;
 mod failures;
 mod generated;
 mod ledger;
