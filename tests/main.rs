@@ -8,4 +8,6 @@ mod concurrency;
 mod examples;
 mod failures;
 mod faults;
+mod generated;
+mod ledger;
 mod run;
