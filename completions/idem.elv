@@ -49,7 +49,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --on-abandoned 'What to do when the last run died without an outcome'
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'
-            cand --capture 'Bytes of the output tail kept per attempt and stream (0 = none)'
+            cand --capture 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger'
             cand --progress 'Spinner for waits: auto (when stderr is a terminal), always, never'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --shell 'Run the words after -- as one /bin/sh -c script'

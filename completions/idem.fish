@@ -49,7 +49,7 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What 
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l conflict-exit-code -d 'Exit code when the key is running elsewhere' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits: auto (when stderr is a terminal), always, never' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -148,7 +148,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub quiet_success: bool,
 
-    /// Bytes of the output tail kept per attempt and stream (0 = none)
+    /// Bytes of the output tail kept per attempt and stream (0 = none, at
+    /// most 1MiB); --capture 0 keeps secrets a command prints out of the ledger
     #[arg(long, default_value = "64KiB", value_name = "BYTES")]
     pub capture: ByteSize,
 
@@ -339,7 +340,7 @@ impl FromStr for CodeSet {
 pub struct ByteSize(pub u64);
 
 /// The largest `--capture`: it bounds idem's memory (two streams, twice each).
-pub const MAX_CAPTURE: u64 = 4 << 20;
+pub const MAX_CAPTURE: u64 = 1 << 20;
 
 impl FromStr for ByteSize {
     type Err = String;
@@ -363,7 +364,7 @@ impl FromStr for ByteSize {
         let bytes = count.saturating_mul(multiplier);
         if bytes > MAX_CAPTURE {
             return Err(format!(
-                "{text} is more than the 4MiB idem keeps per stream"
+                "{text} is more than the 1MiB idem keeps per stream"
             ));
         }
         Ok(ByteSize(bytes))

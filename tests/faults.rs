@@ -176,7 +176,7 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
             "--retries",
             "0",
             "--capture",
-            "4MiB",
+            "1MiB",
             "--shell",
             "--",
             script,
@@ -991,22 +991,23 @@ fn a_flood_of_output_keeps_memory_and_the_ledger_small() {
         "the ledger holds {ledger_bytes} bytes"
     );
 
-    // The largest capture (4MiB a stream) still bounds memory.
+    // The largest capture (1MiB a stream) still bounds memory.
     let command = env.idem([
         "run",
         "--key",
-        "flood-4m",
+        "flood-1m",
         "--retries",
         "0",
         "--capture",
-        "4MiB",
+        "1MiB",
         "--shell",
         "--",
         script,
     ]);
     let (_, rss) = max_rss_kib(command).unwrap();
-    println!("flood with --capture 4MiB: max RSS {rss} KiB");
-    assert!(rss <= 48 * 1024, "idem used {rss} KiB with --capture 4MiB");
+    println!("flood with --capture 1MiB: max RSS {rss} KiB");
+    // A debug build carries more than a release one (benches/ measures that).
+    assert!(rss <= 24 * 1024, "idem used {rss} KiB with --capture 1MiB");
 }
 
 // ----------------------------------------------------------- power loss
@@ -1558,7 +1559,7 @@ mod parsers {
         }
 
         #[test]
-        fn byte_sizes_mean_what_they_say(count in 0u64..=4096, unit in 0usize..4) {
+        fn byte_sizes_mean_what_they_say(count in 0u64..=1024, unit in 0usize..4) {
             let (suffix, multiplier) = [("", 1), ("b", 1), ("KiB", 1 << 10), ("k", 1 << 10)][unit];
             let parsed = ByteSize::from_str(&format!("{count}{suffix}")).unwrap();
             prop_assert_eq!(parsed.0, count * multiplier);
@@ -1611,5 +1612,8 @@ fn doctor_warns_of_a_wal_that_checkpoints_do_not_drain() {
     assert_eq!(code, 0, "{report}");
     let side = check(&report, "leftover files");
     assert_eq!(side["status"], "warn", "{report}");
-    assert!(side["message"].as_str().unwrap().contains("MiB"), "{report}");
+    assert!(
+        side["message"].as_str().unwrap().contains("MiB"),
+        "{report}"
+    );
 }
