@@ -42,7 +42,7 @@ pub enum Command {
     #[command(after_long_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Inspect and maintain the ledger
-    #[command(subcommand)]
+    #[command(subcommand, after_long_help = LEDGER_EXIT_CODES_HELP)]
     Ledger(LedgerCommand),
     /// Check a ledger for problems without changing anything
     ///
@@ -148,7 +148,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub quiet_success: bool,
 
-    /// Bytes of the output tail kept per attempt and stream (0 = none)
+    /// Bytes of the output tail kept per attempt and stream (0 = none, at
+    /// most 1MiB); --capture 0 keeps secrets a command prints out of the ledger
     #[arg(long, default_value = "64KiB", value_name = "BYTES")]
     pub capture: ByteSize,
 
@@ -183,8 +184,10 @@ pub enum Progress {
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {
     /// Runs, newest first
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     List(ListArgs),
     /// A key's state, its runs and attempts, with captured output
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Show {
         /// The key (as expanded, without placeholders)
         key: String,
@@ -193,6 +196,7 @@ pub enum LedgerCommand {
         json: bool,
     },
     /// Make keys run again next time; history stays unless --purge
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Forget {
         /// Keys to forget
         #[arg(required = true)]
@@ -205,6 +209,7 @@ pub enum LedgerCommand {
         dry_run: bool,
     },
     /// Drop old history and output; never changes what `run` decides
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Prune {
         /// Drop runs that finished longer ago than DUR
         #[arg(long, value_name = "DUR", value_parser = duration)]
@@ -214,16 +219,20 @@ pub enum LedgerCommand {
         dry_run: bool,
     },
     /// Every run with its attempts, as JSON Lines
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Export,
     /// Read an export stream from stdin into this ledger (idempotent)
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Import {
         /// Read this file instead of stdin
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
     },
     /// Print the resolved ledger location
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Path,
     /// Per-key metrics in the Prometheus text format
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Metrics,
 }
 
@@ -331,7 +340,7 @@ impl FromStr for CodeSet {
 pub struct ByteSize(pub u64);
 
 /// The largest `--capture`: it bounds idem's memory (two streams, twice each).
-pub const MAX_CAPTURE: u64 = 4 << 20;
+pub const MAX_CAPTURE: u64 = 1 << 20;
 
 impl FromStr for ByteSize {
     type Err = String;
@@ -355,7 +364,7 @@ impl FromStr for ByteSize {
         let bytes = count.saturating_mul(multiplier);
         if bytes > MAX_CAPTURE {
             return Err(format!(
-                "{text} is more than the 4MiB idem keeps per stream"
+                "{text} is more than the 1MiB idem keeps per stream"
             ));
         }
         Ok(ByteSize(bytes))
@@ -382,3 +391,19 @@ Environment:
   NO_COLOR       no colour in tables
 The command gets IDEM_KEY, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS, and
 IDEM_RECOVERED=1 when the previous run of its key was abandoned.";
+
+/// The exit codes and environment of `idem ledger`, shown by `--help` and
+/// in the man pages.
+pub const LEDGER_EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    done
+  1    show: the key is not in the ledger; forget: a key is not (the others are forgotten)
+  2    usage error: bad flag, duration, time, or a line import cannot read
+  75   forget: a key is running under a live owner; nothing was forgotten
+  125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)
+
+Environment:
+  IDEM_DB   the ledger, as --db
+  TZ        time zone of the times shown
+  NO_COLOR  no colour in tables
+  COLUMNS   the width of tables when stdout is not a terminal";

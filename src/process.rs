@@ -2,6 +2,7 @@
 //! passing its output through while keeping a tail, forwarding signals,
 //! enforcing the timeout, and reaping everything it started.
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
@@ -453,10 +454,13 @@ fn spawn_failure(spec: &Spec<'_>, error: &io::Error) -> (u8, String) {
     }
 }
 
+/// The most one read of the command's output takes.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// Copies a pipe to `to` as it comes, keeping the last `capture` bytes.
-/// Memory stays bounded: one read buffer plus at most twice the capture.
+/// Memory stays bounded: one read buffer plus the capture.
 fn pump(mut from: impl Read, to: &mut File, capture: usize) -> Vec<u8> {
-    let mut buffer = vec![0u8; 64 * 1024];
+    let mut buffer = vec![0u8; READ_CHUNK];
     let mut tail = Tail::new(capture);
     loop {
         let read = match from.read(&mut buffer) {
@@ -475,36 +479,30 @@ fn pump(mut from: impl Read, to: &mut File, capture: usize) -> Vec<u8> {
     tail.into_bytes()
 }
 
-/// The last `capacity` bytes of a stream.
+/// The last `capacity` bytes of a stream, in a ring of that size.
 struct Tail {
     capacity: usize,
-    bytes: Vec<u8>,
+    bytes: VecDeque<u8>,
 }
 
 impl Tail {
     fn new(capacity: usize) -> Tail {
+        // Sized once: pages that a short output never reaches stay unmapped.
         Tail {
             capacity,
-            bytes: Vec::new(),
+            bytes: VecDeque::with_capacity(capacity),
         }
     }
 
     fn push(&mut self, chunk: &[u8]) {
-        if self.capacity == 0 {
-            return;
-        }
-        self.bytes.extend_from_slice(chunk);
-        // Trim only when twice over, so trimming costs O(1) per byte.
-        if self.bytes.len() > 2 * self.capacity {
-            let excess = self.bytes.len() - self.capacity;
-            self.bytes.drain(..excess);
-        }
+        let chunk = &chunk[chunk.len().saturating_sub(self.capacity)..];
+        let excess = (self.bytes.len() + chunk.len()).saturating_sub(self.capacity);
+        self.bytes.drain(..excess);
+        self.bytes.extend(chunk);
     }
 
-    fn into_bytes(mut self) -> Vec<u8> {
-        let excess = self.bytes.len().saturating_sub(self.capacity);
-        self.bytes.drain(..excess);
-        self.bytes
+    fn into_bytes(self) -> Vec<u8> {
+        self.bytes.into()
     }
 }
 

@@ -1,12 +1,19 @@
 //! Runs and attempts for people (tables) and for scripts (JSON).
 
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use comfy_table::{presets, ContentArrangement, Table};
+use anyhow::{anyhow, bail, Context, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use comfy_table::{presets, Cell, Color, ColumnConstraint, ContentArrangement, Row, Table};
 use jiff::Timestamp;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
 
-use crate::ledger::{Attempt, Run};
+use crate::ledger::{Attempt, ExportedRun, KeyMetrics, Run, Status};
 
 /// A timestamp as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(time: Timestamp) -> String {
@@ -61,12 +68,29 @@ pub fn attempt_json(attempt: &Attempt) -> Value {
     })
 }
 
-/// A command line for a table cell, shortened to `width` characters.
-pub fn short_command(run: &Run, width: usize) -> String {
-    let mut text = command_words(run).join(" ");
-    if run.shell {
-        text = format!("sh -c '{text}'");
+/// A word as a POSIX shell would need it: quoted when it holds anything
+/// but plain characters.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
     }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// A command line for a table cell, as a shell would take it back,
+/// shortened to `width` characters.
+pub fn short_command(run: &Run, width: usize) -> String {
+    let words = command_words(run);
+    let mut text = if run.shell {
+        format!("sh -c {}", shell_word(&words.join(" ")))
+    } else {
+        words
+            .iter()
+            .map(|word| shell_word(word))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     if text.chars().count() > width {
         text = text
             .chars()
@@ -97,26 +121,510 @@ pub fn local(time: Timestamp, zone: &jiff::tz::TimeZone) -> String {
         .to_string()
 }
 
-pub fn runs_table(runs: &[Run]) -> Table {
+/// How a table is drawn: colour only on a terminal and never with
+/// `NO_COLOR`; the width of the terminal, else `$COLUMNS`, else unbounded.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Style {
+    pub colour: bool,
+    pub width: Option<u16>,
+}
+
+impl Style {
+    pub fn for_stdout() -> Style {
+        let tty = std::io::stdout().is_terminal();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+        // A pseudo-terminal may report a width of 0: no width then.
+        let width = if tty { Table::new().width() } else { None }
+            .or_else(|| {
+                std::env::var("COLUMNS")
+                    .ok()
+                    .and_then(|columns| columns.parse().ok())
+            })
+            .filter(|width| *width > 0);
+        Style {
+            colour: tty && !no_color,
+            width,
+        }
+    }
+}
+
+/// The longest command shown when the width is unknown.
+const COMMAND_WIDTH: usize = 60;
+
+fn status_colour(status: Status) -> Color {
+    match status {
+        Status::Running => Color::Yellow,
+        Status::Succeeded => Color::Green,
+        Status::Failed => Color::Red,
+        Status::Abandoned => Color::Magenta,
+    }
+}
+
+/// `ledger list` for people: every column as wide as its content, but the
+/// command, which is shortened to what is left of the width.
+pub fn runs_table(runs: &[Run], style: Style) -> Table {
     let zone = jiff::tz::TimeZone::system();
     let mut table = Table::new();
-    table
-        .load_preset(presets::NOTHING)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header([
-            "KEY", "STATUS", "EXIT", "ATTEMPTS", "STARTED", "DURATION", "HOST", "COMMAND",
-        ]);
+    table.load_preset(presets::NOTHING).force_no_tty();
+    if style.colour {
+        table.enforce_styling();
+    }
+    table.set_header([
+        "KEY", "STATUS", "EXIT", "ATTEMPTS", "STARTED", "DURATION", "HOST", "COMMAND",
+    ]);
     for run in runs {
-        table.add_row([
-            run.key.clone(),
-            run.status.as_str().to_owned(),
-            run.exit_code.map_or("-".into(), |code| code.to_string()),
-            run.attempts.to_string(),
-            local(run.started_at, &zone),
-            human_ms(duration_ms(run)),
-            run.host.clone(),
-            short_command(run, 40),
+        let mut status = Cell::new(run.status.as_str());
+        if style.colour {
+            status = status.fg(status_colour(run.status));
+        }
+        let command = match style.width {
+            Some(_) => short_command(run, usize::MAX),
+            None => short_command(run, COMMAND_WIDTH),
+        };
+        let mut row = Row::from(vec![
+            Cell::new(&run.key),
+            status,
+            Cell::new(run.exit_code.map_or("-".into(), |code| code.to_string())),
+            Cell::new(run.attempts),
+            Cell::new(local(run.started_at, &zone)),
+            Cell::new(human_ms(duration_ms(run))),
+            Cell::new(&run.host),
+            Cell::new(command),
         ]);
+        row.max_height(1);
+        table.add_row(row);
+    }
+    match style.width {
+        Some(width) => {
+            table
+                .set_width(width)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_truncation_indicator("…");
+            let mut constraints = vec![ColumnConstraint::ContentWidth; 7];
+            constraints.push(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
+                12,
+            )));
+            table.set_constraints(constraints);
+        }
+        None => {
+            table.set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
     }
     table
+}
+
+/// A table as text, without the trailing blanks of its padding.
+pub fn table_text(table: &Table) -> String {
+    table
+        .lines()
+        .map(|line| line.trim_end().to_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A byte count for people: `512 B`, `4.0 KiB`, `1.5 MiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+// ---- export and import: JSON Lines that carry bytes losslessly ----------
+//
+// argv and output tails are bytes. A field holds them as a string when they
+// are valid UTF-8; otherwise the string is a lossy rendering for people and
+// a sibling `<field>_base64` holds the bytes, and that one wins on import.
+
+fn put_bytes(object: &mut Map<String, Value>, field: &str, bytes: &[u8]) {
+    object.insert(field.into(), String::from_utf8_lossy(bytes).into());
+    if std::str::from_utf8(bytes).is_err() {
+        object.insert(format!("{field}_base64"), BASE64.encode(bytes).into());
+    }
+}
+
+fn get_bytes(object: &Map<String, Value>, field: &str) -> Result<Vec<u8>> {
+    if let Some(encoded) = object.get(&format!("{field}_base64")) {
+        let text = encoded
+            .as_str()
+            .ok_or_else(|| anyhow!("{field}_base64 is not a string"))?;
+        return BASE64
+            .decode(text)
+            .map_err(|error| anyhow!("{field}_base64 is not base64: {error}"));
+    }
+    match object.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(text)) => Ok(text.clone().into_bytes()),
+        Some(_) => bail!("{field} is not a string"),
+    }
+}
+
+/// One line of `ledger export`: the run's `list --json` fields, whether it
+/// is its key's head, and its attempts (as in `show --json`).
+pub fn export_json(exported: &ExportedRun) -> Value {
+    let run = &exported.run;
+    let mut object = match run_json(run) {
+        Value::Object(object) => object,
+        _ => Map::new(),
+    };
+    if run
+        .command
+        .iter()
+        .any(|arg| std::str::from_utf8(arg.as_bytes()).is_err())
+    {
+        let encoded: Vec<Value> = run
+            .command
+            .iter()
+            .map(|arg| BASE64.encode(arg.as_bytes()).into())
+            .collect();
+        object.insert("command_base64".into(), encoded.into());
+    }
+    object.insert("head".into(), exported.head.into());
+    let attempts: Vec<Value> = exported
+        .attempts
+        .iter()
+        .map(|attempt| {
+            let mut value = attempt_json(attempt);
+            if let Value::Object(fields) = &mut value {
+                put_bytes(fields, "stdout_tail", &attempt.stdout_tail);
+                put_bytes(fields, "stderr_tail", &attempt.stderr_tail);
+            }
+            value
+        })
+        .collect();
+    object.insert("attempts_detail".into(), attempts.into());
+    Value::Object(object)
+}
+
+fn field<'a>(object: &'a Map<String, Value>, name: &str) -> Result<&'a Value> {
+    object
+        .get(name)
+        .ok_or_else(|| anyhow!("the field {name} is missing"))
+}
+
+fn string(object: &Map<String, Value>, name: &str) -> Result<String> {
+    field(object, name)?
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("{name} is not a string"))
+}
+
+fn time(object: &Map<String, Value>, name: &str) -> Result<Option<Timestamp>> {
+    match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => text
+            .parse::<Timestamp>()
+            .map(Some)
+            .map_err(|_| anyhow!("{name} '{text}' is not an RFC 3339 time")),
+        Some(_) => bail!("{name} is not a string"),
+    }
+}
+
+fn int<T: TryFrom<i64>>(object: &Map<String, Value>, name: &str) -> Result<Option<T>> {
+    match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .and_then(|number| T::try_from(number).ok())
+            .map(Some)
+            .ok_or_else(|| anyhow!("{name} is not an integer in range")),
+    }
+}
+
+fn boolean(object: &Map<String, Value>, name: &str) -> Result<bool> {
+    match object.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(value)) => Ok(*value),
+        Some(_) => bail!("{name} is not true or false"),
+    }
+}
+
+/// Reads one line of `ledger export`; the error names what is wrong.
+pub fn parse_export(line: &str) -> Result<ExportedRun> {
+    let value: Value = serde_json::from_str(line).context("not JSON")?;
+    let Value::Object(object) = value else {
+        bail!("not a JSON object");
+    };
+    let key = string(&object, "key")?;
+    crate::key::validate(&key).map_err(|error| anyhow!("key {key:?}: {}", error.message))?;
+    let run_id = string(&object, "run_id")?;
+    let run_id =
+        Uuid::parse_str(&run_id).map_err(|_| anyhow!("run_id '{run_id}' is not a UUID"))?;
+    let status = string(&object, "status")?;
+    let status = Status::parse(&status).ok_or_else(|| {
+        anyhow!("status '{status}' is none of running, succeeded, failed, abandoned")
+    })?;
+    let command = match object.get("command_base64") {
+        Some(Value::Array(args)) => args
+            .iter()
+            .map(|arg| {
+                arg.as_str()
+                    .and_then(|text| BASE64.decode(text).ok())
+                    .map(OsString::from_vec)
+                    .ok_or_else(|| anyhow!("command_base64 holds something other than base64"))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        Some(_) => bail!("command_base64 is not an array"),
+        None => match field(&object, "command")? {
+            Value::Array(args) => args
+                .iter()
+                .map(|arg| {
+                    arg.as_str()
+                        .map(OsString::from)
+                        .ok_or_else(|| anyhow!("command holds something other than strings"))
+                })
+                .collect::<Result<Vec<_>>>()?,
+            _ => bail!("command is not an array of strings"),
+        },
+    };
+    if command.is_empty() || command.iter().any(|arg| arg.as_bytes().contains(&0)) {
+        bail!("command must be a non-empty argv without NUL bytes");
+    }
+    let started_at = time(&object, "started_at")?.ok_or_else(|| anyhow!("started_at is null"))?;
+    let run = Run {
+        key,
+        run_id,
+        status,
+        exit_code: int(&object, "exit_code")?,
+        signal: int(&object, "signal")?,
+        attempts: int(&object, "attempts")?.unwrap_or(0),
+        started_at,
+        finished_at: time(&object, "finished_at")?,
+        host: string(&object, "host")?,
+        pid: int(&object, "pid")?.unwrap_or(0),
+        command,
+        shell: boolean(&object, "shell")?,
+        recovered: boolean(&object, "recovered")?,
+    };
+    let mut attempts = Vec::new();
+    match object.get("attempts_detail") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (index, item) in items.iter().enumerate() {
+                let Value::Object(fields) = item else {
+                    bail!("attempts_detail[{index}] is not an object");
+                };
+                let number: u32 = int(fields, "attempt")?.unwrap_or(index as u32 + 1);
+                attempts.push(Attempt {
+                    number,
+                    started_at: time(fields, "started_at")?,
+                    finished_at: time(fields, "finished_at")?,
+                    exit_code: int(fields, "exit_code")?,
+                    signal: int(fields, "signal")?,
+                    timed_out: boolean(fields, "timed_out")?,
+                    stdout_tail: get_bytes(fields, "stdout_tail")?,
+                    stderr_tail: get_bytes(fields, "stderr_tail")?,
+                });
+            }
+        }
+        Some(_) => bail!("attempts_detail is not an array"),
+    }
+    let mut numbers: Vec<u32> = attempts.iter().map(|attempt| attempt.number).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    if numbers.len() != attempts.len() {
+        bail!("attempts_detail numbers an attempt twice");
+    }
+    Ok(ExportedRun {
+        run,
+        attempts,
+        head: boolean(&object, "head")?,
+    })
+}
+
+// ---- metrics: the Prometheus text exposition format ---------------------
+
+/// A label value escaped per the exposition format: `\`, `"` and newline.
+pub fn label_value(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// Unix seconds with milliseconds, as the format's float.
+fn seconds(time: Timestamp) -> String {
+    let ms = time.as_millisecond();
+    format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
+}
+
+/// Per-key metrics for node_exporter's textfile collector.
+pub fn metrics_text(keys: &[KeyMetrics]) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        lines(&mut out);
+    };
+    let label = |metric: &KeyMetrics| label_value(&metric.key);
+    family(
+        "idem_last_success_timestamp_seconds",
+        "When the key's latest successful run finished, in Unix seconds.",
+        &mut |out| {
+            for metric in keys {
+                if let Some(time) = metric.last_success {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_success_timestamp_seconds{{key=\"{}\"}} {}",
+                        label(metric),
+                        seconds(time)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_last_run_status",
+        "The status of the key's latest run: 1 for that status, 0 for the others.",
+        &mut |out| {
+            for metric in keys {
+                let Some(run) = &metric.last_run else {
+                    continue;
+                };
+                for status in Status::ALL {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_run_status{{key=\"{}\",status=\"{}\"}} {}",
+                        label(metric),
+                        status.as_str(),
+                        u8::from(run.status == status)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_last_run_timestamp_seconds",
+        "When the key's latest run started, in Unix seconds.",
+        &mut |out| {
+            for metric in keys {
+                if let Some(run) = &metric.last_run {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_run_timestamp_seconds{{key=\"{}\"}} {}",
+                        label(metric),
+                        seconds(run.started_at)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_last_run_exit_code",
+        "The exit code of the key's latest finished run.",
+        &mut |out| {
+            for metric in keys {
+                if let Some(code) = metric.last_run.as_ref().and_then(|run| run.exit_code) {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_run_exit_code{{key=\"{}\"}} {code}",
+                        label(metric)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_consecutive_failures",
+        "Failed and abandoned runs of the key since its latest success.",
+        &mut |out| {
+            for metric in keys {
+                let _ = writeln!(
+                    out,
+                    "idem_consecutive_failures{{key=\"{}\"}} {}",
+                    label(metric),
+                    metric.consecutive_failures
+                );
+            }
+        },
+    );
+    family(
+        "idem_runs",
+        "Runs of the key in the ledger, by status (ledger prune lowers it).",
+        &mut |out| {
+            for metric in keys {
+                for (status, count) in Status::ALL.iter().zip(metric.runs) {
+                    let _ = writeln!(
+                        out,
+                        "idem_runs{{key=\"{}\",status=\"{}\"}} {count}",
+                        label(metric),
+                        status.as_str()
+                    );
+                }
+            }
+        },
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_words_for_the_shell() {
+        assert_eq!(shell_word("plain/path-1.txt"), "plain/path-1.txt");
+        assert_eq!(shell_word("two words"), "'two words'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn escapes_label_values() {
+        assert_eq!(label_value(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(label_value("x\ny"), "x\\ny");
+    }
+
+    #[test]
+    fn bytes_round_trip_through_export() {
+        let run = Run {
+            key: "k".into(),
+            run_id: Uuid::now_v7(),
+            status: Status::Succeeded,
+            exit_code: Some(0),
+            signal: None,
+            attempts: 1,
+            started_at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
+            finished_at: Some(Timestamp::from_millisecond(1_700_000_001_456).unwrap()),
+            host: "h".into(),
+            pid: 42,
+            command: vec!["printf".into(), OsString::from_vec(vec![0xff, b'x'])],
+            shell: false,
+            recovered: false,
+        };
+        let exported = ExportedRun {
+            run,
+            attempts: vec![Attempt {
+                number: 1,
+                started_at: Some(Timestamp::from_millisecond(1_700_000_000_200).unwrap()),
+                finished_at: Some(Timestamp::from_millisecond(1_700_000_001_400).unwrap()),
+                exit_code: Some(0),
+                signal: None,
+                timed_out: false,
+                stdout_tail: vec![0xfe, b'o', b'k', b'\n'],
+                stderr_tail: b"plain".to_vec(),
+            }],
+            head: true,
+        };
+        let line = export_json(&exported).to_string();
+        assert!(line.contains("stdout_tail_base64"), "{line}");
+        assert!(!line.contains("stderr_tail_base64"), "{line}");
+        assert_eq!(parse_export(&line).unwrap(), exported);
+    }
 }

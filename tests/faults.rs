@@ -176,7 +176,7 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
             "--retries",
             "0",
             "--capture",
-            "4MiB",
+            "1MiB",
             "--shell",
             "--",
             script,
@@ -239,7 +239,7 @@ fn a_read_only_ledger_runs_nothing_but_can_be_read() {
     );
     let doctor = run_with_db(&env, &db, &["doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    assert_eq!(report["schema_version"], 1, "{report}");
+    assert!(report["schema_version"].as_u64().unwrap() >= 1, "{report}");
 }
 
 #[test]
@@ -991,22 +991,23 @@ fn a_flood_of_output_keeps_memory_and_the_ledger_small() {
         "the ledger holds {ledger_bytes} bytes"
     );
 
-    // The largest capture (4MiB a stream) still bounds memory.
+    // The largest capture (1MiB a stream) still bounds memory.
     let command = env.idem([
         "run",
         "--key",
-        "flood-4m",
+        "flood-1m",
         "--retries",
         "0",
         "--capture",
-        "4MiB",
+        "1MiB",
         "--shell",
         "--",
         script,
     ]);
     let (_, rss) = max_rss_kib(command).unwrap();
-    println!("flood with --capture 4MiB: max RSS {rss} KiB");
-    assert!(rss <= 48 * 1024, "idem used {rss} KiB with --capture 4MiB");
+    println!("flood with --capture 1MiB: max RSS {rss} KiB");
+    // A debug build carries more than a release one (benches/ measures that).
+    assert!(rss <= 24 * 1024, "idem used {rss} KiB with --capture 1MiB");
 }
 
 // ----------------------------------------------------------- power loss
@@ -1319,7 +1320,11 @@ fn doctor_finds_a_healthy_ledger_healthy_and_changes_nothing() {
     let (code, report) = doctor_json(&env, &env.db());
     assert_eq!(code, 0);
     assert_eq!(report["healthy"], true);
-    assert_eq!(report["schema_version"], 1);
+    assert!(report["schema_version"].as_u64().unwrap() >= 1);
+    assert!(check(&report, "schema")["message"]
+        .as_str()
+        .unwrap()
+        .contains("(current)"));
     assert_eq!(check(&report, "integrity")["status"], "ok");
     assert!(report["free_bytes"].as_u64().unwrap() > 0);
     assert_eq!(
@@ -1442,12 +1447,13 @@ fn doctor_tells_leftover_files_from_files_in_use() {
     drop(stdin);
     reader.wait().unwrap();
 
-    // A writer killed with its log and index on disk.
+    // A writer killed with its log and index on disk: harmless, the next
+    // reader folds the log in.
     crash_writer(&db, "INSERT INTO keys (key) VALUES ('from-the-log');");
     let names = listing(env.dir.path());
     let (code, report) = doctor_json(&env, &db);
     assert_eq!(code, 0, "{report}");
-    assert_eq!(check(&report, "leftover files")["status"], "warn");
+    assert_eq!(check(&report, "leftover files")["status"], "ok");
     // Only the log left: doctor reads a copy rather than create the index.
     fs::remove_file(format!("{}-shm", db.display())).unwrap();
     let names_without_shm = listing(env.dir.path());
@@ -1553,7 +1559,7 @@ mod parsers {
         }
 
         #[test]
-        fn byte_sizes_mean_what_they_say(count in 0u64..=4096, unit in 0usize..4) {
+        fn byte_sizes_mean_what_they_say(count in 0u64..=1024, unit in 0usize..4) {
             let (suffix, multiplier) = [("", 1), ("b", 1), ("KiB", 1 << 10), ("k", 1 << 10)][unit];
             let parsed = ByteSize::from_str(&format!("{count}{suffix}")).unwrap();
             prop_assert_eq!(parsed.0, count * multiplier);
@@ -1591,4 +1597,23 @@ mod parsers {
             let _ = parse(&run);
         }
     }
+}
+
+#[test]
+fn doctor_warns_of_a_wal_that_checkpoints_do_not_drain() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "a", "--", "true"]), 0);
+    let db = env.db();
+    crash_writer(
+        &db,
+        "CREATE TABLE pad (x); INSERT INTO pad VALUES (zeroblob(20000000));",
+    );
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 0, "{report}");
+    let side = check(&report, "leftover files");
+    assert_eq!(side["status"], "warn", "{report}");
+    assert!(
+        side["message"].as_str().unwrap().contains("MiB"),
+        "{report}"
+    );
 }

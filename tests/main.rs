@@ -8,6 +8,8 @@ mod concurrency;
 mod examples;
 mod failures;
 mod faults;
+mod generated;
+mod ledger;
 mod pg;
 mod postgres;
 mod run;

@@ -1,6 +1,7 @@
 //! `idem run` and `idem ledger` on a shared PostgreSQL ledger, against a
 //! real server each test starts for itself (see `pg.rs`).
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -592,4 +593,160 @@ fn postgres_waiter_adopts_the_outcome_and_ttl_expires() {
         0,
     );
     assert_eq!(pg.count("count"), 2);
+}
+
+/// `idem ledger export` of `env`'s ledger (the SQLite one unless `db`).
+fn export_of(env: &Env, db: Option<&str>) -> Vec<u8> {
+    let mut command = env.idem(["ledger", "export"]);
+    if let Some(db) = db {
+        command.env("IDEM_DB", db);
+    }
+    let output = command.output().unwrap();
+    assert_code(&output, 0);
+    output.stdout
+}
+
+#[test]
+fn postgres_import_moves_a_sqlite_ledger() {
+    let Some(pg) = Pg::new("postgres_import_moves_a_sqlite_ledger") else {
+        return;
+    };
+    // A SQLite ledger (in the same Env) with non-UTF-8 argv and output, a
+    // retried failure and a forgotten key.
+    let local = &pg.env;
+    let binary = local
+        .idem(["run", "--key", "bin", "--", "printf"])
+        .arg(std::ffi::OsStr::from_bytes(b"\xff\xfe-out\n"))
+        .output()
+        .unwrap();
+    assert_code(&binary, 0);
+    let flaky = "echo try >&2; exit 3";
+    assert_code(
+        &local.run([
+            "run",
+            "--key",
+            "flaky",
+            "--retries",
+            "1",
+            "--backoff",
+            "1ms",
+            "--shell",
+            "--",
+            flaky,
+        ]),
+        3,
+    );
+    let count = pg.count_cmd("count");
+    assert_code(
+        &local.run(["run", "--key", "done", "--shell", "--", &count]),
+        0,
+    );
+    assert_code(&local.run(["run", "--key", "dropped", "--", "true"]), 0);
+    assert_code(&local.run(["ledger", "forget", "dropped"]), 0);
+    let stream = export_of(local, None);
+    let file = local.path("export.jsonl");
+    std::fs::write(&file, &stream).unwrap();
+
+    for (round, expected) in [
+        (
+            0,
+            "imported 4 runs (0 updated, 0 already here); 3 became their keys' deciding runs\n",
+        ),
+        (
+            1,
+            "imported 0 runs (0 updated, 4 already here); 0 became their keys' deciding runs\n",
+        ),
+    ] {
+        let output = pg.run(["ledger", "import", file.to_str().unwrap()]);
+        assert_code(&output, 0);
+        assert_eq!(text(&output.stdout), expected, "round {round}");
+        assert_eq!(
+            export_of(local, Some(&pg.url())),
+            stream,
+            "the move is lossless (round {round})"
+        );
+    }
+    assert_eq!(pg.list_json(), local.list_json());
+    let show = pg.run(["ledger", "show", "bin", "--json"]);
+    assert_code(&show, 0);
+    let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(show, local.show_json("bin"));
+
+    // The shared ledger decides as the local one did.
+    assert_code(
+        &pg.run(["run", "--key", "done", "--shell", "--", &count]),
+        0,
+    );
+    assert_eq!(pg.count("count"), 1);
+    assert_code(
+        &pg.run(["run", "--key", "dropped", "--shell", "--", &count]),
+        0,
+    );
+    assert_eq!(pg.count("count"), 2);
+}
+
+#[test]
+fn postgres_forget_prune_and_metrics() {
+    let Some(pg) = Pg::new("postgres_forget_prune_and_metrics") else {
+        return;
+    };
+    let count = pg.count_cmd("count");
+    let run = |key: &str, script: &str| {
+        pg.run([
+            "run",
+            "--key",
+            key,
+            "--retries",
+            "0",
+            "--force",
+            "--shell",
+            "--",
+            script,
+        ])
+    };
+    assert_code(&run("k", &count), 0);
+    assert_code(&run("k", "exit 1"), 1);
+    assert_code(&run("k", "exit 2"), 2);
+    assert_code(&run("other", "true"), 0);
+
+    let metrics = pg.run(["ledger", "metrics"]);
+    assert_code(&metrics, 0);
+    let body = text(&metrics.stdout);
+    assert!(
+        body.contains("idem_consecutive_failures{key=\"k\"} 2"),
+        "{body}"
+    );
+    assert!(
+        body.contains("idem_consecutive_failures{key=\"other\"} 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains("idem_runs{key=\"k\",status=\"failed\"} 2"),
+        "{body}"
+    );
+
+    // Prune keeps each key's deciding run.
+    let prune = pg.run(["ledger", "prune", "--older-than", "0s"]);
+    assert_code(&prune, 0);
+    let runs = pg.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
+    assert_code(
+        &pg.run(["run", "--key", "other", "--shell", "--", &count]),
+        65,
+    );
+
+    // Forget makes a key run again and keeps its history; --purge drops it.
+    assert_code(
+        &pg.run(["run", "--key", "once", "--shell", "--", &count]),
+        0,
+    );
+    assert_code(&pg.run(["ledger", "forget", "once"]), 0);
+    assert_code(
+        &pg.run(["run", "--key", "once", "--shell", "--", &count]),
+        0,
+    );
+    assert_eq!(pg.count("count"), 3);
+    assert_code(&pg.run(["ledger", "forget", "--purge", "once"]), 0);
+    let show = pg.run(["ledger", "show", "once"]);
+    assert_code(&show, 1);
 }

@@ -261,7 +261,14 @@ fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
         .insert("file_mode".into(), mode_text(mode).into());
 }
 
-/// -wal and -shm files: normal while idem runs, left over after a crash.
+/// A WAL this large means checkpoints are not keeping up (idem checkpoints
+/// every 64 pages): something holds a read transaction open for long.
+const LARGE_WAL: u64 = 16 << 20;
+
+/// The -wal and -shm files are kept between runs on purpose (starting
+/// without them is most of a short run's cost), and one left by a crash
+/// is folded in by the next reader. A -journal means the ledger was caught
+/// mid-write outside WAL mode; a large -wal that checkpoints are stuck.
 fn side_files(path: &Path, report: &mut Report) {
     let wal = ledger::side_file(path, "-wal");
     let shm = ledger::side_file(path, "-shm");
@@ -272,27 +279,36 @@ fn side_files(path: &Path, report: &mut Report) {
         .map(|side| file_name(side))
         .collect();
     report.facts.insert("side_files".into(), json!(present));
-    if present.is_empty() {
-        report.ok("leftover files", "none");
-        return;
-    }
-    match shm_holder(&shm) {
-        Some(pid) => report.ok(
-            "leftover files",
-            format!(
-                "{} in use by process {pid} (normal while idem runs)",
-                present.join(", ")
-            ),
-        ),
-        None => report.push(
+    let wal_bytes = fs::metadata(&wal).map_or(0, |meta| meta.len());
+    if journal.exists() {
+        report.push(
             "leftover files",
             Level::Warn,
             format!(
-                "{} left by a process that did not close the ledger (a crash or power loss); nothing is lost",
-                present.join(", ")
+                "{} is a rollback journal left by an interrupted write",
+                file_name(&journal)
             ),
-            Some("the next idem command folds them in (e.g. `idem ledger list`); do not delete them"),
-        ),
+            Some("the next idem command rolls it back; do not delete it"),
+        );
+    } else if wal_bytes > LARGE_WAL {
+        report.push(
+            "leftover files",
+            Level::Warn,
+            format!(
+                "{} holds {} MiB: checkpoints are not keeping up",
+                file_name(&wal),
+                wal_bytes >> 20
+            ),
+            Some("look for a process holding the ledger open (fuser LEDGER), then run any idem command"),
+        );
+    } else if present.is_empty() {
+        report.ok("leftover files", "none");
+    } else {
+        let user = match shm_holder(&shm) {
+            Some(pid) => format!("in use by process {pid}"),
+            None => "kept between runs in WAL mode".to_owned(),
+        };
+        report.ok("leftover files", format!("{} ({user})", present.join(", ")));
     }
 }
 

@@ -252,6 +252,92 @@ pub struct ListFilter {
     pub limit: u32,
 }
 
+/// What `forget` found for one key (and, unless a dry run, changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgottenKey {
+    pub key: String,
+    /// The key is in the ledger (it has a row, even without runs).
+    pub known: bool,
+    /// The status of the key's head before `forget`; `None` when the key had
+    /// no deciding run (new, or forgotten already).
+    pub head: Option<Status>,
+    /// The head was `running` with a dead owner: it is marked `abandoned`.
+    pub abandoned: bool,
+    /// Runs of the key in the ledger (removed with `purge`).
+    pub runs: u64,
+    /// The head is running under a live owner: nothing was changed.
+    pub busy: Option<Owner>,
+}
+
+/// What `forget` did. When any key is busy, nothing at all was changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForgetReport {
+    pub keys: Vec<ForgottenKey>,
+}
+
+impl ForgetReport {
+    /// The keys refused because a live owner runs them.
+    pub fn busy(&self) -> impl Iterator<Item = &ForgottenKey> {
+        self.keys.iter().filter(|key| key.busy.is_some())
+    }
+}
+
+/// What `prune` dropped (or would drop, on a dry run).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    pub runs: u64,
+    pub attempts: u64,
+    /// Bytes of captured output (stdout and stderr tails).
+    pub output_bytes: u64,
+    /// Keys left with neither runs nor a head, removed too.
+    pub keys: u64,
+}
+
+/// One run with its attempts, as `export` writes it and `import` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedRun {
+    pub run: Run,
+    pub attempts: Vec<Attempt>,
+    /// The run was its key's head (the run that decides) in its ledger.
+    pub head: bool,
+}
+
+/// What `import` did with a batch of runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Runs new to this ledger.
+    pub added: u64,
+    /// Runs this ledger held as `running` and the stream held finished.
+    pub updated: u64,
+    /// Runs this ledger already held (by `run_id`): left as they are.
+    pub unchanged: u64,
+    /// Imported runs that became their key's head.
+    pub heads: u64,
+}
+
+/// Per-key figures for `metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyMetrics {
+    pub key: String,
+    /// The key's latest run (by start time), if it has any.
+    pub last_run: Option<Run>,
+    /// When the key's latest success finished.
+    pub last_success: Option<Timestamp>,
+    /// `failed` and `abandoned` runs since the latest success.
+    pub consecutive_failures: u64,
+    /// Runs in the ledger by status, in the order of [`Status::ALL`].
+    pub runs: [u64; 4],
+}
+
+impl Status {
+    pub const ALL: [Status; 4] = [
+        Status::Running,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Abandoned,
+    ];
+}
+
 /// The storage behind `idem`. Implementations keep every write short and
 /// make `claim` atomic: the head is read and rewritten in one transaction.
 pub trait Ledger {
@@ -298,6 +384,38 @@ pub trait Ledger {
 
     /// Every run of `key`, newest first, each with its attempts.
     fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>>;
+
+    /// Makes `keys` run again next time: each key's head is cleared (a head
+    /// whose owner is gone is first marked `abandoned`), and with `purge`
+    /// the key's runs and attempts are removed too. In one transaction: if
+    /// any key's head is `running` under an owner that `alive` says lives,
+    /// nothing changes and the report names it. `dry_run` changes nothing.
+    fn forget(
+        &mut self,
+        keys: &[String],
+        purge: bool,
+        dry_run: bool,
+        alive: &dyn Fn(&Owner) -> bool,
+    ) -> Result<ForgetReport>;
+
+    /// Drops runs that finished before `before`, with their attempts and
+    /// output, except each key's head (the run that decides) and running
+    /// runs; then keys left with neither runs nor a head.
+    fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport>;
+
+    /// Every run with its attempts, oldest first, handed to `sink` one at a
+    /// time (memory stays bounded whatever the ledger holds).
+    fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()>;
+
+    /// Adds `runs` in one transaction, idempotently by `run_id`: a run this
+    /// ledger holds already is left as it is, unless it holds it `running`
+    /// and the stream finished. An imported run that was its key's head
+    /// becomes the head here when it started after every run of its key
+    /// here and the current head is not running.
+    fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport>;
+
+    /// Per-key figures, in key order.
+    fn metrics(&mut self) -> Result<Vec<KeyMetrics>>;
 }
 
 /// Encodes argv for storage: NUL-separated raw bytes (argv cannot hold NUL),

@@ -13,12 +13,13 @@ mod connect;
 use std::time::Duration;
 
 use anyhow::Result;
+use jiff::Timestamp;
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, Row};
 
 use super::{
-    decode_command, encode_command, Attempt, Claim, Head, Ledger, ListFilter, Outcome, Owner, Plan,
-    Run, Status,
+    decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
+    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run, Status,
 };
 use crate::exit::{Failure, IDEM_FAILED};
 
@@ -645,6 +646,439 @@ impl Ledger for PostgresLedger {
     fn leased(&self) -> bool {
         true
     }
+
+    fn forget(
+        &mut self,
+        keys: &[String],
+        purge: bool,
+        dry_run: bool,
+        alive: &dyn Fn(&Owner) -> bool,
+    ) -> Result<ForgetReport> {
+        let result = (|| {
+            let mut tx = begin(&mut self.client)?;
+            let report = forget_keys(&mut tx, keys, purge, alive)?;
+            // A dry run does the same work and rolls it back, so what it
+            // reports is exactly what a real one would do.
+            if dry_run || report.busy().next().is_some() {
+                tx.rollback()?;
+            } else {
+                tx.commit()?;
+            }
+            Ok(report)
+        })();
+        result.map_err(|error: postgres::Error| self.fail("forget keys in", &error))
+    }
+
+    fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
+        let result = (|| {
+            let mut tx = begin(&mut self.client)?;
+            let report = prune_runs(&mut tx, before)?;
+            if dry_run {
+                tx.rollback()?;
+            } else {
+                tx.commit()?;
+            }
+            Ok(report)
+        })();
+        result.map_err(|error: postgres::Error| self.fail("prune", &error))
+    }
+
+    fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
+        let shown = self.shown.clone();
+        let read = |error: postgres::Error| -> anyhow::Error {
+            Failure::new(
+                IDEM_FAILED,
+                format!(
+                    "could not read ledger {shown}: {}",
+                    connect::describe(&error)
+                ),
+            )
+            .into()
+        };
+        // One snapshot while runs go on; runs and their attempts come in
+        // batches from two cursors in the same order, so memory stays
+        // bounded whatever the ledger holds.
+        let mut tx = self
+            .client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(read)?;
+        let runs = tx
+            .bind(
+                &format!(
+                    "SELECT {RUN_COLUMNS}, coalesce(k.head = r.id, false)
+                     FROM idem.runs r JOIN idem.keys k ON k.key = r.key
+                     ORDER BY r.started_at, r.id"
+                ),
+                &[],
+            )
+            .map_err(read)?;
+        let attempts = tx
+            .bind(
+                &format!(
+                    "SELECT {ATTEMPT_COLUMNS} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
+                     ORDER BY r.started_at, r.id, a.n"
+                ),
+                &[],
+            )
+            .map_err(read)?;
+        const BATCH: i32 = 256;
+        let mut pending: std::collections::VecDeque<Row> = Default::default();
+        let mut attempts_done = false;
+        loop {
+            let batch = tx.query_portal(&runs, BATCH).map_err(read)?;
+            if batch.is_empty() {
+                break;
+            }
+            for row in &batch {
+                let (id, run) = run_from_row(row).map_err(read)?;
+                let head: bool = row.try_get(14).map_err(read)?;
+                let mut run_attempts = Vec::new();
+                loop {
+                    if pending.is_empty() && !attempts_done {
+                        let more = tx.query_portal(&attempts, BATCH).map_err(read)?;
+                        attempts_done = more.is_empty();
+                        pending.extend(more);
+                    }
+                    let next = match pending.front() {
+                        Some(next) => next.try_get::<_, i64>(0).map_err(read)?,
+                        None => break,
+                    };
+                    if next != id {
+                        break;
+                    }
+                    if let Some(next) = pending.pop_front() {
+                        run_attempts.push(attempt_from_row(&next).map_err(read)?.1);
+                    }
+                }
+                sink(ExportedRun {
+                    run,
+                    attempts: run_attempts,
+                    head,
+                })?;
+            }
+        }
+        tx.commit().map_err(read)
+    }
+
+    fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport> {
+        let result = (|| {
+            let mut tx = begin(&mut self.client)?;
+            let report = import_runs(&mut tx, runs)?;
+            tx.commit()?;
+            Ok(report)
+        })();
+        result.map_err(|error: postgres::Error| self.fail("import runs into", &error))
+    }
+
+    fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
+        key_metrics(&mut self.client).map_err(|error| self.fail("read", &error))
+    }
+}
+
+fn forget_keys(
+    tx: &mut postgres::Transaction<'_>,
+    keys: &[String],
+    purge: bool,
+    alive: &dyn Fn(&Owner) -> bool,
+) -> Result<ForgetReport, postgres::Error> {
+    let mut report = ForgetReport::default();
+    let mut found = Vec::new();
+    for key in keys {
+        // The key's row lock: no claim of it reads or writes meanwhile.
+        let known = tx
+            .query_opt("SELECT 1 FROM idem.keys WHERE key = $1 FOR UPDATE", &[key])?
+            .is_some();
+        let head = query_head(tx, key)?;
+        let runs: i64 = tx
+            .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[key])?
+            .try_get(0)?;
+        let running = head
+            .as_ref()
+            .filter(|head| head.run.status == Status::Running);
+        let busy = running
+            .and_then(|head| head.owner.clone())
+            .filter(|owner| alive(owner));
+        let abandoned = running.is_some() && busy.is_none();
+        report.keys.push(ForgottenKey {
+            key: key.clone(),
+            known,
+            head: head.as_ref().map(|head| head.run.status),
+            abandoned,
+            runs: runs.max(0) as u64,
+            busy,
+        });
+        if known {
+            found.push((key, abandoned));
+        }
+    }
+    if report.busy().next().is_some() {
+        return Ok(report);
+    }
+    for (key, abandoned) in found {
+        if abandoned {
+            tx.execute(
+                "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
+                 WHERE id = (SELECT head FROM idem.keys WHERE key = $1) AND status = 'running'",
+                &[key],
+            )?;
+        }
+        if purge {
+            tx.execute(
+                "DELETE FROM idem.attempts
+                 WHERE run IN (SELECT id FROM idem.runs WHERE key = $1)",
+                &[key],
+            )?;
+            tx.execute("DELETE FROM idem.runs WHERE key = $1", &[key])?;
+            tx.execute("DELETE FROM idem.keys WHERE key = $1", &[key])?;
+        } else {
+            // The epoch rises too: an owner presumed gone that comes back
+            // finds its claim lost.
+            tx.execute(
+                "UPDATE idem.keys SET head = NULL, epoch = epoch + 1, owner_boot = NULL,
+                     owner_pid_start = NULL, owner_pgid = NULL, owner_pgid_start = NULL,
+                     lease_until = NULL
+                 WHERE key = $1",
+                &[key],
+            )?;
+        }
+    }
+    Ok(report)
+}
+
+fn prune_runs(
+    tx: &mut postgres::Transaction<'_>,
+    before: Timestamp,
+) -> Result<PruneReport, postgres::Error> {
+    // Finished before the cutoff, never running, never a key's head.
+    let ids: Vec<i64> = tx
+        .query(
+            "SELECT r.id FROM idem.runs r
+             WHERE r.started_at < $1 AND r.finished_at < $1 AND r.status <> 'running'
+               AND NOT EXISTS (SELECT 1 FROM idem.keys k WHERE k.head = r.id)",
+            &[&before],
+        )?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let stats = tx.query_one(
+        "SELECT count(*),
+                coalesce(sum(octet_length(stdout_tail)), 0)
+                    + coalesce(sum(octet_length(stderr_tail)), 0)
+         FROM idem.attempts WHERE run = ANY($1)",
+        &[&ids],
+    )?;
+    tx.execute("DELETE FROM idem.attempts WHERE run = ANY($1)", &[&ids])?;
+    let runs = tx.execute("DELETE FROM idem.runs WHERE id = ANY($1)", &[&ids])?;
+    let keys = tx.execute(
+        "DELETE FROM idem.keys k WHERE k.head IS NULL
+           AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
+        &[],
+    )?;
+    Ok(PruneReport {
+        runs,
+        attempts: stats.try_get::<_, i64>(0)?.max(0) as u64,
+        output_bytes: stats.try_get::<_, i64>(1)?.max(0) as u64,
+        keys,
+    })
+}
+
+fn insert_attempts(
+    tx: &mut postgres::Transaction<'_>,
+    run: i64,
+    attempts: &[Attempt],
+) -> Result<(), postgres::Error> {
+    let insert = tx.prepare(
+        "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
+             timed_out, stdout_tail, stderr_tail)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )?;
+    let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
+    for attempt in attempts {
+        tx.execute(
+            &insert,
+            &[
+                &run,
+                &(attempt.number as i32),
+                &attempt.started_at.unwrap_or(Timestamp::UNIX_EPOCH),
+                &attempt.finished_at,
+                &attempt.exit_code,
+                &attempt.signal,
+                &attempt.timed_out,
+                &tail(&attempt.stdout_tail),
+                &tail(&attempt.stderr_tail),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+fn import_runs(
+    tx: &mut postgres::Transaction<'_>,
+    runs: &[ExportedRun],
+) -> Result<ImportReport, postgres::Error> {
+    let mut report = ImportReport::default();
+    for item in runs {
+        let run = &item.run;
+        tx.execute(
+            "INSERT INTO idem.keys (key) VALUES ($1) ON CONFLICT (key) DO NOTHING",
+            &[&run.key],
+        )?;
+        // The key's row lock, as a claim takes it.
+        tx.execute(
+            "SELECT 1 FROM idem.keys WHERE key = $1 FOR UPDATE",
+            &[&run.key],
+        )?;
+        let existing = tx.query_opt(
+            "SELECT id, status FROM idem.runs WHERE run_id = $1",
+            &[&run.run_id],
+        )?;
+        let id: i64 = match existing {
+            Some(row)
+                if row.try_get::<_, &str>(1)? == "running" && run.status != Status::Running =>
+            {
+                // Exported again after it finished: take the outcome.
+                let id: i64 = row.try_get(0)?;
+                tx.execute(
+                    "UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
+                         attempts = $5, finished_at = $6
+                     WHERE id = $1",
+                    &[
+                        &id,
+                        &run.status.as_str(),
+                        &run.exit_code,
+                        &run.signal,
+                        &(run.attempts as i32),
+                        &run.finished_at,
+                    ],
+                )?;
+                tx.execute("DELETE FROM idem.attempts WHERE run = $1", &[&id])?;
+                insert_attempts(tx, id, &item.attempts)?;
+                tx.execute(
+                    "UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
+                         owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
+                     WHERE head = $1",
+                    &[&id],
+                )?;
+                report.updated += 1;
+                id
+            }
+            Some(_) => {
+                report.unchanged += 1;
+                continue;
+            }
+            None => {
+                let id: i64 = tx
+                    .query_one(
+                        "INSERT INTO idem.runs (run_id, key, status, exit_code, signal, attempts,
+                             started_at, finished_at, host, pid, command, shell, recovered)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                         RETURNING id",
+                        &[
+                            &run.run_id,
+                            &run.key,
+                            &run.status.as_str(),
+                            &run.exit_code,
+                            &run.signal,
+                            &(run.attempts as i32),
+                            &run.started_at,
+                            &run.finished_at,
+                            &run.host,
+                            &i64::from(run.pid),
+                            &encode_command(&run.command),
+                            &run.shell,
+                            &run.recovered,
+                        ],
+                    )?
+                    .try_get(0)?;
+                insert_attempts(tx, id, &item.attempts)?;
+                report.added += 1;
+                id
+            }
+        };
+        // A running run's owner is not in this ledger, so it cannot decide.
+        if !item.head || run.status == Status::Running {
+            continue;
+        }
+        let row = tx.query_one(
+            "SELECT (SELECT status FROM idem.runs WHERE id = k.head),
+                    (SELECT max(started_at) FROM idem.runs WHERE key = k.key AND id <> $2)
+             FROM idem.keys k WHERE k.key = $1",
+            &[&run.key, &id],
+        )?;
+        let head_status: Option<String> = row.try_get(0)?;
+        let latest: Option<Timestamp> = row.try_get(1)?;
+        let newer = latest.is_none_or(|latest| latest < run.started_at);
+        if newer && head_status.as_deref() != Some("running") {
+            tx.execute(
+                "UPDATE idem.keys SET head = $2, owner_boot = NULL, owner_pid_start = NULL,
+                     owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
+                 WHERE key = $1",
+                &[&run.key, &id],
+            )?;
+            report.heads += 1;
+        }
+    }
+    Ok(report)
+}
+
+fn key_metrics(client: &mut Client) -> Result<Vec<KeyMetrics>, postgres::Error> {
+    let rows = client.query(
+        "WITH ok AS (
+             SELECT key, max(started_at) AS started, max(finished_at) AS finished
+             FROM idem.runs WHERE status = 'succeeded' GROUP BY key
+         ),
+         last AS (
+             SELECT DISTINCT ON (key) key, id FROM idem.runs ORDER BY key, started_at DESC, id DESC
+         )
+         SELECT k.key, last.id, ok.finished,
+             count(*) FILTER (WHERE r.status = 'running'),
+             count(*) FILTER (WHERE r.status = 'succeeded'),
+             count(*) FILTER (WHERE r.status = 'failed'),
+             count(*) FILTER (WHERE r.status = 'abandoned'),
+             count(*) FILTER (WHERE r.status IN ('failed', 'abandoned')
+                 AND r.started_at > coalesce(ok.started, '-infinity'))
+         FROM idem.keys k
+         JOIN idem.runs r ON r.key = k.key
+         JOIN last ON last.key = k.key
+         LEFT JOIN ok ON ok.key = k.key
+         GROUP BY k.key, last.id, ok.finished, ok.started
+         ORDER BY k.key COLLATE \"C\"",
+        &[],
+    )?;
+    let ids = rows
+        .iter()
+        .map(|row| row.try_get(1))
+        .collect::<Result<Vec<i64>, _>>()?;
+    let mut last: std::collections::HashMap<i64, Run> = client
+        .query(
+            &format!("SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.id = ANY($1)"),
+            &[&ids],
+        )?
+        .iter()
+        .map(run_from_row)
+        .collect::<Result<_, _>>()?;
+    let count = |row: &Row, index: usize| -> Result<u64, postgres::Error> {
+        Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
+    };
+    rows.iter()
+        .map(|row| {
+            Ok(KeyMetrics {
+                key: row.try_get(0)?,
+                last_run: last.remove(&row.try_get::<_, i64>(1)?),
+                last_success: row.try_get(2)?,
+                consecutive_failures: count(row, 7)?,
+                runs: [
+                    count(row, 3)?,
+                    count(row, 4)?,
+                    count(row, 5)?,
+                    count(row, 6)?,
+                ],
+            })
+        })
+        .collect()
 }
 
 /// Whether `error` broke the connection (rather than being the server's

@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::{
-    decode_command, encode_command, Attempt, Claim, Head, Ledger, ListFilter, Outcome, Owner, Plan,
-    Run, Status,
+    decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
+    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run, Status,
 };
 use crate::exit::{io_words, Failure, IDEM_FAILED};
 
@@ -651,7 +651,10 @@ impl Ledger for SqliteLedger {
             sql.push_str(&format!(" AND r.started_at >= ?{}", values.len()));
         }
         values.push(i64::from(filter.limit).into());
-        sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ?{}", values.len()));
+        sql.push_str(&format!(
+            " ORDER BY r.started_at DESC, r.id DESC LIMIT ?{}",
+            values.len()
+        ));
         let result = (|| {
             let mut statement = self.conn.prepare(&sql)?;
             let rows =
@@ -665,7 +668,7 @@ impl Ledger for SqliteLedger {
         let result = (|| {
             let mut runs = self.conn.prepare(&format!(
                 "SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id
-                 WHERE k.key = ?1 ORDER BY r.id DESC"
+                 WHERE k.key = ?1 ORDER BY r.started_at DESC, r.id DESC"
             ))?;
             let mut attempts = self.conn.prepare(
                 "SELECT n, started_at, finished_at, exit_code, signal, timed_out, stdout_tail, stderr_tail
@@ -675,24 +678,71 @@ impl Ledger for SqliteLedger {
             for row in runs.query_map([key], run_from_row)? {
                 let (id, run) = row?;
                 let run_attempts = attempts
-                    .query_map([id], |row| {
-                        Ok(Attempt {
-                            number: row.get(0)?,
-                            started_at: Some(timestamp(row.get(1)?)),
-                            finished_at: row.get::<_, Option<i64>>(2)?.map(timestamp),
-                            exit_code: row.get(3)?,
-                            signal: row.get(4)?,
-                            timed_out: row.get(5)?,
-                            stdout_tail: row.get::<_, Option<Vec<u8>>>(6)?.unwrap_or_default(),
-                            stderr_tail: row.get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
-                        })
-                    })?
+                    .query_map([id], attempt_from_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 history.push((run, run_attempts));
             }
             Ok(history)
         })();
         result.map_err(|error: rusqlite::Error| self.fail("read", &error))
+    }
+
+    fn forget(
+        &mut self,
+        keys: &[String],
+        purge: bool,
+        dry_run: bool,
+        alive: &dyn Fn(&Owner) -> bool,
+    ) -> Result<ForgetReport> {
+        self.write_or_rehearse("forget keys in", dry_run, |tx| {
+            forget_keys(tx, keys, purge, alive)
+        })
+    }
+
+    fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
+        self.write_or_rehearse("prune", dry_run, |tx| prune_runs(tx, before))
+    }
+
+    fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
+        // One read transaction: a consistent snapshot while runs go on.
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(|error| self.fail("read", &error))?;
+        let read = |error| self.fail("read", &error);
+        let mut runs = tx
+            .prepare(&format!(
+                "SELECT {RUN_COLUMNS}, k.head = r.id FROM runs r JOIN keys k ON k.id = r.key_id
+                 ORDER BY r.started_at, r.id"
+            ))
+            .map_err(read)?;
+        let mut attempts = tx.prepare(ATTEMPTS_OF_RUN).map_err(read)?;
+        let mut rows = runs.query([]).map_err(read)?;
+        while let Some(row) = rows.next().map_err(read)? {
+            let (id, run) = run_from_row(row).map_err(read)?;
+            let head = row
+                .get::<_, Option<bool>>(14)
+                .map_err(read)?
+                .unwrap_or(false);
+            let run_attempts = attempts
+                .query_map([id], attempt_from_row)
+                .and_then(Iterator::collect)
+                .map_err(read)?;
+            sink(ExportedRun {
+                run,
+                attempts: run_attempts,
+                head,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport> {
+        self.write("import runs into", true, |tx| import_runs(tx, runs))
+    }
+
+    fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
+        key_metrics(&self.conn).map_err(|error| self.fail("read", &error))
     }
 }
 
@@ -718,4 +768,320 @@ fn update_attempt(tx: &Connection, claim: &Claim, attempt: &Attempt) -> rusqlite
         ],
     )?;
     Ok(())
+}
+
+const ATTEMPTS_OF_RUN: &str = "SELECT n, started_at, finished_at, exit_code, signal, timed_out, \
+     stdout_tail, stderr_tail FROM attempts WHERE run = ?1 ORDER BY n";
+
+fn attempt_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Attempt> {
+    Ok(Attempt {
+        number: row.get(0)?,
+        started_at: Some(timestamp(row.get(1)?)),
+        finished_at: row.get::<_, Option<i64>>(2)?.map(timestamp),
+        exit_code: row.get(3)?,
+        signal: row.get(4)?,
+        timed_out: row.get(5)?,
+        stdout_tail: row.get::<_, Option<Vec<u8>>>(6)?.unwrap_or_default(),
+        stderr_tail: row.get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
+    })
+}
+
+impl SqliteLedger {
+    /// Like `write`, but a dry run does the same work and rolls it back,
+    /// so what it reports is exactly what a real run would do.
+    fn write_or_rehearse<T>(
+        &mut self,
+        doing: &str,
+        dry_run: bool,
+        body: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        if !dry_run {
+            return self.write(doing, true, body);
+        }
+        let _guard = self.write_lock()?;
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let value = body(&tx)?;
+            tx.rollback()?;
+            Ok(value)
+        })();
+        result.map_err(|error| self.fail(doing, &error))
+    }
+}
+
+fn forget_keys(
+    tx: &Connection,
+    keys: &[String],
+    purge: bool,
+    alive: &dyn Fn(&Owner) -> bool,
+) -> rusqlite::Result<ForgetReport> {
+    let mut report = ForgetReport::default();
+    let mut found = Vec::new();
+    for key in keys {
+        let key_id: Option<i64> = tx
+            .query_row("SELECT id FROM keys WHERE key = ?1", [key], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        let head = query_head(tx, key)?;
+        let runs: u64 = match key_id {
+            Some(id) => {
+                tx.query_row("SELECT count(*) FROM runs WHERE key_id = ?1", [id], |row| {
+                    row.get(0)
+                })?
+            }
+            None => 0,
+        };
+        let running = head
+            .as_ref()
+            .filter(|(_, head)| head.run.status == Status::Running);
+        let busy = running
+            .and_then(|(_, head)| head.owner.clone())
+            .filter(|owner| alive(owner));
+        let abandoned = running.filter(|_| busy.is_none()).map(|(id, _)| *id);
+        report.keys.push(ForgottenKey {
+            key: key.clone(),
+            known: key_id.is_some(),
+            head: head.as_ref().map(|(_, head)| head.run.status),
+            abandoned: abandoned.is_some(),
+            runs,
+            busy,
+        });
+        if let Some(id) = key_id {
+            found.push((id, abandoned));
+        }
+    }
+    if report.busy().next().is_some() {
+        return Ok(report);
+    }
+    let now = millis(Timestamp::now());
+    for (key_id, abandoned) in found {
+        if let Some(run) = abandoned {
+            tx.execute(
+                "UPDATE runs SET status = 'abandoned', finished_at = ?2
+                 WHERE id = ?1 AND status = 'running'",
+                params![run, now],
+            )?;
+        }
+        if purge {
+            tx.execute(
+                "DELETE FROM attempts WHERE run IN (SELECT id FROM runs WHERE key_id = ?1)",
+                [key_id],
+            )?;
+            tx.execute("DELETE FROM runs WHERE key_id = ?1", [key_id])?;
+            tx.execute("DELETE FROM keys WHERE id = ?1", [key_id])?;
+        } else {
+            tx.execute(
+                "UPDATE keys SET head = NULL, owner_boot = NULL, owner_pid_start = NULL,
+                     owner_pgid = NULL, owner_pgid_start = NULL
+                 WHERE id = ?1",
+                [key_id],
+            )?;
+        }
+    }
+    Ok(report)
+}
+
+fn prune_runs(tx: &Connection, before: Timestamp) -> rusqlite::Result<PruneReport> {
+    // Finished before the cutoff (so started before it too, which lets the
+    // start-time index find them), never running, never a key's head.
+    tx.execute_batch("CREATE TEMP TABLE IF NOT EXISTS pruned (id INTEGER PRIMARY KEY)")?;
+    tx.execute("DELETE FROM temp.pruned", [])?;
+    let runs = tx.execute(
+        "INSERT INTO temp.pruned (id)
+         SELECT r.id FROM runs r
+         WHERE r.started_at < ?1 AND r.finished_at < ?1 AND r.status != 'running'
+           AND r.id NOT IN (SELECT head FROM keys WHERE head IS NOT NULL)",
+        [millis(before)],
+    )? as u64;
+    let (attempts, output_bytes): (u64, u64) = tx.query_row(
+        "SELECT count(*), coalesce(sum(length(stdout_tail)), 0) + coalesce(sum(length(stderr_tail)), 0)
+         FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    tx.execute(
+        "DELETE FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
+        [],
+    )?;
+    tx.execute(
+        "DELETE FROM runs WHERE id IN (SELECT id FROM temp.pruned)",
+        [],
+    )?;
+    let keys = tx.execute(
+        "DELETE FROM keys WHERE head IS NULL
+           AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.key_id = keys.id)",
+        [],
+    )? as u64;
+    tx.execute("DELETE FROM temp.pruned", [])?;
+    Ok(PruneReport {
+        runs,
+        attempts,
+        output_bytes,
+        keys,
+    })
+}
+
+fn insert_attempts(tx: &Connection, run: i64, attempts: &[Attempt]) -> rusqlite::Result<()> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal, timed_out,
+             stdout_tail, stderr_tail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    for attempt in attempts {
+        insert.execute(params![
+            run,
+            attempt.number,
+            attempt.started_at.map_or(0, millis),
+            attempt.finished_at.map(millis),
+            attempt.exit_code,
+            attempt.signal,
+            attempt.timed_out,
+            (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
+            (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
+        ])?;
+    }
+    Ok(())
+}
+
+fn import_runs(tx: &Connection, runs: &[ExportedRun]) -> rusqlite::Result<ImportReport> {
+    let mut report = ImportReport::default();
+    for item in runs {
+        let run = &item.run;
+        let existing: Option<(i64, i64, String)> = tx
+            .prepare_cached("SELECT id, key_id, status FROM runs WHERE run_id = ?1")?
+            .query_row([run.run_id.as_bytes().as_slice()], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .optional()?;
+        let (id, key_id) = match existing {
+            Some((id, key_id, status)) if status == "running" && run.status != Status::Running => {
+                // Exported again after it finished: take the outcome.
+                tx.execute(
+                    "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, attempts = ?5,
+                         finished_at = ?6
+                     WHERE id = ?1",
+                    params![
+                        id,
+                        run.status.as_str(),
+                        run.exit_code,
+                        run.signal,
+                        run.attempts,
+                        run.finished_at.map(millis)
+                    ],
+                )?;
+                tx.execute("DELETE FROM attempts WHERE run = ?1", [id])?;
+                insert_attempts(tx, id, &item.attempts)?;
+                tx.execute(
+                    "UPDATE keys SET owner_boot = NULL, owner_pid_start = NULL,
+                         owner_pgid = NULL, owner_pgid_start = NULL
+                     WHERE head = ?1",
+                    [id],
+                )?;
+                report.updated += 1;
+                (id, key_id)
+            }
+            Some(_) => {
+                report.unchanged += 1;
+                continue;
+            }
+            None => {
+                let key_id: i64 = tx
+                    .prepare_cached(
+                        "INSERT INTO keys (key) VALUES (?1)
+                         ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id",
+                    )?
+                    .query_row([&run.key], |row| row.get(0))?;
+                tx.prepare_cached(
+                    "INSERT INTO runs (run_id, key_id, status, exit_code, signal, attempts,
+                         started_at, finished_at, host, pid, command, shell, recovered)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                )?
+                .execute(params![
+                    run.run_id.as_bytes().as_slice(),
+                    key_id,
+                    run.status.as_str(),
+                    run.exit_code,
+                    run.signal,
+                    run.attempts,
+                    millis(run.started_at),
+                    run.finished_at.map(millis),
+                    run.host,
+                    run.pid,
+                    encode_command(&run.command),
+                    run.shell,
+                    run.recovered
+                ])?;
+                let id = tx.last_insert_rowid();
+                insert_attempts(tx, id, &item.attempts)?;
+                report.added += 1;
+                (id, key_id)
+            }
+        };
+        // A running run's owner is not in this ledger, so it cannot decide.
+        if !item.head || run.status == Status::Running {
+            continue;
+        }
+        let (head_status, latest): (Option<String>, Option<i64>) = tx
+            .prepare_cached(
+                "SELECT (SELECT status FROM runs WHERE id = k.head),
+                        (SELECT max(started_at) FROM runs WHERE key_id = k.id AND id != ?2)
+                 FROM keys k WHERE k.id = ?1",
+            )?
+            .query_row(params![key_id, id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let newer = latest.is_none_or(|latest| latest < millis(run.started_at));
+        if newer && head_status.as_deref() != Some("running") {
+            tx.execute(
+                "UPDATE keys SET head = ?2, owner_boot = NULL, owner_pid_start = NULL,
+                     owner_pgid = NULL, owner_pgid_start = NULL
+                 WHERE id = ?1",
+                params![key_id, id],
+            )?;
+            report.heads += 1;
+        }
+    }
+    Ok(report)
+}
+
+fn key_metrics(conn: &Connection) -> rusqlite::Result<Vec<KeyMetrics>> {
+    // One pass over the runs; `r.id` is the row of max(started_at) (a
+    // SQLite bare column beside a single max()).
+    let mut statement = conn.prepare(
+        "WITH ok AS (
+             SELECT key_id, max(started_at) AS started, max(finished_at) AS finished
+             FROM runs WHERE status = 'succeeded' GROUP BY key_id
+         )
+         SELECT k.key, max(r.started_at), r.id, ok.finished,
+             sum(r.status = 'running'), sum(r.status = 'succeeded'),
+             sum(r.status = 'failed'), sum(r.status = 'abandoned'),
+             sum(r.status IN ('failed', 'abandoned') AND r.started_at > coalesce(ok.started, -1))
+         FROM keys k JOIN runs r ON r.key_id = k.id LEFT JOIN ok ON ok.key_id = k.id
+         GROUP BY k.id ORDER BY k.key",
+    )?;
+    let mut last = conn.prepare(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id WHERE r.id = ?1"
+    ))?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            KeyMetrics {
+                key: row.get(0)?,
+                last_run: None,
+                last_success: row.get::<_, Option<i64>>(3)?.map(timestamp),
+                consecutive_failures: row.get(8)?,
+                runs: [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
+            },
+            row.get::<_, i64>(2)?,
+        ))
+    })?;
+    let mut metrics = Vec::new();
+    for row in rows {
+        let (mut key, id) = row?;
+        key.last_run = last
+            .query_row([id], |row| Ok(run_from_row(row)?.1))
+            .optional()?;
+        metrics.push(key);
+    }
+    Ok(metrics)
 }

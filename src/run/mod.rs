@@ -278,11 +278,11 @@ fn execute(
         } else {
             spec.env_remove = vec!["IDEM_RECOVERED"];
         }
-        let end = supervisor.attempt(&spec, &mut stdout, &mut stderr, &mut |pgid| {
+        let mut end = supervisor.attempt(&spec, &mut stdout, &mut stderr, &mut |pgid| {
             let start = host::process_start(pgid).unwrap_or_default();
             ledger.attempt_started(claim, attempt_number, pgid, start)
         })?;
-        let record = attempt_record(attempt_number, &end);
+        let record = attempt_record(attempt_number, &mut end);
         let code = end.code();
         let said = describe(&end, attempt_number, max_attempts);
         if let End::NotStarted { reason, .. } = &end.end {
@@ -381,7 +381,9 @@ fn failed(code: u8, signal: Option<i32>) -> Outcome {
     }
 }
 
-fn attempt_record(number: u32, end: &AttemptEnd) -> Attempt {
+/// The ledger's record of an attempt; takes the output tails, which may be
+/// megabytes, rather than copy them.
+fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
     Attempt {
         number,
         started_at: Some(end.started_at),
@@ -389,8 +391,8 @@ fn attempt_record(number: u32, end: &AttemptEnd) -> Attempt {
         exit_code: Some(end.code().into()),
         signal: end.signal(),
         timed_out: end.timed_out,
-        stdout_tail: end.stdout_tail.clone(),
-        stderr_tail: end.stderr_tail.clone(),
+        stdout_tail: std::mem::take(&mut end.stdout_tail),
+        stderr_tail: std::mem::take(&mut end.stderr_tail),
     }
 }
 

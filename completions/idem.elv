@@ -1,0 +1,281 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[idem] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'idem'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'idem'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand run 'Run COMMAND under KEY unless KEY already succeeded'
+            cand ledger 'Inspect and maintain the ledger'
+            cand doctor 'Check a ledger for problems without changing anything'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'idem;run'= {
+            cand -k 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces'
+            cand --key 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces'
+            cand --retries 'Further attempts after a failed one; 0 = one attempt'
+            cand --backoff 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))'
+            cand --max-backoff 'Cap on one delay between attempts'
+            cand --retry-on 'Retry only these exit codes, e.g. 1,3,10-20'
+            cand --no-retry-on 'Never retry these exit codes'
+            cand --timeout 'Per attempt: SIGTERM the command''s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried'
+            cand --kill-after 'Grace between SIGTERM and SIGKILL on timeout'
+            cand --ttl 'A success counts for DUR; after that the key runs again [default: forever]'
+            cand --wait 'If the key is running elsewhere, wait up to DUR and adopt its outcome'
+            cand --lease 'Shared ledger: how long a claim lives without a heartbeat'
+            cand --on-abandoned 'What to do when the last run died without an outcome'
+            cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
+            cand --conflict-exit-code 'Exit code when the key is running elsewhere'
+            cand --capture 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger'
+            cand --progress 'Spinner for waits: auto (when stderr is a terminal), always, never'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --shell 'Run the words after -- as one /bin/sh -c script'
+            cand --force 'Run even though the key succeeded (or its command changed)'
+            cand --quiet-success 'Hold the command''s output and print it only if the run fails'
+            cand --replay 'When skipping, print the recorded output of the successful run'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand list 'Runs, newest first'
+            cand show 'A key''s state, its runs and attempts, with captured output'
+            cand forget 'Make keys run again next time; history stays unless --purge'
+            cand prune 'Drop old history and output; never changes what `run` decides'
+            cand export 'Every run with its attempts, as JSON Lines'
+            cand import 'Read an export stream from stdin into this ledger (idempotent)'
+            cand path 'Print the resolved ledger location'
+            cand metrics 'Per-key metrics in the Prometheus text format'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'idem;ledger;list'= {
+            cand --key 'Only keys matching this glob (* ? [..])'
+            cand --status 'Only runs with this status (repeatable)'
+            cand --since 'Only runs started within DUR, or since an RFC 3339 time'
+            cand --limit 'At most N runs'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --json 'Print a JSON array'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;show'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --json 'Print JSON'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;forget'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --purge 'Remove the keys'' history too'
+            cand --dry-run 'Say what would change, change nothing'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;prune'= {
+            cand --older-than 'Drop runs that finished longer ago than DUR'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --dry-run 'Say what would be dropped, change nothing'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;export'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;import'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;path'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;metrics'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;ledger;help'= {
+            cand list 'Runs, newest first'
+            cand show 'A key''s state, its runs and attempts, with captured output'
+            cand forget 'Make keys run again next time; history stays unless --purge'
+            cand prune 'Drop old history and output; never changes what `run` decides'
+            cand export 'Every run with its attempts, as JSON Lines'
+            cand import 'Read an export stream from stdin into this ledger (idempotent)'
+            cand path 'Print the resolved ledger location'
+            cand metrics 'Per-key metrics in the Prometheus text format'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'idem;ledger;help;list'= {
+        }
+        &'idem;ledger;help;show'= {
+        }
+        &'idem;ledger;help;forget'= {
+        }
+        &'idem;ledger;help;prune'= {
+        }
+        &'idem;ledger;help;export'= {
+        }
+        &'idem;ledger;help;import'= {
+        }
+        &'idem;ledger;help;path'= {
+        }
+        &'idem;ledger;help;metrics'= {
+        }
+        &'idem;ledger;help;help'= {
+        }
+        &'idem;doctor'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --json 'Print JSON'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;completions'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;help'= {
+            cand run 'Run COMMAND under KEY unless KEY already succeeded'
+            cand ledger 'Inspect and maintain the ledger'
+            cand doctor 'Check a ledger for problems without changing anything'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'idem;help;run'= {
+        }
+        &'idem;help;ledger'= {
+            cand list 'Runs, newest first'
+            cand show 'A key''s state, its runs and attempts, with captured output'
+            cand forget 'Make keys run again next time; history stays unless --purge'
+            cand prune 'Drop old history and output; never changes what `run` decides'
+            cand export 'Every run with its attempts, as JSON Lines'
+            cand import 'Read an export stream from stdin into this ledger (idempotent)'
+            cand path 'Print the resolved ledger location'
+            cand metrics 'Per-key metrics in the Prometheus text format'
+        }
+        &'idem;help;ledger;list'= {
+        }
+        &'idem;help;ledger;show'= {
+        }
+        &'idem;help;ledger;forget'= {
+        }
+        &'idem;help;ledger;prune'= {
+        }
+        &'idem;help;ledger;export'= {
+        }
+        &'idem;help;ledger;import'= {
+        }
+        &'idem;help;ledger;path'= {
+        }
+        &'idem;help;ledger;metrics'= {
+        }
+        &'idem;help;doctor'= {
+        }
+        &'idem;help;completions'= {
+        }
+        &'idem;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

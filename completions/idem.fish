@@ -1,0 +1,164 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_idem_global_optspecs
+    string join \n db= q/quiet v/verbose h/help V/version
+end
+
+function __fish_idem_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_idem_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_idem_using_subcommand
+    set -l cmd (__fish_idem_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c idem -n "__fish_idem_needs_command" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_needs_command" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_needs_command" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_needs_command" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_needs_command" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_needs_command" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_needs_command" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c idem -n "__fish_idem_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand run" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l retries -d 'Further attempts after a failed one; 0 = one attempt' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l backoff -d 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l max-backoff -d 'Cap on one delay between attempts' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l retry-on -d 'Retry only these exit codes, e.g. 1,3,10-20' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l no-retry-on -d 'Never retry these exit codes' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l timeout -d 'Per attempt: SIGTERM the command\'s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL on timeout' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l lease -d 'Shared ledger: how long a claim lives without a heartbeat' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
+fail\t'Exit 69 and leave the key for a person'"
+complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l conflict-exit-code -d 'Exit code when the key is running elsewhere' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits: auto (when stderr is a terminal), always, never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l shell -d 'Run the words after -- as one /bin/sh -c script'
+complete -c idem -n "__fish_idem_using_subcommand run" -l force -d 'Run even though the key succeeded (or its command changed)'
+complete -c idem -n "__fish_idem_using_subcommand run" -l quiet-success -d 'Hold the command\'s output and print it only if the run fails'
+complete -c idem -n "__fish_idem_using_subcommand run" -l replay -d 'When skipping, print the recorded output of the successful run'
+complete -c idem -n "__fish_idem_using_subcommand run" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand run" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand run" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "list" -d 'Runs, newest first'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "path" -d 'Print the resolved ledger location'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l key -d 'Only keys matching this glob (* ? [..])' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l status -d 'Only runs with this status (repeatable)' -r -f -a "running\t''
+succeeded\t''
+failed\t''
+abandoned\t''"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l since -d 'Only runs started within DUR, or since an RFC 3339 time' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l limit -d 'At most N runs' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l json -d 'Print JSON'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l purge -d 'Remove the keys\' history too'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l dry-run -d 'Say what would change, change nothing'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l older-than -d 'Drop runs that finished longer ago than DUR' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l dry-run -d 'Say what would be dropped, change nothing'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "list" -d 'Runs, newest first'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "path" -d 'Print the resolved ledger location'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand doctor" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand doctor" -l json -d 'Print JSON'
+complete -c idem -n "__fish_idem_using_subcommand doctor" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand doctor" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand doctor" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand completions" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c idem -n "__fish_idem_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "list" -d 'Runs, newest first'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'

@@ -1,0 +1,236 @@
+//! The generated files in `completions/` and `man/`: regenerated from the
+//! clap definitions and compared byte for byte. `UPDATE_GENERATED=1 cargo
+//! test --test main generated` rewrites them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+use clap_mangen::roff::{bold, roman, Roff};
+use idem::cli::Cli;
+
+/// The folders this test owns: every file in them is generated.
+const FOLDERS: [&str; 2] = ["completions", "man"];
+
+const REFRESH: &str = "UPDATE_GENERATED=1 cargo test --test main generated";
+
+/// Every generated file, by its path in the repository.
+fn expected() -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for (shell, name) in [
+        (Shell::Bash, "idem.bash"),
+        (Shell::Zsh, "_idem"),
+        (Shell::Fish, "idem.fish"),
+        (Shell::Elvish, "idem.elv"),
+        (Shell::PowerShell, "_idem.ps1"),
+    ] {
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "idem", &mut script);
+        files.insert(Path::new("completions").join(name), script);
+    }
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    man_pages(command, None, &mut files);
+    files
+}
+
+/// A page for `command` and each visible subcommand. A page shows the exit
+/// codes and environment of its command's `after_long_help`, else of the
+/// nearest command above it that has one.
+fn man_pages(
+    command: clap::Command,
+    inherited: Option<String>,
+    files: &mut BTreeMap<PathBuf, Vec<u8>>,
+) {
+    let notes = command
+        .get_after_long_help()
+        .map(ToString::to_string)
+        .or(inherited);
+    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        man_pages(sub.clone(), notes.clone(), files);
+    }
+    // clap_mangen would print the notes as one filled paragraph; they are
+    // rendered below as proper EXIT STATUS and ENVIRONMENT sections.
+    let man = clap_mangen::Man::new(command.after_long_help(None::<&str>))
+        .source(format!("idem {}", env!("CARGO_PKG_VERSION")))
+        .manual("idem manual");
+    let mut page = Vec::new();
+    man.render(&mut page).expect("a man page renders");
+    let mut page = String::from_utf8(page).expect("roff is UTF-8");
+    if let Some(notes) = &notes {
+        let sections = notes_roff(notes);
+        let at = page.find("\n.SH VERSION").map_or(page.len(), |at| at + 1);
+        page.insert_str(at, &sections);
+    }
+    files.insert(Path::new("man").join(man.get_filename()), page.into_bytes());
+}
+
+/// `Heading:` blocks of indented `TERM  meaning` lines become man sections
+/// with tagged paragraphs; unindented lines become plain paragraphs.
+fn notes_roff(notes: &str) -> String {
+    let mut roff = Roff::new();
+    for block in notes.split("\n\n") {
+        let mut lines = block.lines();
+        let Some(heading) = lines.next() else {
+            continue;
+        };
+        let title = match heading.trim_end_matches(':') {
+            "Exit codes" => "EXIT STATUS".to_owned(),
+            other => other.to_uppercase(),
+        };
+        roff.control("SH", [title.as_str()]);
+        let mut in_paragraph = false;
+        for line in lines {
+            if let Some(entry) = line.strip_prefix("  ") {
+                let (term, meaning) = entry.split_once("  ").unwrap_or((entry, ""));
+                roff.control("TP", []);
+                roff.text([bold(term.trim())]);
+                roff.text([roman(meaning.trim())]);
+                in_paragraph = false;
+            } else {
+                if !in_paragraph {
+                    roff.control("PP", []);
+                    in_paragraph = true;
+                }
+                roff.text([roman(line)]);
+            }
+        }
+    }
+    // Roff::render starts with the preamble that the page already has.
+    let preamble = Roff::new().render();
+    let text = roff.render();
+    text.strip_prefix(&preamble).unwrap_or(&text).to_owned()
+}
+
+fn actual(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for folder in FOLDERS {
+        let Ok(entries) = std::fs::read_dir(root.join(folder)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a folder entry").path();
+            let relative = path.strip_prefix(root).expect("inside the root").to_owned();
+            files.insert(relative, std::fs::read(&path).expect("a readable file"));
+        }
+    }
+    files
+}
+
+#[test]
+fn the_clap_definitions_are_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn completions_and_man_pages_are_fresh() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let expected = expected();
+    let actual = actual(root);
+    if std::env::var_os("UPDATE_GENERATED").is_some_and(|value| !value.is_empty()) {
+        for path in actual.keys().filter(|path| !expected.contains_key(*path)) {
+            std::fs::remove_file(root.join(path)).expect("removing a stale file");
+        }
+        for (path, bytes) in &expected {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("a folder")).expect("a folder");
+            std::fs::write(&path, bytes).expect("writing a generated file");
+        }
+        return;
+    }
+    let mut problems = Vec::new();
+    for (path, bytes) in &expected {
+        match actual.get(path) {
+            None => problems.push(format!("missing: {}", path.display())),
+            Some(found) if found != bytes => problems.push(format!("stale: {}", path.display())),
+            Some(_) => {}
+        }
+    }
+    for path in actual.keys().filter(|path| !expected.contains_key(*path)) {
+        problems.push(format!("extra: {}", path.display()));
+    }
+    assert!(
+        problems.is_empty(),
+        "generated files differ from the clap definitions:\n  {}\nrefresh them with: {REFRESH}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn man_pages_carry_exit_codes_and_environment() {
+    let files = expected();
+    for (path, bytes) in files.iter().filter(|(path, _)| path.starts_with("man")) {
+        let page = String::from_utf8_lossy(bytes);
+        for needed in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", "IDEM_DB", "125"] {
+            assert!(page.contains(needed), "{} lacks {needed}", path.display());
+        }
+    }
+    let run = String::from_utf8_lossy(&files[Path::new("man/idem-run.1")]).into_owned();
+    for code in ["65", "69", "75", "124", "128+N"] {
+        assert!(run.contains(code), "idem-run.1 lacks exit code {code}");
+    }
+    assert!(run.contains("IDEM_RECOVERED"));
+    for page in [
+        "idem.1",
+        "idem-ledger.1",
+        "idem-ledger-list.1",
+        "idem-ledger-show.1",
+        "idem-ledger-forget.1",
+        "idem-ledger-prune.1",
+        "idem-ledger-export.1",
+        "idem-ledger-import.1",
+        "idem-ledger-metrics.1",
+        "idem-ledger-path.1",
+        "idem-completions.1",
+    ] {
+        assert!(
+            files.contains_key(&Path::new("man").join(page)),
+            "no man/{page}"
+        );
+    }
+}
+
+#[test]
+fn idem_completions_prints_the_checked_in_scripts() {
+    let env = crate::util::Env::new();
+    let files = expected();
+    for (shell, name) in [
+        ("bash", "idem.bash"),
+        ("zsh", "_idem"),
+        ("fish", "idem.fish"),
+        ("elvish", "idem.elv"),
+        ("powershell", "_idem.ps1"),
+    ] {
+        let output = env.run(["completions", shell]);
+        crate::util::assert_code(&output, 0);
+        assert_eq!(
+            output.stdout,
+            files[&Path::new("completions").join(name)],
+            "idem completions {shell}"
+        );
+    }
+    crate::util::assert_code(&env.run(["completions", "tcsh"]), 2);
+}
+
+#[test]
+fn the_bash_completion_loads_and_completes() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let script = format!(
+        "source {root}/completions/idem.bash && complete -p idem && \
+         COMP_WORDS=(idem ledger f) COMP_CWORD=2 COMP_LINE='idem ledger f' COMP_POINT=13 && \
+         _idem idem f ledger && printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    let output = std::process::Command::new("bash")
+        .args(["--norc", "-c", &script])
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("-F _idem idem"), "{stdout}");
+    assert!(stdout.lines().any(|line| line == "forget"), "{stdout}");
+}
