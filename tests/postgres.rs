@@ -750,3 +750,50 @@ fn postgres_forget_prune_and_metrics() {
     let show = pg.run(["ledger", "show", "once"]);
     assert_code(&show, 1);
 }
+
+#[test]
+fn postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one() {
+    let Some(pg) = Pg::new("postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one")
+    else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let first = format!("touch '{}'; exec sleep 600", started.display());
+    let Some(mut owner) = pg.on_host(
+        "host-a",
+        [
+            "run", "--key", "k", "--lease", "1s", "--shell", "--", &first,
+        ],
+    ) else {
+        return;
+    };
+    let mut owner = owner.stderr(Stdio::piped()).spawn().unwrap();
+    wait_for_file(&started, &mut owner);
+    wait_for_attempt(&pg);
+    // The owner freezes (a paused VM, a stalled host): no heartbeat, and
+    // its lease runs out; a run on this host takes the key over.
+    let frozen = nix::unistd::Pid::from_raw(owner.id() as i32);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let second = format!("echo second >> '{}'", pg.env.path("count").display());
+    let output = pg.run([
+        "run", "--key", "k", "--wait", "60s", "--shell", "--", &second,
+    ]);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_code(&output, 0);
+
+    // Thawed, the old owner stops its command and records nothing.
+    let thawed = owner.wait_with_output().unwrap();
+    assert_code(&thawed, 125);
+    let stderr = text(&thawed.stderr);
+    assert!(stderr.contains("does not run unowned"), "{stderr}");
+    assert!(
+        stderr.contains("the command exited 143, but idem could not record it"),
+        "{stderr}"
+    );
+    let runs = pg.list_json();
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_ne!(runs[0]["host"], "host-a");
+    assert_eq!(runs[1]["status"], "abandoned");
+    assert_eq!(runs[1]["host"], "host-a");
+    assert_eq!(pg.count("count"), 1);
+}

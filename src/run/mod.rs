@@ -367,7 +367,8 @@ fn execute(
     }
     recorded.map_err(|error| {
         error.context(format!(
-            "the command exited {code}, but idem could not record it"
+            "the command exited {}, but idem could not record it",
+            outcome.exit_code
         ))
     })?;
     Ok(code)
