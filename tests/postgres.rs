@@ -797,3 +797,46 @@ fn postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one() {
     assert_eq!(runs[1]["host"], "host-a");
     assert_eq!(pg.count("count"), 1);
 }
+
+#[test]
+fn postgres_a_stuck_lock_holder_makes_a_claim_give_up() {
+    let Some(pg) = Pg::new("postgres_a_stuck_lock_holder_makes_a_claim_give_up") else {
+        return;
+    };
+    assert_code(&pg.run(["run", "--key", "k", "--force", "--", "true"]), 0);
+    // A session that took the key's row and went quiet mid-transaction.
+    let mut stuck = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+    let mut tx = stuck.transaction().unwrap();
+    tx.execute("SELECT 1 FROM idem.keys WHERE key = 'k' FOR UPDATE", &[])
+        .unwrap();
+    let output = pg.run([
+        "run",
+        "--key",
+        "k",
+        "--force",
+        "--shell",
+        "--",
+        &pg.count_cmd("count"),
+    ]);
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("another session held its row for 10s"),
+        "{stderr}"
+    );
+    assert_eq!(pg.count("count"), 0);
+    tx.rollback().unwrap();
+    assert_code(
+        &pg.run([
+            "run",
+            "--key",
+            "k",
+            "--force",
+            "--shell",
+            "--",
+            &pg.count_cmd("count"),
+        ]),
+        0,
+    );
+    assert_eq!(pg.count("count"), 1);
+}

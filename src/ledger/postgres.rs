@@ -23,6 +23,13 @@ use super::{
 };
 use crate::exit::{Failure, IDEM_FAILED};
 
+/// How long a claim waits for a key's row lock before giving up (exit 125).
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the server lets an idem's transaction sit idle before ending
+/// it and releasing its locks (idem's own are over in milliseconds).
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(60);
+
 /// The schema idem owns in the database.
 const SCHEMA: &str = "idem";
 
@@ -168,8 +175,45 @@ impl PostgresLedger {
         }
     }
 
+    /// Session settings and the schema's version, in one round trip.
+    ///
+    /// A key's row is locked only for milliseconds; a wait longer than
+    /// [`LOCK_WAIT`] means its holder is stuck (frozen, or cut off in the
+    /// middle of a transaction), so give up as SQLite does, and let the
+    /// server end a transaction left idle that long by a vanished idem.
+    fn setup(&mut self) -> Result<i32, postgres::Error> {
+        let settings = format!(
+            "SET lock_timeout = '{}ms'; SET idle_in_transaction_session_timeout = '{}ms';",
+            LOCK_WAIT.as_millis(),
+            IDLE_IN_TRANSACTION.as_millis()
+        );
+        // One implicit transaction: if the version table is missing, the
+        // settings are rolled back with it, and made again alone.
+        match self
+            .client
+            .simple_query(&format!("{settings} SELECT version FROM idem.version"))
+        {
+            Ok(messages) => Ok(messages
+                .iter()
+                .find_map(|message| match message {
+                    postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                    _ => None,
+                })
+                .and_then(|version| version.parse().ok())
+                .unwrap_or(0)),
+            Err(error)
+                if error.code() == Some(&SqlState::UNDEFINED_TABLE)
+                    || error.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+            {
+                self.client.batch_execute(&settings)?;
+                Ok(0)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     fn check_and_migrate(&mut self) -> Result<()> {
-        let version = Self::version(&mut self.client).map_err(|e| self.fail("read", &e))?;
+        let version = self.setup().map_err(|e| self.fail("read", &e))?;
         if version == LATEST {
             return Ok(());
         }
@@ -433,7 +477,20 @@ impl Ledger for PostgresLedger {
                 token: row.try_get(0)?,
             }))
         })();
-        result.map_err(|error: postgres::Error| self.fail("claim a key in", &error))
+        result.map_err(|error: postgres::Error| {
+            if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+                return Failure::new(
+                    IDEM_FAILED,
+                    format!(
+                        "could not claim key {key} in ledger {}: another session held its row for {}s; look for a stuck one in pg_stat_activity",
+                        self.shown,
+                        LOCK_WAIT.as_secs()
+                    ),
+                )
+                .into();
+            }
+            self.fail("claim a key in", &error)
+        })
     }
 
     fn attempt_started(
