@@ -7,6 +7,11 @@
 //! A claim lives for its lease (`keys.lease_until`), renewed by the owner's
 //! heartbeat; an owner on another host is presumed gone once its lease has
 //! passed. Every time is the database's (`now()`), never a host's clock.
+//!
+//! A claim is one short transaction: take the key's row lock (creating the
+//! row if need be), read the head, let the run logic decide, write. Every
+//! write of a key's state takes that row lock first, so claims of a key
+//! are serialized however many hosts race.
 
 mod connect;
 
@@ -141,6 +146,7 @@ impl PostgresLedger {
             Err(error) if connection_lost(&error) => match connect::connect(&self.config) {
                 Ok(client) => {
                     self.client = client;
+                    self.client.batch_execute(&session_settings())?;
                     body(&mut self.client)
                 }
                 Err(_) => Err(error),
@@ -182,11 +188,7 @@ impl PostgresLedger {
     /// middle of a transaction), so give up as SQLite does, and let the
     /// server end a transaction left idle that long by a vanished idem.
     fn setup(&mut self) -> Result<i32, postgres::Error> {
-        let settings = format!(
-            "SET lock_timeout = '{}ms'; SET idle_in_transaction_session_timeout = '{}ms';",
-            LOCK_WAIT.as_millis(),
-            IDLE_IN_TRANSACTION.as_millis()
-        );
+        let settings = session_settings();
         // One implicit transaction: if the version table is missing, the
         // settings are rolled back with it, and made again alone.
         match self
@@ -357,6 +359,15 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
 
 fn interval(duration: Duration) -> String {
     format!("{} milliseconds", duration.as_millis().max(1))
+}
+
+/// The settings every connection makes (see [`PostgresLedger::setup`]).
+fn session_settings() -> String {
+    format!(
+        "SET lock_timeout = '{}ms'; SET idle_in_transaction_session_timeout = '{}ms';",
+        LOCK_WAIT.as_millis(),
+        IDLE_IN_TRANSACTION.as_millis()
+    )
 }
 
 /// Starts a write transaction in READ COMMITTED whatever the database's
