@@ -75,8 +75,10 @@ const MIGRATIONS: &[&str] = &["
         shell boolean NOT NULL,
         recovered boolean NOT NULL DEFAULT false
     );
-    CREATE INDEX runs_by_key ON idem.runs (key, id);
-    CREATE INDEX runs_by_status ON idem.runs (status, id);
+    -- Runs are listed newest first: by start time, then by id.
+    CREATE INDEX runs_by_key ON idem.runs (key, started_at, id);
+    CREATE INDEX runs_by_start ON idem.runs (started_at, id);
+    CREATE INDEX runs_by_status ON idem.runs (status, started_at, id);
     CREATE TABLE idem.attempts (
         run bigint NOT NULL REFERENCES idem.runs (id) ON DELETE CASCADE,
         n integer NOT NULL,
@@ -669,7 +671,10 @@ impl Ledger for PostgresLedger {
             sql.push_str(&format!(" AND r.started_at >= ${}", values.len()));
         }
         values.push(&limit);
-        sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", values.len()));
+        sql.push_str(&format!(
+            " ORDER BY r.started_at DESC, r.id DESC LIMIT ${}",
+            values.len()
+        ));
         let rows = self
             .client
             .query(&sql, &values)
@@ -684,7 +689,7 @@ impl Ledger for PostgresLedger {
         let result = (|| {
             let runs = self.client.query(
                 &format!(
-                    "SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.key = $1 ORDER BY r.id DESC"
+                    "SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.key = $1 ORDER BY r.started_at DESC, r.id DESC"
                 ),
                 &[&key],
             )?;
@@ -852,13 +857,20 @@ fn forget_keys(
     purge: bool,
     alive: &dyn Fn(&Owner) -> bool,
 ) -> Result<ForgetReport, postgres::Error> {
+    // The keys' row locks, so no claim of them reads or writes meanwhile;
+    // taken in one order, so two forgets of the same keys cannot deadlock.
+    let locked: std::collections::HashSet<String> = tx
+        .query(
+            "SELECT key FROM idem.keys WHERE key = ANY($1) ORDER BY key COLLATE \"C\" FOR UPDATE",
+            &[&keys],
+        )?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
     let mut report = ForgetReport::default();
     let mut found = Vec::new();
     for key in keys {
-        // The key's row lock: no claim of it reads or writes meanwhile.
-        let known = tx
-            .query_opt("SELECT 1 FROM idem.keys WHERE key = $1 FOR UPDATE", &[key])?
-            .is_some();
+        let known = locked.contains(key);
         let head = query_head(tx, key)?;
         let runs: i64 = tx
             .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[key])?
