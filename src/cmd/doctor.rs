@@ -509,7 +509,7 @@ fn stuck(conn: &Connection, report: &mut Report) {
                             pid_start: row.get::<_, Option<i64>>(4)?.unwrap_or_default() as u64,
                             pgid: row.get(5)?,
                             pgid_start: row.get::<_, Option<i64>>(6)?.map(|start| start as u64),
-                            lease_expired: false,
+                            lease_expired: None,
                         },
                     ))
                 })?

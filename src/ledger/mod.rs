@@ -152,8 +152,9 @@ pub struct Owner {
     pub pgid: Option<u32>,
     /// The group leader's start time.
     pub pgid_start: Option<u64>,
-    /// A shared ledger's lease ran out (no heartbeat): the owner is presumed gone.
-    pub lease_expired: bool,
+    /// On a shared ledger, whether the owner's lease ran out (no heartbeat:
+    /// presumed gone); `None` on a ledger without leases.
+    pub lease_expired: Option<bool>,
 }
 
 /// One run, as stored.

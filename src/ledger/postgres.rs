@@ -351,7 +351,7 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
             pid_start: row.try_get::<_, Option<i64>>(15)?.unwrap_or_default() as u64,
             pgid: row.try_get::<_, Option<i64>>(16)?.map(|pgid| pgid as u32),
             pgid_start: row.try_get::<_, Option<i64>>(17)?.map(|start| start as u64),
-            lease_expired: row.try_get(18)?,
+            lease_expired: Some(row.try_get(18)?),
         })
     } else {
         None

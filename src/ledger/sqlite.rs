@@ -489,7 +489,7 @@ fn query_head(tx: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Head)
                 pid_start: row.get::<_, Option<i64>>(15)?.unwrap_or_default() as u64,
                 pgid: row.get(16)?,
                 pgid_start: row.get::<_, Option<i64>>(17)?.map(|start| start as u64),
-                lease_expired: false,
+                lease_expired: None,
             }),
             _ => None,
         };

@@ -129,7 +129,7 @@ mod tests {
                 pid_start: 1,
                 pgid: None,
                 pgid_start: None,
-                lease_expired: false,
+                lease_expired: None,
             }),
         }
     }

@@ -3,18 +3,22 @@
 //! A run is alive while its idem process, or anything in its command's
 //! process group, lives on the same boot of the same host. Pids can be
 //! reused, so each is checked together with its recorded start time. An
-//! owner on another host can only be judged by its lease.
+//! owner on another host can only be judged by its lease: without one (a
+//! local ledger read from elsewhere), it is presumed alive.
 
 use crate::host;
 use crate::ledger::Owner;
 
 pub fn alive(owner: &Owner) -> bool {
+    let by_lease = owner.lease_expired.map(|expired| !expired);
     if owner.host != host::name() {
-        return !owner.lease_expired;
+        return by_lease.unwrap_or(true);
     }
     if owner.boot_id != host::boot_id() {
-        // The host rebooted since: nothing of that run survived.
-        return false;
+        // This host rebooted since, and nothing of that run survived; or,
+        // on a shared ledger, another machine bears the same name (cloned
+        // machines, containers with a fixed hostname): only its lease tells.
+        return by_lease.unwrap_or(false);
     }
     if host::process_start(owner.pid) == Some(owner.pid_start) {
         return true;
@@ -51,7 +55,7 @@ mod tests {
             pid_start: host::process_start(pid).unwrap_or_default(),
             pgid: None,
             pgid_start: None,
-            lease_expired: false,
+            lease_expired: None,
         }
     }
 
@@ -73,9 +77,24 @@ mod tests {
             ..me()
         };
         assert!(alive(&elsewhere));
+        assert!(alive(&Owner {
+            lease_expired: Some(false),
+            ..elsewhere.clone()
+        }));
         assert!(!alive(&Owner {
-            lease_expired: true,
+            lease_expired: Some(true),
             ..elsewhere
+        }));
+        // On a shared ledger a namesake machine is judged by its lease.
+        let namesake = Owner {
+            boot_id: "another-boot".into(),
+            lease_expired: Some(false),
+            ..me()
+        };
+        assert!(alive(&namesake));
+        assert!(!alive(&Owner {
+            lease_expired: Some(true),
+            ..namesake
         }));
     }
 
