@@ -188,6 +188,9 @@ impl Run {
 pub struct Head {
     pub run: Run,
     pub owner: Option<Owner>,
+    /// The time by the clock that stamped the run, when that is not this
+    /// host's (a shared database's `now()`), so a TTL is judged on one clock.
+    pub read_at: Option<Timestamp>,
 }
 
 /// One attempt of a run.

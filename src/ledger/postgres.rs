@@ -334,7 +334,7 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     let row = client.query_typed_opt(
         &format!(
             "SELECT {RUN_COLUMNS}, k.owner_boot, k.owner_pid_start, k.owner_pgid,
-                    k.owner_pgid_start, coalesce(k.lease_until < now(), false)
+                    k.owner_pgid_start, coalesce(k.lease_until < now(), false), now()
              FROM idem.keys k JOIN idem.runs r ON r.id = k.head WHERE k.key = $1"
         ),
         typed![&key => TEXT],
@@ -356,7 +356,11 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     } else {
         None
     };
-    Ok(Some(Head { run, owner }))
+    Ok(Some(Head {
+        run,
+        owner,
+        read_at: Some(row.try_get(19)?),
+    }))
 }
 
 fn interval(duration: Duration) -> String {

@@ -493,7 +493,14 @@ fn query_head(tx: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Head)
             }),
             _ => None,
         };
-        Ok((id, Head { run, owner }))
+        Ok((
+            id,
+            Head {
+                run,
+                owner,
+                read_at: None,
+            },
+        ))
     })
     .optional()
 }

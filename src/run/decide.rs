@@ -70,7 +70,8 @@ pub fn decide(head: Option<&Head>, rules: &Rules<'_>) -> Decision {
         (Status::Succeeded, _) => {
             let fresh = match (rules.ttl, run.finished_at) {
                 (Some(ttl), Some(finished)) => {
-                    let age = rules.now.duration_since(finished);
+                    let now = head.read_at.unwrap_or(rules.now);
+                    let age = now.duration_since(finished);
                     age.is_negative() || age.unsigned_abs() < ttl
                 }
                 _ => true,
@@ -131,6 +132,7 @@ mod tests {
                 pgid_start: None,
                 lease_expired: None,
             }),
+            read_at: None,
         }
     }
 
@@ -228,6 +230,24 @@ mod tests {
         assert_eq!(
             verdict(Some(&abandoned), true, None, true, OnAbandoned::Fail).verdict,
             run(true)
+        );
+    }
+
+    #[test]
+    fn a_ttl_is_judged_by_the_clock_that_stamped_the_run() {
+        let now = Timestamp::now();
+        // Succeeded 10s ago by this host's clock...
+        let mut ok = head(Status::Succeeded, "true", Some(10), now);
+        let rerun = OnAbandoned::Rerun;
+        assert!(matches!(
+            verdict(Some(&ok), false, Some(60), true, rerun).verdict,
+            Verdict::Skip { .. }
+        ));
+        // ...but the shared database's clock says 2 minutes have passed.
+        ok.read_at = Some(now + jiff::SignedDuration::from_secs(110));
+        assert_eq!(
+            verdict(Some(&ok), false, Some(60), true, rerun).verdict,
+            Verdict::Run { recovered: false }
         );
     }
 }
