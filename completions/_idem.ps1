@@ -54,7 +54,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')
             [CompletionResult]::new('--capture', '--capture', [CompletionResultType]::ParameterName, 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger')
-            [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Spinner for waits: auto (when stderr is a terminal), always, never')
+            [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Spinner for waits: auto (when stderr is a terminal) or never')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run the words after -- as one /bin/sh -c script')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Run even though the key succeeded (or its command changed)')

@@ -774,7 +774,7 @@ _idem() {
                     return 0
                     ;;
                 --progress)
-                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto never" -- "${cur}"))
                     return 0
                     ;;
                 --db)

@@ -50,7 +50,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'
             cand --capture 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger'
-            cand --progress 'Spinner for waits: auto (when stderr is a terminal), always, never'
+            cand --progress 'Spinner for waits: auto (when stderr is a terminal) or never'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --shell 'Run the words after -- as one /bin/sh -c script'
             cand --force 'Run even though the key succeeded (or its command changed)'

@@ -50,9 +50,8 @@ fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l conflict-exit-code -d 'Exit code when the key is running elsewhere' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits: auto (when stderr is a terminal), always, never' -r -f -a "auto\t''
-always\t''
-never\t''"
+complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits: auto (when stderr is a terminal) or never' -r -f -a "auto\t'A spinner when stderr is a terminal'
+never\t'Plain lines only'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l shell -d 'Run the words after -- as one /bin/sh -c script'
 complete -c idem -n "__fish_idem_using_subcommand run" -l force -d 'Run even though the key succeeded (or its command changed)'

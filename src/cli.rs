@@ -157,7 +157,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub replay: bool,
 
-    /// Spinner for waits: auto (when stderr is a terminal), always, never
+    /// Spinner for waits: auto (when stderr is a terminal) or never
     #[arg(long, value_enum, env = "IDEM_PROGRESS", default_value_t = Progress::Auto, hide = true)]
     pub progress: Progress,
 
@@ -176,8 +176,9 @@ pub enum OnAbandoned {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Progress {
+    /// A spinner when stderr is a terminal
     Auto,
-    Always,
+    /// Plain lines only
     Never,
 }
 

@@ -21,7 +21,7 @@ impl Reporter {
     pub fn new(quiet: bool, verbose: bool, progress: Progress) -> Reporter {
         let terminal = match progress {
             Progress::Never => false,
-            Progress::Auto | Progress::Always => std::io::stderr().is_terminal(),
+            Progress::Auto => std::io::stderr().is_terminal(),
         };
         Reporter {
             quiet,
