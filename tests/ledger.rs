@@ -941,3 +941,26 @@ fn export_into_a_closed_pipe_is_the_readers_choice() {
     assert_code(&output, 0);
     assert_eq!(text(&output.stderr), "");
 }
+
+#[test]
+fn a_missing_ledger_lists_empty_but_an_impossible_path_is_an_error() {
+    let env = Env::new();
+    let missing = env.path("not/yet/ledger.db");
+    let output = env
+        .idem(["ledger", "list"])
+        .env("IDEM_DB", &missing)
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "");
+    assert!(!missing.exists(), "listing creates nothing");
+    let file = env.path("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let output = env
+        .idem(["ledger", "list"])
+        .env("IDEM_DB", file.join("ledger.db"))
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    assert!(text(&output.stderr).contains("is not a folder"));
+}

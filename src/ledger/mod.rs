@@ -134,7 +134,20 @@ pub fn open(location: &Location) -> Result<Box<dyn Ledger>> {
 /// exist yet (a fresh machine has simply run nothing).
 pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
     match location {
-        Location::Sqlite(path) if !path.exists() => Ok(None),
+        // A missing file is a ledger nothing has run under yet; but a path
+        // that cannot name a file at all (its folder is a file) is a typo.
+        Location::Sqlite(path) if !path.exists() => match std::fs::metadata(folder_of(path)) {
+            Ok(folder) if !folder.is_dir() => Err(Failure::new(
+                crate::exit::IDEM_FAILED,
+                format!(
+                    "ledger {} cannot exist: {} is not a folder; set --db or IDEM_DB",
+                    path.display(),
+                    folder_of(path).display()
+                ),
+            )
+            .into()),
+            _ => Ok(None),
+        },
         _ => open(location).map(Some),
     }
 }
