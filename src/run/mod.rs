@@ -282,50 +282,24 @@ fn execute(
             let start = host::process_start(pgid).unwrap_or_default();
             ledger.attempt_started(claim, attempt_number, pgid, start)
         })?;
-        let record = attempt_record(attempt_number, &mut end);
-        let code = end.code();
-        let said = describe(&end, attempt_number, max_attempts);
         if let End::NotStarted { reason, .. } = &end.end {
             reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
         }
-        if let Some(reason) = &end.stopped {
-            // The lease could not be kept: idem failed, loudly.
-            reporter.notice(stderr.writer(), &format!("{key}: {reason}; {said}"));
-            break (exit::IDEM_FAILED, failed(code, end.signal()), Some(record));
-        }
-        if let Some(signal) = end.interrupted {
-            // The operator stopped it: recorded as failed, never retried.
-            let code = if code == 0 {
-                exit::for_signal(signal)
-            } else {
-                code
-            };
-            reporter.notice(
-                stderr.writer(),
-                &format!("{key}: interrupted by signal {signal}; {said}"),
-            );
-            break (code, failed(code, Some(signal)), Some(record));
-        }
-        if code == exit::SUCCESS {
-            break (
+        let next = after_attempt(args, key, &end, attempt_number, max_attempts);
+        let record = attempt_record(attempt_number, &mut end);
+        let said = match next {
+            Next::Finish {
                 code,
-                Outcome {
-                    status: Status::Succeeded,
-                    exit_code: 0,
-                    signal: None,
-                },
-                Some(record),
-            );
-        }
-        if attempt_number >= max_attempts || !retryable(args, code) {
-            let why = if attempt_number < max_attempts {
-                " (not retried)"
-            } else {
-                ""
-            };
-            reporter.notice(stderr.writer(), &format!("{key} failed: {said}{why}"));
-            break (code, failed(code, end.signal()), Some(record));
-        }
+                outcome,
+                notice,
+            } => {
+                if let Some(notice) = notice {
+                    reporter.notice(stderr.writer(), &notice);
+                }
+                break (code, outcome, Some(record));
+            }
+            Next::Retry { said } => said,
+        };
         ledger.attempt_finished(claim, &record)?;
         let delay = backoff(args, attempt_number);
         reporter.notice(
@@ -372,6 +346,65 @@ fn execute(
         ))
     })?;
     Ok(code)
+}
+
+/// What an attempt's end means for its run.
+enum Next {
+    /// The run ends: idem exits `code`, the ledger records `outcome`, and
+    /// `notice` (if any) tells why.
+    Finish {
+        code: u8,
+        outcome: Outcome,
+        notice: Option<String>,
+    },
+    /// Another attempt follows; `said` describes this one.
+    Retry { said: String },
+}
+
+fn after_attempt(args: &RunArgs, key: &str, end: &AttemptEnd, number: u32, max: u32) -> Next {
+    let code = end.code();
+    let said = describe(end, number, max);
+    if let Some(reason) = &end.stopped {
+        // The lease could not be kept: idem failed, loudly.
+        return Next::Finish {
+            code: exit::IDEM_FAILED,
+            outcome: failed(code, end.signal()),
+            notice: Some(format!("{key}: {reason}; {said}")),
+        };
+    }
+    if let Some(signal) = end.interrupted {
+        // The operator stopped it: recorded as failed, never retried.
+        let code = if code == 0 {
+            exit::for_signal(signal)
+        } else {
+            code
+        };
+        return Next::Finish {
+            code,
+            outcome: failed(code, Some(signal)),
+            notice: Some(format!("{key}: interrupted by signal {signal}; {said}")),
+        };
+    }
+    if code == exit::SUCCESS {
+        return Next::Finish {
+            code,
+            outcome: Outcome {
+                status: Status::Succeeded,
+                exit_code: 0,
+                signal: None,
+            },
+            notice: None,
+        };
+    }
+    if number >= max || !retryable(args, code) {
+        let why = if number < max { " (not retried)" } else { "" };
+        return Next::Finish {
+            code,
+            outcome: failed(code, end.signal()),
+            notice: Some(format!("{key} failed: {said}{why}")),
+        };
+    }
+    Next::Retry { said }
 }
 
 fn failed(code: u8, signal: Option<i32>) -> Outcome {
