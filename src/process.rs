@@ -6,8 +6,9 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use jiff::Timestamp;
+use nix::libc;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -229,8 +231,9 @@ impl Supervisor {
         self.stopped.borrow_mut().get_or_insert(reason);
     }
 
-    /// Runs one attempt to its end. `started` is told the process group as
-    /// soon as the command runs, so its owner can be recorded.
+    /// Runs one attempt to its end. `started` is told the process group
+    /// before the command runs, so its owner is recorded first: if that
+    /// fails, the command never starts and the error is returned.
     pub fn attempt(
         &self,
         spec: &Spec<'_>,
@@ -239,41 +242,60 @@ impl Supervisor {
         started: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<AttemptEnd> {
         let started_at = Timestamp::now();
-        let mut command = build(spec);
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            Err(error) => {
-                let (code, reason) = spawn_failure(spec, &error);
-                return Ok(AttemptEnd {
-                    started_at,
-                    finished_at: Timestamp::now(),
-                    end: End::NotStarted { code, reason },
-                    timed_out: false,
-                    interrupted: None,
-                    stopped: None,
-                    stdout_tail: Vec::new(),
-                    stderr_tail: Vec::new(),
-                });
-            }
-        };
-        let pgid = child.id();
-        let child_out = child.stdout.take();
-        let child_err = child.stderr.take();
+        let (mut gate, door) =
+            UnixStream::pair().context("could not create a socket pair to start the command")?;
+        let mut command = build(spec, gate.as_raw_fd(), door.as_raw_fd());
         let capture = spec.capture;
         std::thread::scope(|scope| {
+            let (hand_over, handed) = mpsc::sync_channel(1);
+            let sender = self.sender.clone();
+            // std's spawn returns only once the child has exec'd, so it runs
+            // here while this thread lets the child in. The thread that forks
+            // is the child's parent for PR_SET_PDEATHSIG, whose signal comes
+            // when that thread ends: so it also waits for the command.
+            scope.spawn(move || {
+                let spawned = command.spawn();
+                // With our copy closed, a child that never reached the door
+                // ends the read in `admit`.
+                drop(door);
+                match spawned {
+                    Ok(mut child) => {
+                        let pipes = (child.id(), child.stdout.take(), child.stderr.take());
+                        let _ = hand_over.send(Ok(pipes));
+                        let _ = sender.send(Event::Exited(child.wait()));
+                    }
+                    Err(error) => {
+                        let _ = hand_over.send(Err(error));
+                    }
+                }
+            });
+            let admitted = admit(&mut gate, started);
+            drop(gate);
+            let spawned = handed
+                .recv()
+                .unwrap_or_else(|_| Err(io::Error::other("the thread starting it failed")));
+            admitted?;
+            let (pgid, child_out, child_err) = match spawned {
+                Ok(spawned) => spawned,
+                Err(error) => {
+                    let (code, reason) = spawn_failure(spec, &error);
+                    return Ok(AttemptEnd {
+                        started_at,
+                        finished_at: Timestamp::now(),
+                        end: End::NotStarted { code, reason },
+                        timed_out: false,
+                        interrupted: None,
+                        stopped: None,
+                        stdout_tail: Vec::new(),
+                        stderr_tail: Vec::new(),
+                    });
+                }
+            };
             let out =
                 child_out.map(|pipe| scope.spawn(move || pump(pipe, stdout.writer(), capture)));
             let err =
                 child_err.map(|pipe| scope.spawn(move || pump(pipe, stderr.writer(), capture)));
-            let recorded = started(pgid);
-            let sender = self.sender.clone();
-            scope.spawn(move || {
-                let _ = sender.send(Event::Exited(child.wait()));
-            });
-            // Even if the start could not be recorded, the command runs to
-            // its end under supervision; the error surfaces afterwards.
-            let (status, timed_out, interrupted) = self.supervise(pgid, spec, recorded.is_err())?;
-            recorded?;
+            let (status, timed_out, interrupted) = self.supervise(pgid, spec)?;
             let join = |handle: Option<std::thread::ScopedJoinHandle<'_, Vec<u8>>>| {
                 handle
                     .map(|handle| handle.join().unwrap_or_default())
@@ -298,13 +320,8 @@ impl Supervisor {
 
     /// Waits for the command's leader to exit while enforcing the timeout
     /// and passing signals on; then makes sure nothing of a killed group
-    /// lives on. `abort` stops the command at once.
-    fn supervise(
-        &self,
-        pgid: u32,
-        spec: &Spec<'_>,
-        abort: bool,
-    ) -> Result<(ExitStatus, bool, Option<i32>)> {
+    /// lives on.
+    fn supervise(&self, pgid: u32, spec: &Spec<'_>) -> Result<(ExitStatus, bool, Option<i32>)> {
         let group = Pid::from_raw(pgid as i32);
         let send = |signal: Signal| {
             // ESRCH: the group is already gone, which is what we wanted.
@@ -314,9 +331,6 @@ impl Supervisor {
         let mut kill_at: Option<Instant> = None;
         let mut timed_out = false;
         let mut interrupted = None;
-        if abort {
-            send(Signal::SIGKILL);
-        }
         let status = loop {
             let next = match (deadline, kill_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -385,7 +399,28 @@ impl Supervisor {
     }
 }
 
-fn build(spec: &Spec<'_>) -> Command {
+/// Lets in the command, held between fork and exec, once `started` has
+/// recorded its pid, which is its process group.
+///
+/// Why held: were idem killed after the command started but before the
+/// ledger knew its group, the next run would find idem gone and nothing to
+/// look for, and run the key again while the first command (which may
+/// ignore the SIGTERM it gets on idem's death) runs on. So the child tells
+/// its pid through a socket pair and waits for one byte; at end of file
+/// (the recording failed, or idem died) it exits without running anything.
+fn admit(gate: &mut UnixStream, started: &mut dyn FnMut(u32) -> Result<()>) -> Result<()> {
+    let mut pid = [0u8; 4];
+    if gate.read_exact(&mut pid).is_err() {
+        // The child never reached the door: spawn says why.
+        return Ok(());
+    }
+    started(u32::from_ne_bytes(pid))?;
+    // Should this fail, the child is gone, and spawn says why.
+    let _ = gate.write_all(&[1]);
+    Ok(())
+}
+
+fn build(spec: &Spec<'_>, gate: RawFd, door: RawFd) -> Command {
     let mut command = if spec.shell {
         let script = spec
             .argv
@@ -414,19 +449,27 @@ fn build(spec: &Spec<'_>) -> Command {
     // Its own process group, so a timeout or a signal reaches everything
     // the command started, and so liveness can be checked for the group.
     command.process_group(0);
-    let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and makes only
-    // async-signal-safe system calls (prctl, getppid).
+    // async-signal-safe system calls (prctl, close, getpid, write, read).
     unsafe {
         command.pre_exec(move || {
             // If idem dies (even by SIGKILL), the command is told to stop
-            // rather than run on unobserved. If idem died before this
-            // prctl took effect, stop now.
+            // rather than run on unobserved.
             nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
-            if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
+            // Only idem's end stays open, so its death reads as end of file.
+            libc::close(gate);
+            let pid = (libc::getpid() as u32).to_ne_bytes();
+            if libc::write(door, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+                return Err(io::Error::last_os_error());
             }
-            Ok(())
+            let mut go = 0u8;
+            loop {
+                match libc::read(door, (&raw mut go).cast(), 1) {
+                    1 => return Ok(()),
+                    -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                    _ => return Err(io::Error::from_raw_os_error(libc::ECANCELED)),
+                }
+            }
         });
     }
     command

@@ -242,6 +242,36 @@ fn a_key_stays_running_while_its_group_lives() {
 }
 
 #[test]
+fn a_command_that_kills_idem_at_once_keeps_its_key() {
+    // The command's first act is to SIGKILL idem. Its group must already be
+    // in the ledger by then, or the next run would find idem dead, nothing
+    // else to look for, and run the key while this command lives on.
+    let env = Env::new();
+    let group = env.path("group");
+    let script = format!(
+        "trap '' TERM; kill -KILL $PPID; echo $$ > '{}'; sleep 5",
+        group.display()
+    );
+    for trial in 0..trials(5) {
+        let key = format!("k{trial}");
+        let mut first = spawn_in_own_group(&env, &["run", "--key", &key, "--shell", "--", &script]);
+        first.wait().unwrap();
+        while std::fs::read_to_string(&group).map_or(true, |pid| !pid.ends_with('\n')) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let leader: i32 = std::fs::read_to_string(&group)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::fs::remove_file(&group).unwrap();
+        let next = env.run(["run", "--key", &key, "--", "true"]);
+        killpg(Pid::from_raw(leader), Signal::SIGKILL).unwrap();
+        assert_code(&next, 75);
+    }
+}
+
+#[test]
 fn on_abandoned_fail_leaves_the_key_for_a_person() {
     let env = Env::new();
     let mut first = spawn_in_own_group(&env, &["run", "--key", "p", "--", "sleep", "30"]);

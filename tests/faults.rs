@@ -1095,42 +1095,11 @@ fn a_ledger_cut_at_any_instant_is_consistent() {
 #[test]
 fn the_claim_and_the_outcome_are_synced_in_order() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
-    let trace = env.path("trace");
-    let mut command = Command::new("strace");
-    command
-        .args([
-            "-f",
-            "-y",
-            "-qq",
-            "-e",
-            "trace=fsync,fdatasync,execve,exit_group",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(env!("CARGO_BIN_EXE_idem"))
-        .args(["run", "--key", "k", "--", "/bin/true"])
-        .env("IDEM_DB", env.db())
-        .env("HOME", env.dir.path())
-        .stdin(Stdio::null());
-    match command.output() {
-        Ok(output) if output.status.success() => {}
-        other => {
-            println!("SKIPPED: cannot trace idem with strace: {other:?}");
-            return;
-        }
-    }
-    let trace = fs::read_to_string(trace).unwrap();
-    let lines: Vec<(&str, &str)> = trace
-        .lines()
-        .filter_map(|line| line.split_once(' '))
-        // strace pads the pid column: "123  call(...)".
-        .map(|(pid, call)| (pid, call.trim_start()))
-        .collect();
-    let exec_at = lines
-        .iter()
-        .position(|(_, call)| call.starts_with("execve(\"/bin/true\""))
-        .unwrap_or_else(|| panic!("no exec of the command in:\n{trace}"));
+    let Some(trace) = strace_run(&env, "fsync,fdatasync,execve,exit_group") else {
+        return;
+    };
+    let lines = strace_lines(&trace);
+    let exec_at = exec_of_true(&lines, &trace);
     let child = lines[exec_at].0;
     let child_exit = exec_at
         + lines[exec_at..]
@@ -1156,6 +1125,73 @@ fn the_claim_and_the_outcome_are_synced_in_order() {
         wal_synced(child_exit..idem_exit),
         "the outcome was not synced before idem exited:\n{trace}"
     );
+}
+
+#[test]
+fn the_command_runs_only_once_its_group_is_recorded() {
+    // The attempt's process group is written (without a sync) after the
+    // claim's sync; the command must not exec before that write, or an
+    // idem killed in between would leave a command nobody can find.
+    let env = Env::new();
+    let Some(trace) = strace_run(&env, "fsync,fdatasync,pwrite64,write,execve") else {
+        return;
+    };
+    let lines = strace_lines(&trace);
+    let exec_at = exec_of_true(&lines, &trace);
+    let claim_synced = lines[..exec_at]
+        .iter()
+        .rposition(|(_, call)| {
+            (call.starts_with("fsync(") || call.starts_with("fdatasync("))
+                && call.contains("ledger.db-wal>")
+        })
+        .unwrap_or_else(|| panic!("the claim was not synced before the command ran:\n{trace}"));
+    assert!(
+        lines[claim_synced..exec_at].iter().any(|(_, call)| {
+            (call.starts_with("pwrite64(") || call.starts_with("write("))
+                && call.contains("ledger.db-wal>")
+        }),
+        "the command ran before its process group was written:\n{trace}"
+    );
+}
+
+/// Runs `idem run --key k -- /bin/true` on a ledger that exists, under
+/// `strace -f` for `calls`; None (and a note) where strace cannot trace.
+fn strace_run(env: &Env, calls: &str) -> Option<String> {
+    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    let trace = env.path("trace");
+    let mut command = Command::new("strace");
+    command
+        .args(["-f", "-y", "-qq", "-e", &format!("trace={calls}"), "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", "--key", "k", "--", "/bin/true"])
+        .env("IDEM_DB", env.db())
+        .env("HOME", env.dir.path())
+        .stdin(Stdio::null());
+    match command.output() {
+        Ok(output) if output.status.success() => Some(fs::read_to_string(trace).unwrap()),
+        other => {
+            println!("SKIPPED: cannot trace idem with strace: {other:?}");
+            None
+        }
+    }
+}
+
+/// A trace's lines as (pid, call).
+fn strace_lines(trace: &str) -> Vec<(&str, &str)> {
+    trace
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        // strace pads the pid column: "123  call(...)".
+        .map(|(pid, call)| (pid, call.trim_start()))
+        .collect()
+}
+
+fn exec_of_true(lines: &[(&str, &str)], trace: &str) -> usize {
+    lines
+        .iter()
+        .position(|(_, call)| call.starts_with("execve(\"/bin/true\""))
+        .unwrap_or_else(|| panic!("no exec of the command in:\n{trace}"))
 }
 
 // -------------------------------------------------------------- security
