@@ -203,7 +203,10 @@ fn an_abandoned_run_is_rerun_with_idem_recovered() {
         recovered.display()
     );
     let mut first = spawn_in_own_group(&env, &["run", "--key", "a", "--shell", "--", &script]);
-    wait_for_status(&env, "a", "running");
+    // Killed once its command has run, not while merely claimed.
+    while std::fs::read_to_string(&recovered).map_or(true, |lines| !lines.ends_with('\n')) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
     // The command heard of its wrapper's death (PR_SET_PDEATHSIG); once the
