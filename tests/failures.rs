@@ -210,15 +210,16 @@ fn a_timeout_kills_the_whole_group() {
         "t",
         "--retries",
         "0",
+        // Long enough for a loaded machine to start all three.
         "--timeout",
-        "300ms",
+        "1s",
         "--shell",
         "--",
         &script,
     ]);
     assert_code(&output, 124);
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(6),
         "no kill-after wait was needed"
     );
     assert_eq!(pids(&file).len(), 3);
@@ -246,8 +247,9 @@ fn a_timeout_kills_a_group_that_ignores_sigterm() {
         "t",
         "--retries",
         "0",
+        // Long enough for a loaded machine to reach the trap.
         "--timeout",
-        "200ms",
+        "1s",
         "--kill-after",
         "300ms",
         "--shell",
@@ -256,7 +258,7 @@ fn a_timeout_kills_a_group_that_ignores_sigterm() {
     ]);
     assert_code(&output, 124);
     assert!(
-        started.elapsed() >= Duration::from_millis(500),
+        started.elapsed() >= Duration::from_millis(1300),
         "SIGKILL came only after --kill-after"
     );
     for pid in pids(&file) {
@@ -277,8 +279,9 @@ fn a_timed_out_attempt_is_retried() {
         "1",
         "--backoff",
         "0s",
+        // Long enough for a loaded machine to count each attempt.
         "--timeout",
-        "200ms",
+        "1s",
         "--shell",
         "--",
         &script,
