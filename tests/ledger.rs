@@ -402,6 +402,49 @@ fn forget_of_an_unknown_key_exits_1_after_forgetting_the_others() {
 }
 
 #[test]
+fn quiet_silences_summaries_but_not_data_or_errors() {
+    let env = Env::new();
+    assert_code(&sh(&env, "a", "true"), 0);
+    assert_code(&sh(&env, "b", "true"), 0);
+    let exported = export(&env);
+    let silent = |args: &[&str]| {
+        let output = env.run(args);
+        assert_code(&output, 0);
+        assert_eq!(text(&output.stdout), "", "{args:?}");
+        assert_eq!(text(&output.stderr), "", "{args:?}");
+    };
+    silent(&["-q", "ledger", "forget", "a"]);
+    let shown = text(&env.run(["ledger", "show", "a"]).stdout);
+    assert!(shown.starts_with("key a: forgotten"), "{shown}");
+    silent(&["-q", "ledger", "prune", "--older-than", "0s"]);
+    assert_eq!(
+        env.list_json().as_array().unwrap().len(),
+        1,
+        "b's run stays"
+    );
+    let path = env.path("runs.jsonl");
+    std::fs::write(&path, &exported).unwrap();
+    let imported = env.run([
+        OsStr::new("-q"),
+        OsStr::new("ledger"),
+        OsStr::new("import"),
+        path.as_os_str(),
+    ]);
+    assert_code(&imported, 0);
+    assert_eq!(text(&imported.stdout), "");
+    assert_eq!(
+        env.list_json().as_array().unwrap().len(),
+        2,
+        "a's run is back"
+    );
+    // Data still prints, and so do errors.
+    assert!(!env.run(["-q", "ledger", "list"]).stdout.is_empty());
+    let unknown = env.run(["-q", "ledger", "forget", "nope"]);
+    assert_code(&unknown, 1);
+    assert!(text(&unknown.stderr).contains("no key nope"));
+}
+
+#[test]
 fn forget_refuses_a_key_that_runs_under_a_live_owner() {
     let env = Env::new();
     assert_code(&sh(&env, "other", "true"), 0);

@@ -14,7 +14,9 @@ use crate::render;
 /// Runs `import` writes per transaction: few commits, bounded memory.
 const IMPORT_BATCH: usize = 1000;
 
-pub fn run(command: &LedgerCommand, location: &Location) -> Result<u8> {
+/// `quiet` (`-q`) silences the summaries of forget, prune and import, which
+/// are idem's own lines; data (list, show, export, metrics) always prints.
+pub fn run(command: &LedgerCommand, location: &Location, quiet: bool) -> Result<u8> {
     match command {
         LedgerCommand::Path => {
             println!("{}", location.display());
@@ -26,13 +28,13 @@ pub fn run(command: &LedgerCommand, location: &Location) -> Result<u8> {
             keys,
             purge,
             dry_run,
-        } => forget(keys, *purge, *dry_run, location),
+        } => forget(keys, *purge, *dry_run, location, quiet),
         LedgerCommand::Prune {
             older_than,
             dry_run,
-        } => prune(older_than, *dry_run, location),
+        } => prune(older_than, *dry_run, location, quiet),
         LedgerCommand::Export => export(location),
-        LedgerCommand::Import { file } => import(file.as_deref(), location),
+        LedgerCommand::Import { file } => import(file.as_deref(), location, quiet),
         LedgerCommand::Metrics => metrics(location),
     }
 }
@@ -166,7 +168,13 @@ fn show(key: &str, json: bool, location: &Location) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-fn forget(keys: &[String], purge: bool, dry_run: bool, location: &Location) -> Result<u8> {
+fn forget(
+    keys: &[String],
+    purge: bool,
+    dry_run: bool,
+    location: &Location,
+    quiet: bool,
+) -> Result<u8> {
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return unknown_keys(keys.iter().map(String::as_str));
     };
@@ -184,7 +192,7 @@ fn forget(keys: &[String], purge: bool, dry_run: bool, location: &Location) -> R
         )
         .into());
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = summary(quiet);
     let verb = match (dry_run, purge) {
         (true, true) => "would purge",
         (true, false) => "would forget",
@@ -236,7 +244,12 @@ fn unknown_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Result<u8> {
     .into())
 }
 
-fn prune(older_than: &humantime::Duration, dry_run: bool, location: &Location) -> Result<u8> {
+fn prune(
+    older_than: &humantime::Duration,
+    dry_run: bool,
+    location: &Location,
+    quiet: bool,
+) -> Result<u8> {
     let age = jiff::SignedDuration::try_from(**older_than).unwrap_or(jiff::SignedDuration::MAX);
     let before = Timestamp::now().checked_sub(age).unwrap_or(Timestamp::MIN);
     let report = match ledger::open_existing(location)? {
@@ -245,7 +258,7 @@ fn prune(older_than: &humantime::Duration, dry_run: bool, location: &Location) -
     };
     let zone = jiff::tz::TimeZone::system();
     writeln!(
-        std::io::stdout().lock(),
+        summary(quiet),
         "{} {} run{} ({} attempt{}, {} of output{}) that finished before {}; every key's deciding run stays",
         if dry_run { "would prune" } else { "pruned" },
         report.runs,
@@ -279,7 +292,7 @@ fn export(location: &Location) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-fn import(file: Option<&Path>, location: &Location) -> Result<u8> {
+fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
     let (input, name): (Box<dyn BufRead>, String) = match file {
         Some(path) => {
             let opened = std::fs::File::open(path).map_err(|error| {
@@ -334,7 +347,7 @@ fn import(file: Option<&Path>, location: &Location) -> Result<u8> {
     }
     flush(&mut batch)?;
     writeln!(
-        std::io::stdout().lock(),
+        summary(quiet),
         "imported {} run{} ({} updated, {} already here); {} became {}",
         total.added,
         if total.added == 1 { "" } else { "s" },
@@ -348,6 +361,15 @@ fn import(file: Option<&Path>, location: &Location) -> Result<u8> {
         },
     )?;
     Ok(exit::SUCCESS)
+}
+
+/// Where a command's summary goes: stdout, or nowhere under `-q`.
+fn summary(quiet: bool) -> Box<dyn Write> {
+    if quiet {
+        Box::new(std::io::sink())
+    } else {
+        Box::new(std::io::stdout().lock())
+    }
 }
 
 fn metrics(location: &Location) -> Result<u8> {
