@@ -46,12 +46,14 @@ pub enum Command {
     Ledger(LedgerCommand),
     /// Check a ledger for problems without changing anything
     ///
-    /// Checks the SQLite ledger of --db: schema version, PRAGMA
+    /// Checks the ledger of --db. A SQLite file: schema version, PRAGMA
     /// integrity_check, permissions of the file and its folder, leftover
     /// -wal/-shm files, keys stuck in running whose owner is gone, and free
-    /// disk space. Says what is wrong and how to fix it. Creates and changes
-    /// nothing (the file is opened read-only). Exit 0 when healthy, 1 when
-    /// not, 2 for a postgres:// ledger (SQLite files only).
+    /// disk space. A postgres:// ledger: the connection, schema version,
+    /// the role's rights, and keys stuck in running. Says what is wrong and
+    /// how to fix it. Creates and changes nothing (the file is opened
+    /// read-only; the database session is read-only). Exit 0 when healthy,
+    /// 1 when not.
     Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions {

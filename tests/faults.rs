@@ -1380,10 +1380,12 @@ fn doctor_finds_a_healthy_ledger_healthy_and_changes_nothing() {
     assert_eq!(code, 1);
     assert_eq!(check(&report, "file")["status"], "problem");
     assert!(!env.path("nowhere").exists());
-    // doctor checks files; a shared ledger is refused plainly.
-    let output = run_with_db(&env, Path::new("postgres://localhost/idem"), &["doctor"]);
-    assert_code(&output, 2);
-    assert!(text(&output.stderr).contains("SQLite"));
+    // A shared ledger that cannot be reached is a problem named as such.
+    let url = Path::new("postgres://127.0.0.1:1/idem?connect_timeout=5");
+    let output = run_with_db(&env, url, &["doctor", "--json"]);
+    assert_code(&output, 1);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(check(&report, "connection")["status"], "problem");
     let help = env.run(["doctor", "--help"]);
     assert!(text(&help.stdout).contains("changes nothing"));
 }

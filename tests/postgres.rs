@@ -840,3 +840,99 @@ fn postgres_a_stuck_lock_holder_makes_a_claim_give_up() {
     );
     assert_eq!(pg.count("count"), 1);
 }
+
+#[test]
+fn postgres_doctor_checks_a_shared_ledger_and_changes_nothing() {
+    let Some(pg) = Pg::new("postgres_doctor_checks_a_shared_ledger_and_changes_nothing") else {
+        return;
+    };
+    let doctor = |url: &str| {
+        let output = pg
+            .idem(["doctor", "--json"])
+            .env("IDEM_DB", url)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("doctor --json prints JSON: {}", text(&output.stderr)));
+        (output.status.code(), report)
+    };
+    let status = |report: &serde_json::Value, name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|check| check["check"] == name)
+            .unwrap_or_else(|| panic!("no check {name} in {report}"))["status"]
+            .clone()
+    };
+
+    // A database idem never used: a warning, and doctor creates nothing.
+    for _ in 0..2 {
+        let (code, report) = doctor(&pg.url());
+        assert_eq!(code, Some(0), "{report}");
+        assert_eq!(status(&report, "connection"), "ok");
+        assert_eq!(status(&report, "schema"), "warn");
+        assert_eq!(report["schema_version"], 0, "doctor created the schema");
+    }
+
+    // In use, with a key whose owner and command were killed together.
+    assert_code(&pg.run(["run", "--key", "done", "--", "true"]), 0);
+    let (code, report) = doctor(&pg.url());
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["healthy"], true);
+    for name in ["connection", "schema", "rights", "running keys"] {
+        assert_eq!(status(&report, name), "ok", "{name}: {report}");
+    }
+    let mut owner = {
+        use std::os::unix::process::CommandExt;
+        pg.idem(["run", "--key", "stuck", "--", "sleep", "600"])
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    wait_for_attempt(&pg);
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(owner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    owner.wait().unwrap();
+    // Its command dies of its wrapper's death (PR_SET_PDEATHSIG), at once
+    // or nearly.
+    let until = Instant::now() + Duration::from_secs(30);
+    let report = loop {
+        let (code, report) = doctor(&pg.url());
+        if code == Some(1) || Instant::now() > until {
+            break report;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status(&report, "running keys"), "problem", "{report}");
+    assert_eq!(report["stuck_keys"], serde_json::json!(["stuck"]));
+    assert_eq!(
+        pg.list_json()[0]["status"],
+        "running",
+        "doctor changed nothing"
+    );
+
+    // A role that may read but not write is told what to grant.
+    pg.server.sql(
+        "idem",
+        "CREATE ROLE reader LOGIN;
+         GRANT USAGE ON SCHEMA idem TO reader;
+         GRANT SELECT ON ALL TABLES IN SCHEMA idem TO reader;",
+    );
+    let reader = pg.url().replacen("postgres@", "reader@", 1);
+    let (code, report) = doctor(&reader);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(status(&report, "rights"), "problem", "{report}");
+    assert_eq!(report["role"], "reader");
+    assert!(report
+        .to_string()
+        .contains("GRANT USAGE ON SCHEMA idem TO reader"));
+
+    // A server that is not there.
+    let (code, report) = doctor("postgres://127.0.0.1:1/idem?connect_timeout=5");
+    assert_eq!(code, Some(1));
+    assert_eq!(status(&report, "connection"), "problem", "{report}");
+}

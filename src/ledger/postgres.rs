@@ -288,6 +288,25 @@ impl PostgresLedger {
     }
 }
 
+/// A connection that only reads, for `idem doctor`: nothing is created
+/// or migrated, and the session refuses writes should one be tried.
+pub fn connect_read_only(url: &str, shown: &str) -> Result<Client, String> {
+    let config = connect::config(url, shown).map_err(|failure| failure.message)?;
+    let mut client = connect::connect(&config)?;
+    client
+        .batch_execute("SET default_transaction_read_only = on; SET statement_timeout = '60s'")
+        .map_err(|error| connect::describe(&error))?;
+    Ok(client)
+}
+
+/// The schema version of the ledger on `client` (0: no schema yet), and
+/// the one this idem writes.
+pub fn schema_versions(client: &mut Client) -> Result<(i32, i32), postgres::Error> {
+    Ok((PostgresLedger::version(client)?, LATEST))
+}
+
+pub use connect::describe;
+
 /// Reads the columns of [`RUN_COLUMNS`]: the run's row id and the run.
 /// (`try_get` throughout: a schema changed behind idem's back is an error
 /// to report, never a panic.)

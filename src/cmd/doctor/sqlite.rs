@@ -1,5 +1,4 @@
-//! `idem doctor`: checks a SQLite ledger and says what is wrong and how to
-//! fix it, creating and changing nothing.
+//! The checks of a SQLite ledger file.
 //!
 //! SQLite reads a WAL-mode file through its -shm index and creates that
 //! index when it is missing, so the file is opened so that nothing is
@@ -8,141 +7,21 @@
 //! exist, and a private copy elsewhere when only the log is left.
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
 use rusqlite::{Connection, OpenFlags};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::cli::DoctorArgs;
-use crate::exit::{self, Failure};
-use crate::ledger::{self, Location, Owner, APPLICATION_ID, LATEST};
+use super::{running_keys, Level, Report};
+use crate::exit;
+use crate::ledger::{self, Owner, APPLICATION_ID, LATEST};
+use crate::render::human_bytes;
 
 /// Less free space than this is worth a warning.
 const LOW_SPACE: u64 = 64 << 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Level {
-    Ok,
-    Warn,
-    Problem,
-}
-
-impl Level {
-    fn as_str(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Problem => "problem",
-        }
-    }
-}
-
-/// One finding: what was checked, how it stands, and what to do.
-struct Check {
-    name: &'static str,
-    level: Level,
-    message: String,
-    fix: Option<String>,
-}
-
-#[derive(Default)]
-struct Report {
-    checks: Vec<Check>,
-    facts: serde_json::Map<String, Value>,
-}
-
-impl Report {
-    fn ok(&mut self, name: &'static str, message: impl Into<String>) {
-        self.push(name, Level::Ok, message, None::<String>);
-    }
-
-    fn push(
-        &mut self,
-        name: &'static str,
-        level: Level,
-        message: impl Into<String>,
-        fix: Option<impl Into<String>>,
-    ) {
-        self.checks.push(Check {
-            name,
-            level,
-            message: message.into(),
-            fix: fix.map(Into::into),
-        });
-    }
-
-    fn healthy(&self) -> bool {
-        self.checks
-            .iter()
-            .all(|check| check.level != Level::Problem)
-    }
-}
-
-pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
-    let path = match location {
-        Location::Sqlite(path) => path,
-        Location::Postgres(_) => {
-            return Err(Failure::usage(format!(
-                "idem doctor checks SQLite ledger files only, not {}; give --db PATH",
-                location.display()
-            ))
-            .into())
-        }
-    };
-    let report = examine(path);
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        let mut object = json!({
-            "ledger": path.display().to_string(),
-            "healthy": report.healthy(),
-            "checks": report.checks.iter().map(|check| json!({
-                "check": check.name,
-                "status": check.level.as_str(),
-                "message": check.message,
-                "fix": check.fix,
-            })).collect::<Vec<_>>(),
-        });
-        for (name, value) in &report.facts {
-            object[name] = value.clone();
-        }
-        writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
-    } else {
-        writeln!(out, "ledger {}", path.display())?;
-        for check in &report.checks {
-            let fix = check
-                .fix
-                .as_ref()
-                .map_or(String::new(), |fix| format!("; {fix}"));
-            writeln!(
-                out,
-                "  {:<8} {}: {}{fix}",
-                check.level.as_str(),
-                check.name,
-                check.message
-            )?;
-        }
-        let problems = report
-            .checks
-            .iter()
-            .filter(|check| check.level == Level::Problem)
-            .count();
-        match problems {
-            0 => writeln!(out, "healthy")?,
-            1 => writeln!(out, "1 problem")?,
-            n => writeln!(out, "{n} problems")?,
-        }
-    }
-    Ok(if report.healthy() {
-        exit::SUCCESS
-    } else {
-        exit::NOT_FOUND
-    })
-}
-
-fn examine(path: &Path) -> Report {
+pub(super) fn examine(path: &Path) -> Report {
     let mut report = Report::default();
     let metadata = match fs::metadata(path) {
         Ok(metadata) if metadata.is_file() => metadata,
@@ -527,37 +406,7 @@ fn stuck(conn: &Connection, report: &mut Report) {
             return;
         }
     };
-    let (live, dead): (Vec<_>, Vec<_>) = rows
-        .into_iter()
-        .partition(|(_, owner)| crate::run::owner::alive(owner));
-    let dead_keys: Vec<&str> = dead.iter().map(|(key, _)| key.as_str()).collect();
-    report.facts.insert("stuck_keys".into(), json!(dead_keys));
-    report
-        .facts
-        .insert("running_keys".into(), live.len().into());
-    if dead.is_empty() {
-        report.ok(
-            "running keys",
-            format!("{} running, none stuck", live.len()),
-        );
-        return;
-    }
-    let shown: Vec<String> = dead
-        .iter()
-        .take(5)
-        .map(|(key, owner)| format!("{key} (pid {} on {})", owner.pid, owner.host))
-        .collect();
-    report.push(
-        "running keys",
-        Level::Problem,
-        format!(
-            "{} key(s) stuck in running, their owner gone: {}{}",
-            dead.len(),
-            shown.join(", "),
-            if dead.len() > 5 { ", ..." } else { "" }
-        ),
-        Some("the outcome is unknown; the next `idem run` of such a key marks it abandoned and runs it again with IDEM_RECOVERED=1"),
-    );
+    running_keys(rows, report);
 }
 
 fn space(path: &Path, report: &mut Report) {
@@ -590,20 +439,5 @@ fn space(path: &Path, report: &mut Report) {
         );
     } else {
         report.ok("free space", words);
-    }
-}
-
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
     }
 }

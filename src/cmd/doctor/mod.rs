@@ -1,0 +1,163 @@
+//! `idem doctor`: checks a ledger and says what is wrong and how to fix
+//! it, creating and changing nothing: a SQLite file ([`sqlite`]) or a
+//! shared PostgreSQL database ([`postgres`]).
+
+mod postgres;
+mod sqlite;
+
+use std::io::Write;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use crate::cli::DoctorArgs;
+use crate::exit;
+use crate::ledger::{Location, Owner};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Warn,
+    Problem,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Problem => "problem",
+        }
+    }
+}
+
+/// One finding: what was checked, how it stands, and what to do.
+struct Check {
+    name: &'static str,
+    level: Level,
+    message: String,
+    fix: Option<String>,
+}
+
+#[derive(Default)]
+struct Report {
+    checks: Vec<Check>,
+    facts: serde_json::Map<String, Value>,
+}
+
+impl Report {
+    fn ok(&mut self, name: &'static str, message: impl Into<String>) {
+        self.push(name, Level::Ok, message, None::<String>);
+    }
+
+    fn push(
+        &mut self,
+        name: &'static str,
+        level: Level,
+        message: impl Into<String>,
+        fix: Option<impl Into<String>>,
+    ) {
+        self.checks.push(Check {
+            name,
+            level,
+            message: message.into(),
+            fix: fix.map(Into::into),
+        });
+    }
+
+    fn healthy(&self) -> bool {
+        self.checks
+            .iter()
+            .all(|check| check.level != Level::Problem)
+    }
+}
+
+pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
+    let report = match location {
+        Location::Sqlite(path) => sqlite::examine(path),
+        Location::Postgres(url) => postgres::examine(url, &location.display()),
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let mut object = json!({
+            "ledger": location.display(),
+            "healthy": report.healthy(),
+            "checks": report.checks.iter().map(|check| json!({
+                "check": check.name,
+                "status": check.level.as_str(),
+                "message": check.message,
+                "fix": check.fix,
+            })).collect::<Vec<_>>(),
+        });
+        for (name, value) in &report.facts {
+            object[name] = value.clone();
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
+    } else {
+        writeln!(out, "ledger {}", location.display())?;
+        for check in &report.checks {
+            let fix = check
+                .fix
+                .as_ref()
+                .map_or(String::new(), |fix| format!("; {fix}"));
+            writeln!(
+                out,
+                "  {:<8} {}: {}{fix}",
+                check.level.as_str(),
+                check.name,
+                check.message
+            )?;
+        }
+        let problems = report
+            .checks
+            .iter()
+            .filter(|check| check.level == Level::Problem)
+            .count();
+        match problems {
+            0 => writeln!(out, "healthy")?,
+            1 => writeln!(out, "1 problem")?,
+            n => writeln!(out, "{n} problems")?,
+        }
+    }
+    Ok(if report.healthy() {
+        exit::SUCCESS
+    } else {
+        exit::NOT_FOUND
+    })
+}
+
+/// Reports the keys whose head is `running`: stuck when the owner is gone
+/// (the next `idem run` of such a key marks it abandoned and runs it again).
+fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {
+    let (live, dead): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .partition(|(_, owner)| crate::run::owner::alive(owner));
+    let dead_keys: Vec<&str> = dead.iter().map(|(key, _)| key.as_str()).collect();
+    report.facts.insert("stuck_keys".into(), json!(dead_keys));
+    report
+        .facts
+        .insert("running_keys".into(), live.len().into());
+    if dead.is_empty() {
+        report.ok(
+            "running keys",
+            format!("{} running, none stuck", live.len()),
+        );
+        return;
+    }
+    let shown: Vec<String> = dead
+        .iter()
+        .take(5)
+        .map(|(key, owner)| format!("{key} (pid {} on {})", owner.pid, owner.host))
+        .collect();
+    report.push(
+        "running keys",
+        Level::Problem,
+        format!(
+            "{} key(s) stuck in running, their owner gone: {}{}",
+            dead.len(),
+            shown.join(", "),
+            if dead.len() > 5 { ", ..." } else { "" }
+        ),
+        Some("the outcome is unknown; the next `idem run` of such a key marks it abandoned and runs it again with IDEM_RECOVERED=1"),
+    );
+}
