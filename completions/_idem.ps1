@@ -49,7 +49,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'Grace between SIGTERM and SIGKILL on timeout')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'A success counts for DUR; after that the key runs again [default: forever]')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, wait up to DUR and adopt its outcome')
-            [CompletionResult]::new('--lease', '--lease', [CompletionResultType]::ParameterName, 'Shared ledger: how long a claim lives without a heartbeat')
+            [CompletionResult]::new('--lease', '--lease', [CompletionResultType]::ParameterName, 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)')
             [CompletionResult]::new('--on-abandoned', '--on-abandoned', [CompletionResultType]::ParameterName, 'What to do when the last run died without an outcome')
             [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')

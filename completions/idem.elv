@@ -45,7 +45,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --kill-after 'Grace between SIGTERM and SIGKILL on timeout'
             cand --ttl 'A success counts for DUR; after that the key runs again [default: forever]'
             cand --wait 'If the key is running elsewhere, wait up to DUR and adopt its outcome'
-            cand --lease 'Shared ledger: how long a claim lives without a heartbeat'
+            cand --lease 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)'
             cand --on-abandoned 'What to do when the last run died without an outcome'
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'

@@ -120,7 +120,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = duration)]
     pub wait: Option<humantime::Duration>,
 
-    /// Shared ledger: how long a claim lives without a heartbeat
+    /// Shared ledger: how long a claim lives without a heartbeat (at least 1s)
     #[arg(long, default_value = "60s", value_name = "DUR", value_parser = duration)]
     pub lease: humantime::Duration,
 

@@ -580,6 +580,10 @@ fn bad_arguments_are_one_line_naming_the_flag() {
             "--lease",
         ),
         (
+            &["run", "--key", "k", "--lease", "300ms", "--", "true"],
+            "--lease",
+        ),
+        (
             &["run", "--key", "k", "--retry-on", "1,x", "--", "true"],
             "--retry-on",
         ),

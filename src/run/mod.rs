@@ -41,6 +41,10 @@ pub use report::Reporter;
 /// How often a waiter looks at the ledger again.
 const WAIT_POLL: Duration = Duration::from_millis(100);
 
+/// The shortest `--lease`: shorter, and one slow round trip to a shared
+/// ledger would stop the command.
+const MIN_LEASE: Duration = Duration::from_secs(1);
+
 pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
     let key = Template::parse(&args.key)?.expand_now()?;
     check(args)?;
@@ -70,10 +74,11 @@ fn check(args: &RunArgs) -> Result<()> {
         )
         .into());
     }
-    if args.lease.is_zero() {
-        return Err(Failure::usage(
-            "--lease 0 would expire at once; give a positive duration like 60s",
-        )
+    if *args.lease < MIN_LEASE {
+        return Err(Failure::usage(format!(
+            "--lease {} is too short: its heartbeat (every lease/3) must reach the database in time; give at least 1s, like 60s",
+            args.lease
+        ))
         .into());
     }
     Ok(())
