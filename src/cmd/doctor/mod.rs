@@ -126,6 +126,30 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
     })
 }
 
+/// Reports a ledger's schema version against the one this idem writes;
+/// false when it is newer, and nothing more can be read.
+fn schema_version(version: i64, latest: i64, report: &mut Report) -> bool {
+    match version.cmp(&latest) {
+        std::cmp::Ordering::Greater => {
+            report.push(
+                "schema",
+                Level::Problem,
+                format!("version {version}, written by a newer idem (this one knows {latest})"),
+                Some("upgrade idem"),
+            );
+            return false;
+        }
+        std::cmp::Ordering::Less => report.push(
+            "schema",
+            Level::Warn,
+            format!("version {version}, older than this idem's {latest}"),
+            Some("the next `idem run` migrates it"),
+        ),
+        std::cmp::Ordering::Equal => report.ok("schema", format!("version {version} (current)")),
+    }
+    true
+}
+
 /// Reports the keys whose head is `running`: stuck when the owner is gone
 /// (the next `idem run` of such a key marks it abandoned and runs it again).
 fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {

@@ -4,7 +4,7 @@
 
 use postgres::Client;
 
-use super::{running_keys, Level, Report};
+use super::{running_keys, schema_version, Level, Report};
 use crate::ledger::postgres::{connect_read_only, describe, schema_versions};
 use crate::ledger::Owner;
 
@@ -103,25 +103,7 @@ fn schema(client: &mut Client, role: &str, report: &mut Report) -> bool {
         }
         return false;
     }
-    match version.cmp(&latest) {
-        std::cmp::Ordering::Greater => {
-            report.push(
-                "schema",
-                Level::Problem,
-                format!("version {version}, written by a newer idem (this one knows {latest})"),
-                Some("upgrade idem"),
-            );
-            return false;
-        }
-        std::cmp::Ordering::Less => report.push(
-            "schema",
-            Level::Warn,
-            format!("version {version}, older than this idem's {latest}"),
-            Some("the next `idem run` migrates it"),
-        ),
-        std::cmp::Ordering::Equal => report.ok("schema", format!("version {version} (current)")),
-    }
-    true
+    schema_version(version.into(), latest.into(), report)
 }
 
 /// Whether the role can run keys (read and write the three tables) and

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::json;
 
-use super::{running_keys, Level, Report};
+use super::{running_keys, schema_version, Level, Report};
 use crate::exit;
 use crate::ledger::{self, Owner, APPLICATION_ID, LATEST};
 use crate::render::human_bytes;
@@ -306,23 +306,8 @@ fn contents(conn: &Connection, report: &mut Report) {
         );
         return;
     }
-    match version.cmp(&LATEST) {
-        std::cmp::Ordering::Greater => {
-            report.push(
-                "schema",
-                Level::Problem,
-                format!("version {version}, written by a newer idem (this one knows {LATEST})"),
-                Some("upgrade idem"),
-            );
-            return;
-        }
-        std::cmp::Ordering::Less => report.push(
-            "schema",
-            Level::Warn,
-            format!("version {version}, older than this idem's {LATEST}"),
-            Some("the next `idem run` migrates it"),
-        ),
-        std::cmp::Ordering::Equal => report.ok("schema", format!("version {version} (current)")),
+    if !schema_version(version, LATEST, report) {
+        return;
     }
     integrity(conn, report);
     stuck(conn, report);
