@@ -199,6 +199,41 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
     );
 }
 
+#[test]
+fn an_attempt_that_cannot_be_recorded_never_runs() {
+    // The claim commits, then writing the attempt's start fails (here a
+    // trigger refuses it): the command, held between fork and exec, must
+    // not run, and the run is failed rather than left to look abandoned.
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    sqlite(
+        &env.db(),
+        "CREATE TRIGGER refuse BEFORE INSERT ON attempts
+         BEGIN SELECT RAISE(ABORT, 'attempts refused'); END;",
+    );
+    let count = format!(
+        "{}; echo ${{IDEM_RECOVERED:-0}} >> '{}'",
+        env.count_cmd("count"),
+        env.path("recovered").display()
+    );
+    let output = env.run(["run", "--key", "k", "--shell", "--", &count]);
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("the command did not run"), "{stderr}");
+    assert!(stderr.contains("attempts refused"), "{stderr}");
+    assert_eq!(env.count("count"), 0, "the command ran");
+    let shown = env.show_json("k");
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["exit_code"], 125);
+    // Once the ledger takes writes again, the key runs, plainly: it is known
+    // that nothing ran, so it is not a recovery.
+    sqlite(&env.db(), "DROP TRIGGER refuse;");
+    assert_code(&env.run(["run", "--key", "k", "--shell", "--", &count]), 0);
+    assert_eq!(env.count("count"), 1);
+    assert_eq!(fs::read_to_string(env.path("recovered")).unwrap(), "0\n");
+}
+
 // ------------------------------------------------------------ read-only
 
 #[test]

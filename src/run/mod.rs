@@ -283,10 +283,23 @@ fn execute(
         } else {
             spec.env_remove = vec!["IDEM_RECOVERED"];
         }
-        let mut end = supervisor.attempt(&spec, &mut stdout, &mut stderr, &mut |pgid| {
+        let mut unrecorded = false;
+        let attempted = supervisor.attempt(&spec, &mut stdout, &mut stderr, &mut |pgid| {
             let start = host::process_start(pgid).unwrap_or_default();
-            ledger.attempt_started(claim, attempt_number, pgid, start)
-        })?;
+            ledger
+                .attempt_started(claim, attempt_number, pgid, start)
+                .inspect_err(|_| unrecorded = true)
+        });
+        let mut end = match attempted {
+            Ok(end) => end,
+            Err(error) if unrecorded => {
+                // The command was held and never ran: the run failed, known
+                // and not abandoned, if the ledger still takes that write.
+                let _ = ledger.finish(claim, None, &failed(exit::IDEM_FAILED, None));
+                return Err(error.context("the command did not run"));
+            }
+            Err(error) => return Err(error),
+        };
         if let End::NotStarted { reason, .. } = &end.end {
             reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
         }
