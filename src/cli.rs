@@ -392,6 +392,8 @@ Environment:
   IDEM_DB        the ledger, as --db
   TZ             time zone of key templates
   NO_COLOR       no colour in tables
+  PGHOST, PGPORT, PGUSER, PGDATABASE  what a postgres:// URL leaves out
+  PGPASSWORD, PGPASSFILE, PGSSLROOTCERT  a shared ledger's password and TLS roots
 The command gets IDEM_KEY, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS, and
 IDEM_RECOVERED=1 when the previous run of its key was abandoned.";
 
@@ -409,4 +411,5 @@ Environment:
   IDEM_DB   the ledger, as --db
   TZ        time zone of the times shown
   NO_COLOR  no colour in tables
-  COLUMNS   the width of tables when stdout is not a terminal";
+  COLUMNS   the width of tables when stdout is not a terminal
+  PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD  as for idem run";

@@ -260,6 +260,11 @@ impl Server {
             .replace('/', "%2F")
     }
 
+    /// The folder of the server's Unix socket (what `PGHOST` names).
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// A URL of database `db` on this server.
     pub fn url_of(&self, db: &str) -> String {
         let port = self.port.map_or(String::new(), |port| format!(":{port}"));

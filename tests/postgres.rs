@@ -944,3 +944,34 @@ fn postgres_doctor_checks_a_shared_ledger_and_changes_nothing() {
     assert_eq!(code, Some(1));
     assert_eq!(status(&report, "connection"), "problem", "{report}");
 }
+
+#[test]
+fn postgres_url_gaps_are_filled_from_libpq_variables() {
+    let Some(pg) = Pg::new("postgres_url_gaps_are_filled_from_libpq_variables") else {
+        return;
+    };
+    let count = pg.count_cmd("count");
+    let run = |url: &str| {
+        pg.idem(["run", "--key", "k", "--shell", "--", &count])
+            .env("IDEM_DB", url)
+            .env("PGHOST", pg.server.socket_dir())
+            .env("PGUSER", "postgres")
+            .env("PGDATABASE", "idem")
+            .output()
+            .unwrap()
+    };
+    assert_code(&run("postgresql:///idem"), 0);
+    // Host, user and database all from the environment: the same ledger.
+    assert_code(&run("postgresql://"), 0);
+    assert_eq!(pg.count("count"), 1);
+    // What the URL says wins over the variables.
+    let listed = pg
+        .idem(["ledger", "list"])
+        .env("PGHOST", "/nonexistent")
+        .env("PGUSER", "nobody")
+        .env("PGDATABASE", "nope")
+        .output()
+        .unwrap();
+    assert_code(&listed, 0);
+    assert!(text(&listed.stdout).contains("succeeded"));
+}

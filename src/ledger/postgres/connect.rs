@@ -1,5 +1,7 @@
 //! Connecting to a PostgreSQL ledger: the URL, the password and TLS.
 //!
+//! What the URL leaves out comes from libpq's environment variables
+//! (`PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`) and defaults.
 //! A password comes from the URL, else `PGPASSWORD`, else the password file
 //! (`PGPASSFILE` or `~/.pgpass`, as libpq reads it); idem never prints it
 //! and never stores it. TLS is used only where the URL asks for it
@@ -35,6 +37,7 @@ pub fn config(url: &str, shown: &str) -> Result<Config, Failure> {
             ),
         )
     })?;
+    fill_from_environment(&mut config);
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -50,6 +53,40 @@ pub fn config(url: &str, shown: &str) -> Result<Config, Failure> {
         }
     }
     Ok(config)
+}
+
+/// libpq's default folder for the server's Unix socket (Debian's).
+const DEFAULT_SOCKET_FOLDER: &str = "/var/run/postgresql";
+
+/// Fills in what the URL leaves out as libpq does: from `PGHOST` (a path
+/// is a Unix socket's folder; several are comma-separated), `PGPORT`,
+/// `PGUSER` and `PGDATABASE`, else libpq's defaults (the local Unix socket,
+/// the login name, a database named after the user).
+fn fill_from_environment(config: &mut Config) {
+    let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        let hosts = var("PGHOST").unwrap_or_else(|| DEFAULT_SOCKET_FOLDER.to_owned());
+        for host in hosts.split(',') {
+            if host.starts_with('/') {
+                config.host_path(host);
+            } else {
+                config.host(host);
+            }
+        }
+    }
+    if config.get_ports().is_empty() {
+        if let Some(port) = var("PGPORT").and_then(|port| port.parse().ok()) {
+            config.port(port);
+        }
+    }
+    if config.get_user().is_none() {
+        config.user(&var("PGUSER").unwrap_or_else(current_user));
+    }
+    if config.get_dbname().is_none() {
+        if let Some(database) = var("PGDATABASE") {
+            config.dbname(&database);
+        }
+    }
 }
 
 /// Connects, with TLS only where the URL asks for it; says in words why not.
