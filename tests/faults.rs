@@ -232,6 +232,33 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
     assert_code(&env.run(["run", "--key", "k", "--shell", "--", &count]), 0);
     assert_eq!(env.count("count"), 1);
     assert_eq!(fs::read_to_string(env.path("recovered")).unwrap(), "0\n");
+
+    // A retry whose start is refused: the output held by --quiet-success
+    // of the attempt that did run is shown, as after any failure.
+    sqlite(
+        &env.db(),
+        "CREATE TRIGGER refuse_retry BEFORE INSERT ON attempts WHEN NEW.n = 2
+         BEGIN SELECT RAISE(ABORT, 'attempts refused'); END;",
+    );
+    let flaky = format!("{}; echo first words; exit 3", env.count_cmd("count"));
+    let output = env.run([
+        "run",
+        "--key",
+        "q",
+        "--retries",
+        "1",
+        "--backoff",
+        "0s",
+        "--quiet-success",
+        "--shell",
+        "--",
+        &flaky,
+    ]);
+    assert_code(&output, 125);
+    assert_eq!(env.count("count"), 2, "one attempt ran, the retry did not");
+    assert_eq!(text(&output.stdout), "first words\n");
+    assert!(text(&output.stderr).contains("the command did not run"));
+    assert_eq!(env.show_json("q")["exit_code"], 125);
 }
 
 // ------------------------------------------------------------ read-only

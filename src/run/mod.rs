@@ -292,13 +292,18 @@ fn execute(
         });
         let mut end = match attempted {
             Ok(end) => end,
-            Err(error) if unrecorded => {
+            Err(error) => {
+                // Held output is shown, as after any run that did not succeed.
+                let _ = stdout.release(&mut std::io::stdout());
+                let _ = stderr.release(&mut std::io::stderr());
+                if !unrecorded {
+                    return Err(error);
+                }
                 // The command was held and never ran: the run failed, known
                 // and not abandoned, if the ledger still takes that write.
                 let _ = ledger.finish(claim, None, &failed(exit::IDEM_FAILED, None));
                 return Err(error.context("the command did not run"));
             }
-            Err(error) => return Err(error),
         };
         if let End::NotStarted { reason, .. } = &end.end {
             reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
