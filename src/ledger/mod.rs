@@ -6,7 +6,7 @@
 //! Every key points at the run that decides what the next `idem run` does
 //! (its latest run, or none after `ledger forget`). Runs keep their attempts.
 
-pub mod postgres;
+pub(crate) mod postgres;
 mod schema;
 mod sqlite;
 

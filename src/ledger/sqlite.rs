@@ -594,14 +594,14 @@ impl Ledger for SqliteLedger {
 
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
         self.write("record an attempt in", true, |tx| {
-            update_attempt(tx, claim, attempt)
+            upsert_attempt(tx, claim.token, attempt)
         })
     }
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
         let recorded = self.write("record the outcome in", true, |tx| {
             if let Some(attempt) = last {
-                update_attempt(tx, claim, attempt)?;
+                upsert_attempt(tx, claim.token, attempt)?;
             }
             let changed = tx.execute(
                 "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
@@ -757,27 +757,27 @@ impl Ledger for SqliteLedger {
     }
 }
 
-fn update_attempt(tx: &Connection, claim: &Claim, attempt: &Attempt) -> rusqlite::Result<()> {
-    // An upsert: an attempt whose command could not even be spawned was
-    // never recorded as started.
-    tx.execute(
+fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> rusqlite::Result<()> {
+    // An upsert: the attempt's start is recorded before its command runs,
+    // but not when the child died before reaching exec; import adds new ones.
+    tx.prepare_cached(
         "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal, timed_out,
              stdout_tail, stderr_tail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (run, n) DO UPDATE SET finished_at = ?4, exit_code = ?5, signal = ?6,
              timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9",
-        params![
-            claim.token,
-            attempt.number,
-            attempt.started_at.map_or(0, millis),
-            attempt.finished_at.map(millis),
-            attempt.exit_code,
-            attempt.signal,
-            attempt.timed_out,
-            (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
-            (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
-        ],
-    )?;
+    )?
+    .execute(params![
+        run,
+        attempt.number,
+        attempt.started_at.map_or(0, millis),
+        attempt.finished_at.map(millis),
+        attempt.exit_code,
+        attempt.signal,
+        attempt.timed_out,
+        (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
+        (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
+    ])?;
     Ok(())
 }
 
@@ -936,25 +936,9 @@ fn prune_runs(tx: &Connection, before: Timestamp) -> rusqlite::Result<PruneRepor
 }
 
 fn insert_attempts(tx: &Connection, run: i64, attempts: &[Attempt]) -> rusqlite::Result<()> {
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal, timed_out,
-             stdout_tail, stderr_tail)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    for attempt in attempts {
-        insert.execute(params![
-            run,
-            attempt.number,
-            attempt.started_at.map_or(0, millis),
-            attempt.finished_at.map(millis),
-            attempt.exit_code,
-            attempt.signal,
-            attempt.timed_out,
-            (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
-            (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
-        ])?;
-    }
-    Ok(())
+    attempts
+        .iter()
+        .try_for_each(|attempt| upsert_attempt(tx, run, attempt))
 }
 
 fn import_runs(tx: &Connection, runs: &[ExportedRun]) -> rusqlite::Result<ImportReport> {
