@@ -125,6 +125,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--purge', '--purge', [CompletionResultType]::ParameterName, 'Remove the keys'' history too')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Say what would change, change nothing')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')

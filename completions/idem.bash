@@ -417,7 +417,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__forget)
-            opts="-q -v -h -V --purge --dry-run --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

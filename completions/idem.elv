@@ -117,6 +117,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --purge 'Remove the keys'' history too'
             cand --dry-run 'Say what would change, change nothing'
+            cand --force 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'

@@ -97,6 +97,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l purge -d 'Remove the keys\' history too'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l dry-run -d 'Say what would change, change nothing'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l force -d 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -18,6 +18,13 @@
 # than the duplicate (the database busy or down) is retried with backoff.
 # In a crontab, `--key "create-invoice-$order-{month}"` makes the month part
 # of the key by itself.
+#
+# Fencing: each invoice row keeps the IDEM_FENCE of the claim that wrote it,
+# and a later change of the invoice applies only for a larger fence
+# (`UPDATE invoices SET ... WHERE id = ? AND fence < $IDEM_FENCE`), so a
+# run that lost its claim (a frozen host whose lease ran out) can never
+# overwrite what the newer claim wrote. An HTTP API takes it as a header
+# beside the Idempotency-Key.
 set -euo pipefail
 
 examples=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -27,8 +34,9 @@ PATH=$examples/stand-ins:$PATH
 create_invoice() {
   local state=$1 order=$2 month=$3 error
   if error=$(db "$state/billing.db" "
-    INSERT INTO invoices (order_id, month, amount_cents)
-      SELECT '$order', '$month', amount_cents FROM plans WHERE order_id = '$order';" 2>&1)
+    INSERT INTO invoices (order_id, month, amount_cents, fence)
+      SELECT '$order', '$month', amount_cents, ${IDEM_FENCE:?run me through idem}
+      FROM plans WHERE order_id = '$order';" 2>&1)
   then
     echo "invoice created for $order, $month"
   elif [[ $error == *"UNIQUE constraint failed"* ]]; then
@@ -53,7 +61,7 @@ db "$state/billing.db" "
   CREATE TABLE IF NOT EXISTS plans (order_id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL);
   CREATE TABLE IF NOT EXISTS invoices (
     id INTEGER PRIMARY KEY, order_id TEXT NOT NULL, month TEXT NOT NULL,
-    amount_cents INTEGER NOT NULL, UNIQUE (order_id, month));
+    amount_cents INTEGER NOT NULL, fence INTEGER NOT NULL, UNIQUE (order_id, month));
   CREATE TABLE IF NOT EXISTS effect_log (seq INTEGER PRIMARY KEY, line TEXT NOT NULL);
   CREATE TRIGGER IF NOT EXISTS invoiced AFTER INSERT ON invoices BEGIN
     INSERT INTO effect_log (line)

@@ -210,6 +210,10 @@ pub enum LedgerCommand {
         /// Say what would change, change nothing
         #[arg(long)]
         dry_run: bool,
+        /// Also forget a running key whose owner idem cannot judge (a claim
+        /// made by an older idem); a live run is never forgotten
+        #[arg(long)]
+        force: bool,
     },
     /// Drop old history and output; never changes what `run` decides
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]

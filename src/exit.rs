@@ -40,6 +40,9 @@ pub fn for_signal(signal: i32) -> u8 {
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    /// The cause may pass by itself (a ledger locked by another process, a
+    /// database restarting): worth trying again for a while.
+    pub transient: bool,
 }
 
 impl Failure {
@@ -47,7 +50,23 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            transient: false,
         }
+    }
+
+    pub fn transient(self) -> Self {
+        Failure {
+            transient: true,
+            ..self
+        }
+    }
+
+    /// Whether `error` says its cause may pass by itself.
+    pub fn is_transient(error: &anyhow::Error) -> bool {
+        error
+            .chain()
+            .filter_map(|cause| cause.downcast_ref::<Failure>())
+            .any(|failure| failure.transient)
     }
 
     pub fn usage(message: impl Into<String>) -> Self {

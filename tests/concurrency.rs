@@ -251,8 +251,9 @@ fn a_command_that_kills_idem_at_once_keeps_its_key() {
     // else to look for, and run the key while this command lives on.
     let env = Env::new();
     let group = env.path("group");
+    // The command's parent is its guardian; idem is the guardian's parent.
     let script = format!(
-        "trap '' TERM; kill -KILL $PPID; echo $$ > '{}'; sleep 5",
+        "trap '' TERM; kill -KILL $(cut -d' ' -f4 /proc/$PPID/stat); echo $$ > '{}'; sleep 5",
         group.display()
     );
     for trial in 0..trials(5) {

@@ -10,6 +10,7 @@ mod failures;
 mod faults;
 mod generated;
 mod ledger;
+mod liveness;
 mod pg;
 mod postgres;
 mod run;

@@ -28,7 +28,8 @@ pub fn run(command: &LedgerCommand, location: &Location, quiet: bool) -> Result<
             keys,
             purge,
             dry_run,
-        } => forget(keys, *purge, *dry_run, location, quiet),
+            force,
+        } => forget(keys, *purge, *dry_run, *force, location, quiet),
         LedgerCommand::Prune {
             older_than,
             dry_run,
@@ -172,25 +173,31 @@ fn forget(
     keys: &[String],
     purge: bool,
     dry_run: bool,
+    force: bool,
     location: &Location,
     quiet: bool,
 ) -> Result<u8> {
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return unknown_keys(keys.iter().map(String::as_str));
     };
-    let report = ledger.forget(keys, purge, dry_run, &crate::run::owner::alive)?;
+    let report = ledger.forget(keys, purge, dry_run, force)?;
     if let Some(busy) = report.busy().next() {
-        let owner = busy.busy.as_ref().map_or(String::new(), |owner| {
-            format!(" (pid {} on {})", owner.pid, owner.host)
-        });
-        return Err(Failure::new(
-            exit::CONFLICT,
+        let Some(owner) = &busy.busy else {
+            return Err(Failure::new(exit::CONFLICT, "a key is running").into());
+        };
+        let at = format!(" (pid {} on {})", owner.pid, owner.host);
+        let message = if owner.alive.is_none() {
             format!(
-                "key {} is running{owner}; nothing was forgotten (wait for it, or stop it first)",
+                "key {} is running{at} under an owner idem cannot judge (claimed by an older idem); nothing was forgotten (check that it is gone, then add --force)",
                 busy.key
-            ),
-        )
-        .into());
+            )
+        } else {
+            format!(
+                "key {} is running{at}; nothing was forgotten (wait for it, or stop it first)",
+                busy.key
+            )
+        };
+        return Err(Failure::new(exit::CONFLICT, message).into());
     }
     let mut out = summary(quiet);
     let verb = match (dry_run, purge) {

@@ -7,6 +7,7 @@
 //! (its latest run, or none after `ledger forget`). Runs keep their attempts.
 
 pub(crate) mod postgres;
+pub mod runlock;
 mod schema;
 mod sqlite;
 
@@ -23,7 +24,9 @@ use crate::exit::Failure;
 pub use postgres::PostgresLedger;
 pub(crate) use schema::{APPLICATION_ID, LATEST};
 pub use sqlite::SqliteLedger;
-pub(crate) use sqlite::{disk_full, free_bytes, read_only_uri, side_file, LOCK_WAIT};
+pub(crate) use sqlite::{
+    disk_full, free_bytes, judge_local_owner, read_only_uri, side_file, LOCK_WAIT,
+};
 
 impl Status {
     pub fn as_str(self) -> &'static str {
@@ -152,22 +155,27 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
     }
 }
 
-/// The process that owns a running key, as recorded by its claim.
+/// Who owns a running key, and whether it still lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
+    /// Where and as which pid idem ran the claim: for people to read, never
+    /// to decide (a pid means nothing in another PID namespace).
     pub host: String,
-    pub boot_id: String,
-    /// The idem process.
     pub pid: u32,
-    /// Its start time in clock ticks since boot (pid reuse guard).
-    pub pid_start: u64,
-    /// The command's process group (its leader's pid), once spawned.
+    /// The process group of the command's current attempt, once spawned.
     pub pgid: Option<u32>,
-    /// The group leader's start time.
-    pub pgid_start: Option<u64>,
-    /// On a shared ledger, whether the owner's lease ran out (no heartbeat:
-    /// presumed gone); `None` on a ledger without leases.
-    pub lease_expired: Option<bool>,
+    /// Whether the run lives, as the ledger knows it: by the kernel lock the
+    /// run holds (a local ledger) or by its lease (a shared one). `None`:
+    /// it cannot be judged (a claim of an idem that did not lock), so it is
+    /// presumed alive until a person frees it (`ledger forget --force`).
+    pub alive: Option<bool>,
+}
+
+impl Owner {
+    /// Whether a run must be presumed to go on: alive, or not judged.
+    pub fn presumed_alive(&self) -> bool {
+        self.alive != Some(false)
+    }
 }
 
 /// One run, as stored.
@@ -226,9 +234,7 @@ pub struct NewRun {
     pub command: Vec<OsString>,
     pub shell: bool,
     pub host: String,
-    pub boot_id: String,
     pub pid: u32,
-    pub pid_start: u64,
     pub recovered: bool,
     /// Shared ledgers: how long the claim lives without a heartbeat.
     pub lease: std::time::Duration,
@@ -250,6 +256,13 @@ pub struct Claim {
     pub run_id: Uuid,
     /// Backend-specific: a row id, or a claim epoch that fences later writes.
     pub token: i64,
+    /// The fencing token (`IDEM_FENCE`): larger than that of every earlier
+    /// claim of any key in this ledger, purged keys included.
+    pub fence: i64,
+    /// A local ledger's kernel lock that says the run lives; the run's
+    /// processes inherit it. Dropped (with every clone) once the outcome is
+    /// recorded.
+    pub hold: Option<runlock::Hold>,
 }
 
 /// How a run ended.
@@ -362,22 +375,19 @@ pub trait Ledger {
     fn head(&mut self, key: &str) -> Result<Option<Head>>;
 
     /// In one write transaction: read the head, ask `plan` what to do with
-    /// it, and do that. Returns the claim when `plan` asked for one.
+    /// it, and do that. Returns the claim when `plan` asked for one. The
+    /// plan is also told when the key is `lingering`: no running head owns
+    /// it, yet processes an ended run left behind still hold it (their
+    /// guardian was killed), so nothing may run the key until they are gone.
     fn claim(
         &mut self,
         key: &str,
-        plan: &mut dyn FnMut(Option<&Head>) -> Plan,
+        plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>>;
 
     /// Attempt `number` has started; `pgid` is the command's process group.
     /// Need not be durable: it matters only while this host stays up.
-    fn attempt_started(
-        &mut self,
-        claim: &Claim,
-        number: u32,
-        pgid: u32,
-        pgid_start: u64,
-    ) -> Result<()>;
+    fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()>;
 
     /// A non-final attempt ended.
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()>;
@@ -405,14 +415,15 @@ pub trait Ledger {
     /// Makes `keys` run again next time: each key's head is cleared (a head
     /// whose owner is gone is first marked `abandoned`), and with `purge`
     /// the key's runs and attempts are removed too. In one transaction: if
-    /// any key's head is `running` under an owner that `alive` says lives,
-    /// nothing changes and the report names it. `dry_run` changes nothing.
+    /// any key's head is `running` under a live owner, or one that cannot be
+    /// judged without `force`, nothing changes and the report names it.
+    /// `dry_run` changes nothing.
     fn forget(
         &mut self,
         keys: &[String],
         purge: bool,
         dry_run: bool,
-        alive: &dyn Fn(&Owner) -> bool,
+        force: bool,
     ) -> Result<ForgetReport>;
 
     /// Drops runs that finished before `before`, with their attempts and
@@ -426,7 +437,7 @@ pub trait Ledger {
 
     /// Adds `runs` in one transaction, idempotently by `run_id`: a run this
     /// ledger holds already is left as it is, unless it holds it `running`
-    /// and the stream finished. An imported run that was its key's head
+    /// with its owner gone and the stream finished. An imported run that was its key's head
     /// becomes the head here when it started after every run of its key
     /// here and the current head is not running.
     fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport>;

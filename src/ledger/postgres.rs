@@ -43,7 +43,8 @@ const SCHEMA: &str = "idem";
 const MIGRATION_LOCK: i64 = 0x6964_656d_0000_0001;
 
 /// Migration N brings the schema from version N-1 to N.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE idem.keys (
         key text PRIMARY KEY,
         -- The run that decides what the next `idem run` does, or NULL.
@@ -91,7 +92,15 @@ const MIGRATIONS: &[&str] = &["
         stderr_tail bytea,
         PRIMARY KEY (run, n)
     );
-"];
+",
+    "
+    -- 2: fencing tokens. Every claim and every forget takes its key's epoch
+    -- from one sequence, so a token (`IDEM_FENCE`) grows across all claims
+    -- of a key, even after its row was purged and made anew.
+    CREATE SEQUENCE idem.fences;
+    SELECT setval('idem.fences', coalesce((SELECT max(epoch) FROM idem.keys), 0) + 1, false);
+",
+];
 
 /// The schema version this idem writes.
 const LATEST: i32 = MIGRATIONS.len() as i32;
@@ -158,14 +167,20 @@ impl PostgresLedger {
     }
 
     fn fail(&self, doing: &str, error: &postgres::Error) -> anyhow::Error {
-        Failure::new(
+        let failure = Failure::new(
             IDEM_FAILED,
             format!(
                 "could not {doing} ledger {}: {}",
                 self.shown,
                 connect::describe(error)
             ),
-        )
+        );
+        let passing = connection_lost(error) || error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
+        if passing {
+            failure.transient()
+        } else {
+            failure
+        }
         .into()
     }
 
@@ -280,9 +295,9 @@ impl PostgresLedger {
         Failure::new(
             IDEM_FAILED,
             format!(
-                "run {} of key {} lost its claim: its lease ran out and another run took the key over",
-                claim.run_id, claim.key
-            ),
+            "run {} of key {} lost its claim: its lease ran out and another run took the key over",
+            claim.run_id, claim.key
+        ),
         )
         .into()
     }
@@ -352,8 +367,8 @@ const ATTEMPT_COLUMNS: &str = "a.run, a.n, a.started_at, a.finished_at, a.exit_c
 fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>, postgres::Error> {
     let row = client.query_typed_opt(
         &format!(
-            "SELECT {RUN_COLUMNS}, k.owner_boot, k.owner_pid_start, k.owner_pgid,
-                    k.owner_pgid_start, coalesce(k.lease_until < now(), false), now()
+            "SELECT {RUN_COLUMNS}, k.owner_pgid,
+                    coalesce(k.lease_until < clock_timestamp(), false), now()
              FROM idem.keys k JOIN idem.runs r ON r.id = k.head WHERE k.key = $1"
         ),
         typed![&key => TEXT],
@@ -363,14 +378,12 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     };
     let (_, run) = run_from_row(&row)?;
     let owner = if run.status == Status::Running {
+        let expired: bool = row.try_get(15)?;
         Some(Owner {
             host: run.host.clone(),
-            boot_id: row.try_get::<_, Option<String>>(14)?.unwrap_or_default(),
             pid: run.pid,
-            pid_start: row.try_get::<_, Option<i64>>(15)?.unwrap_or_default() as u64,
-            pgid: row.try_get::<_, Option<i64>>(16)?.map(|pgid| pgid as u32),
-            pgid_start: row.try_get::<_, Option<i64>>(17)?.map(|start| start as u64),
-            lease_expired: Some(row.try_get(18)?),
+            pgid: row.try_get::<_, Option<i64>>(14)?.map(|pgid| pgid as u32),
+            alive: Some(!expired),
         })
     } else {
         None
@@ -378,7 +391,7 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     Ok(Some(Head {
         run,
         owner,
-        read_at: Some(row.try_get(19)?),
+        read_at: Some(row.try_get(16)?),
     }))
 }
 
@@ -453,7 +466,7 @@ impl Ledger for PostgresLedger {
     fn claim(
         &mut self,
         key: &str,
-        plan: &mut dyn FnMut(Option<&Head>) -> Plan,
+        plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
         let result = (|| {
             let mut tx = begin(&mut self.client)?;
@@ -467,14 +480,10 @@ impl Ledger for PostgresLedger {
                 typed![&key => TEXT],
             )?;
             let head = query_head(&mut tx, key)?;
-            let plan = plan(head.as_ref());
+            // A shared ledger's liveness is the lease alone: nothing lingers.
+            let plan = plan(head.as_ref(), false);
             if plan.abandon_head {
-                tx.execute_typed(
-                    "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
-                     WHERE id = (SELECT head FROM idem.keys WHERE key = $1)
-                       AND status = 'running'",
-                    typed![&key => TEXT],
-                )?;
+                mark_abandoned(&mut tx, key)?;
             }
             let Some(new) = plan.claim else {
                 tx.commit()?;
@@ -487,10 +496,10 @@ impl Ledger for PostgresLedger {
                      VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7)
                      RETURNING id
                  )
-                 UPDATE idem.keys SET head = run.id, epoch = idem.keys.epoch + 1,
-                     owner_boot = $8, owner_pid_start = $9, owner_pgid = NULL,
-                     owner_pgid_start = NULL, lease = $10::text::interval,
-                     lease_until = now() + $10::text::interval
+                 UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'),
+                     owner_boot = NULL, owner_pid_start = NULL, owner_pgid = NULL,
+                     owner_pgid_start = NULL, lease = $8::text::interval,
+                     lease_until = clock_timestamp() + $8::text::interval
                  FROM run WHERE idem.keys.key = $1
                  RETURNING idem.keys.epoch",
                 typed![
@@ -501,16 +510,17 @@ impl Ledger for PostgresLedger {
                     &encode_command(&new.command) => BYTEA,
                     &new.shell => BOOL,
                     &new.recovered => BOOL,
-                    &new.boot_id => TEXT,
-                    &(new.pid_start as i64) => INT8,
                     &interval(new.lease) => TEXT,
                 ],
             )?;
             tx.commit()?;
+            let epoch: i64 = row.try_get(0)?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
-                token: row.try_get(0)?,
+                token: epoch,
+                fence: epoch,
+                hold: None,
             }))
         })();
         result.map_err(|error: postgres::Error| {
@@ -529,13 +539,7 @@ impl Ledger for PostgresLedger {
         })
     }
 
-    fn attempt_started(
-        &mut self,
-        claim: &Claim,
-        number: u32,
-        pgid: u32,
-        pgid_start: u64,
-    ) -> Result<()> {
+    fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
         let result = self.retrying(|client| {
             // One statement, fenced by the epoch: the key's row is updated
             // (and locked) only while the claim is still this run's. It is
@@ -543,16 +547,16 @@ impl Ledger for PostgresLedger {
             // its commit does not wait for the server's disk.
             let row = client.query_typed_one(
                 "WITH k AS (
-                     UPDATE idem.keys SET owner_pgid = $3, owner_pgid_start = $4
+                     UPDATE idem.keys SET owner_pgid = $3
                      WHERE key = $1 AND epoch = $2
                      RETURNING head
                  ), r AS (
-                     UPDATE idem.runs SET attempts = $5
+                     UPDATE idem.runs SET attempts = $4
                      WHERE id = (SELECT head FROM k) AND status = 'running'
                      RETURNING id
                  ), a AS (
                      INSERT INTO idem.attempts (run, n, started_at)
-                     SELECT id, $5, now() FROM r
+                     SELECT id, $4, now() FROM r
                      ON CONFLICT (run, n) DO NOTHING
                  )
                  SELECT (SELECT count(*) FROM r),
@@ -561,7 +565,6 @@ impl Ledger for PostgresLedger {
                     &claim.key => TEXT,
                     &claim.token => INT8,
                     &i64::from(pgid) => INT8,
-                    &(pgid_start as i64) => INT8,
                     &(number as i32) => INT4,
                 ],
             )?;
@@ -647,13 +650,10 @@ impl Ledger for PostgresLedger {
         });
         match result {
             Ok(true) => Ok(()),
-            Ok(false) => Err(Failure::new(
-                IDEM_FAILED,
-                format!(
-                    "the outcome of run {} of key {} could not be recorded: its lease ran out and another run took the key over",
-                    claim.run_id, claim.key
-                ),
-            )
+            Ok(false) => Err(Failure::new(IDEM_FAILED, format!(
+                "the outcome of run {} of key {} could not be recorded: its lease ran out and another run took the key over",
+                claim.run_id, claim.key
+            ))
             .into()),
             Err(error) => Err(self.fail("record the outcome in", &error)),
         }
@@ -662,7 +662,7 @@ impl Ledger for PostgresLedger {
     fn heartbeat(&mut self, claim: &Claim) -> Result<bool> {
         self.client
             .execute_typed(
-                "UPDATE idem.keys k SET lease_until = now() + k.lease
+                "UPDATE idem.keys k SET lease_until = clock_timestamp() + k.lease
                  FROM idem.runs r
                  WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.status = 'running'",
                 typed![&claim.key => TEXT, &claim.token => INT8],
@@ -748,11 +748,11 @@ impl Ledger for PostgresLedger {
         keys: &[String],
         purge: bool,
         dry_run: bool,
-        alive: &dyn Fn(&Owner) -> bool,
+        force: bool,
     ) -> Result<ForgetReport> {
         let result = (|| {
             let mut tx = begin(&mut self.client)?;
-            let report = forget_keys(&mut tx, keys, purge, alive)?;
+            let report = forget_keys(&mut tx, keys, purge, force)?;
             // A dry run does the same work and rolls it back, so what it
             // reports is exactly what a real one would do.
             if dry_run || report.busy().next().is_some() {
@@ -878,7 +878,7 @@ fn forget_keys(
     tx: &mut postgres::Transaction<'_>,
     keys: &[String],
     purge: bool,
-    alive: &dyn Fn(&Owner) -> bool,
+    force: bool,
 ) -> Result<ForgetReport, postgres::Error> {
     // The keys' row locks, so no claim of them reads or writes meanwhile;
     // taken in one order, so two forgets of the same keys cannot deadlock.
@@ -903,7 +903,7 @@ fn forget_keys(
             .filter(|head| head.run.status == Status::Running);
         let busy = running
             .and_then(|head| head.owner.clone())
-            .filter(|owner| alive(owner));
+            .filter(|owner| owner.alive == Some(true) || (owner.alive.is_none() && !force));
         let abandoned = running.is_some() && busy.is_none();
         report.keys.push(ForgottenKey {
             key: key.clone(),
@@ -922,11 +922,7 @@ fn forget_keys(
     }
     for (key, abandoned) in found {
         if abandoned {
-            tx.execute(
-                "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
-                 WHERE id = (SELECT head FROM idem.keys WHERE key = $1) AND status = 'running'",
-                &[key],
-            )?;
+            mark_abandoned(tx, key)?;
         }
         if purge {
             tx.execute(
@@ -940,7 +936,7 @@ fn forget_keys(
             // The epoch rises too: an owner presumed gone that comes back
             // finds its claim lost.
             tx.execute(
-                "UPDATE idem.keys SET head = NULL, epoch = epoch + 1, owner_boot = NULL,
+                "UPDATE idem.keys SET head = NULL, epoch = nextval('idem.fences'), owner_boot = NULL,
                      owner_pid_start = NULL, owner_pgid = NULL, owner_pgid_start = NULL,
                      lease_until = NULL
                  WHERE key = $1",
@@ -949,6 +945,17 @@ fn forget_keys(
         }
     }
     Ok(report)
+}
+
+/// Ends the key's running head with an unknown outcome: its owner's lease
+/// ran out.
+fn mark_abandoned(tx: &mut postgres::Transaction<'_>, key: &str) -> Result<(), postgres::Error> {
+    tx.execute_typed(
+        "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
+         WHERE id = (SELECT head FROM idem.keys WHERE key = $1) AND status = 'running'",
+        typed![&key => TEXT],
+    )?;
+    Ok(())
 }
 
 fn prune_runs(
@@ -1038,10 +1045,21 @@ fn import_runs(
             "SELECT id, status FROM idem.runs WHERE run_id = $1",
             &[&run.run_id],
         )?;
+        let finishes = match &existing {
+            Some(row) => row.try_get::<_, &str>(1)? == "running" && run.status != Status::Running,
+            None => false,
+        };
+        // A copy never overrides a run that goes on here.
+        let lives = finishes
+            && query_head(tx, &run.key)?
+                .and_then(|head| head.owner)
+                .is_some_and(|owner| owner.presumed_alive());
         let id: i64 = match existing {
-            Some(row)
-                if row.try_get::<_, &str>(1)? == "running" && run.status != Status::Running =>
-            {
+            Some(_) if lives => {
+                report.unchanged += 1;
+                continue;
+            }
+            Some(row) if finishes => {
                 // Exported again after it finished: take the outcome.
                 let id: i64 = row.try_get(0)?;
                 tx.execute(

@@ -88,6 +88,17 @@ pub const MIGRATIONS: &[&str] = &[
     DROP TABLE attempts;
     ALTER TABLE attempts_by_run RENAME TO attempts;
     ",
+    // 4: liveness from the kernel and fencing tokens. `owner_lock` marks a
+    // claim whose run holds its key's byte of the lock file (see
+    // `runlock`); a running head without it was claimed by an idem that
+    // did not lock, and cannot be judged. `fences` hands every claim a
+    // token larger than any before it, which row ids cannot promise once
+    // the newest runs are purged.
+    "
+    ALTER TABLE keys ADD COLUMN owner_lock INTEGER;
+    CREATE TABLE fences (last INTEGER NOT NULL);
+    INSERT INTO fences SELECT coalesce(max(id), 0) FROM runs;
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -19,6 +19,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use uuid::Uuid;
 
+use super::runlock::{Hold, RunLocks};
 use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
@@ -39,7 +40,14 @@ pub struct SqliteLedger {
     conn: Connection,
     lock: Arc<File>,
     path: PathBuf,
+    /// The kernel locks that tell whether a run lives.
+    locks: RunLocks,
 }
+
+/// Frees a key's owner columns: the run it owned has ended or was judged
+/// dead. Part of every update that ends a head's `running`.
+const RELEASE_OWNER: &str = "owner_boot = NULL, owner_pid_start = NULL, owner_pgid = NULL, \
+     owner_pgid_start = NULL, owner_lock = NULL";
 
 const RUN_COLUMNS: &str = "k.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
      r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered";
@@ -170,6 +178,7 @@ impl SqliteLedger {
             conn,
             lock: Arc::new(file),
             path: path.to_owned(),
+            locks: RunLocks::new(path),
         };
         ledger.configure()?;
         ledger.check_and_migrate()?;
@@ -304,6 +313,7 @@ impl SqliteLedger {
                     LOCK_WAIT.as_secs()
                 ),
             )
+            .transient()
             .into()),
         }
     }
@@ -321,15 +331,19 @@ impl SqliteLedger {
     }
 
     fn fail(&self, doing: &str, error: &rusqlite::Error) -> anyhow::Error {
-        Failure::new(
+        let failure = Failure::new(
             IDEM_FAILED,
             format!(
                 "could not {doing} ledger {}: {}",
                 self.path.display(),
                 describe(error, &self.path)
             ),
-        )
-        .into()
+        );
+        let busy = matches!(
+            error.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        );
+        if busy { failure.transient() } else { failure }.into()
     }
 
     /// Runs `body` in an IMMEDIATE transaction under the writers' lock.
@@ -337,7 +351,7 @@ impl SqliteLedger {
         &mut self,
         doing: &str,
         durable: bool,
-        body: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+        body: impl FnOnce(&rusqlite::Transaction<'_>, &RunLocks) -> rusqlite::Result<T>,
     ) -> Result<T> {
         let _guard = self.write_lock()?;
         if !durable {
@@ -351,7 +365,7 @@ impl SqliteLedger {
             let tx = self
                 .conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let value = body(&tx)?;
+            let value = body(&tx, &self.locks)?;
             tx.commit()?;
             Ok(value)
         })();
@@ -474,40 +488,102 @@ fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
     .into()
 }
 
-fn query_head(tx: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Head)>> {
-    tx.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS}, k.owner_boot, k.owner_pid_start, k.owner_pgid, k.owner_pgid_start
-         FROM keys k JOIN runs r ON r.id = k.head WHERE k.key = ?1"
-    ))?
-    .query_row([key], |row| {
-        let (id, run) = run_from_row(row)?;
-        let owner = match run.status {
-            Status::Running => Some(Owner {
-                host: run.host.clone(),
-                boot_id: row.get::<_, Option<String>>(14)?.unwrap_or_default(),
-                pid: run.pid,
-                pid_start: row.get::<_, Option<i64>>(15)?.unwrap_or_default() as u64,
-                pgid: row.get(16)?,
-                pgid_start: row.get::<_, Option<i64>>(17)?.map(|start| start as u64),
-                lease_expired: None,
-            }),
-            _ => None,
-        };
-        Ok((
-            id,
-            Head {
-                run,
-                owner,
-                read_at: None,
-            },
-        ))
-    })
-    .optional()
+/// Tells whether the owner of the running head of key row `key_id` lives:
+/// `locked` when its claim holds the key's byte of the lock file, else the
+/// row's boot id (claims of an idem that did not lock).
+type Judge<'a> = dyn FnMut(i64, bool, Option<&str>) -> rusqlite::Result<Option<bool>> + 'a;
+
+/// The judge outside a claim: asks the kernel who holds the key's byte.
+fn by_the_kernel(
+    locks: &RunLocks,
+) -> impl FnMut(i64, bool, Option<&str>) -> rusqlite::Result<Option<bool>> + '_ {
+    move |key_id, locked, boot| judge_local_owner(locks, key_id, locked, boot)
+}
+
+/// Whether the owner of the running head of key row `key_id` lives, by
+/// the key's columns `owner_lock` (`locked`) and `owner_boot` (`boot`).
+pub(crate) fn judge_local_owner(
+    locks: &RunLocks,
+    key_id: i64,
+    locked: bool,
+    boot: Option<&str>,
+) -> rusqlite::Result<Option<bool>> {
+    if locked {
+        locks
+            .held(key_id)
+            .map(Some)
+            .map_err(|error| lock_file_error(locks, error))
+    } else {
+        Ok(unlocked_owner(boot))
+    }
+}
+
+/// A claim made without the lock file lives, for all idem can tell, until
+/// its host reboots.
+fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
+    let this_boot = crate::host::boot_id();
+    match boot {
+        Some(boot) if !boot.is_empty() && !this_boot.is_empty() && boot != this_boot => Some(false),
+        _ => None,
+    }
+}
+
+fn lock_file_error(locks: &RunLocks, error: std::io::Error) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(
+        format!(
+            "could not use the lock file {}: {}",
+            locks.path().display(),
+            io_words(&error)
+        )
+        .into(),
+    )
+}
+
+/// The key's head with its row id and its key's row id.
+fn query_head(
+    tx: &Connection,
+    key: &str,
+    judge: &mut Judge<'_>,
+) -> rusqlite::Result<Option<(i64, Head)>> {
+    let found = tx
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS}, k.id, k.owner_lock, k.owner_boot, k.owner_pgid
+             FROM keys k JOIN runs r ON r.id = k.head WHERE k.key = ?1"
+        ))?
+        .query_row([key], |row| {
+            let (id, run) = run_from_row(row)?;
+            let key_id: i64 = row.get(14)?;
+            let locked = row.get::<_, Option<bool>>(15)?.unwrap_or(false);
+            let boot: Option<String> = row.get(16)?;
+            let pgid: Option<u32> = row.get(17)?;
+            Ok((id, run, key_id, locked, boot, pgid))
+        })
+        .optional()?;
+    let Some((id, run, key_id, locked, boot, pgid)) = found else {
+        return Ok(None);
+    };
+    let owner = match run.status {
+        Status::Running => Some(Owner {
+            host: run.host.clone(),
+            pid: run.pid,
+            pgid,
+            alive: judge(key_id, locked, boot.as_deref())?,
+        }),
+        _ => None,
+    };
+    Ok(Some((
+        id,
+        Head {
+            run,
+            owner,
+            read_at: None,
+        },
+    )))
 }
 
 impl Ledger for SqliteLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
-        query_head(&self.conn, key)
+        query_head(&self.conn, key, &mut by_the_kernel(&self.locks))
             .map(|head| head.map(|(_, head)| head))
             .map_err(|error| self.fail("read", &error))
     }
@@ -515,67 +591,74 @@ impl Ledger for SqliteLedger {
     fn claim(
         &mut self,
         key: &str,
-        plan: &mut dyn FnMut(Option<&Head>) -> Plan,
+        plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
-        self.write("claim a key in", true, |tx| {
-            let head = query_head(tx, key)?;
-            let plan = plan(head.as_ref().map(|(_, head)| head));
-            let now = millis(Timestamp::now());
+        self.write("claim a key in", true, |tx, locks| {
+            let key_id: i64 = tx
+                .prepare_cached(
+                    "INSERT INTO keys (key) VALUES (?1)
+                     ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id",
+                )?
+                .query_row([key], |row| row.get(0))?;
+            // The byte is taken before the head is judged: whoever holds it
+            // now is a live run of this key (claims take it only under the
+            // writers' lock, which this transaction holds), and once taken
+            // it says this run lives from before its claim commits.
+            let hold: Option<Hold> = locks
+                .take(key_id)
+                .map_err(|error| lock_file_error(locks, error))?;
+            let free = hold.is_some();
+            let head = query_head(tx, key, &mut |_, locked, boot| {
+                Ok(if locked { Some(!free) } else { unlocked_owner(boot) })
+            })?;
+            let running = head
+                .as_ref()
+                .is_some_and(|(_, head)| head.run.status == Status::Running);
+            let plan = plan(head.as_ref().map(|(_, head)| head), !free && !running);
             if plan.abandon_head {
                 if let Some((id, _)) = &head {
-                    tx.execute(
-                        "UPDATE runs SET status = 'abandoned', finished_at = ?2
-                         WHERE id = ?1 AND status = 'running'",
-                        params![id, now],
-                    )?;
+                    mark_abandoned(tx, *id)?;
                 }
             }
-            let Some(new) = plan.claim else {
+            let (Some(new), Some(hold)) = (plan.claim, hold) else {
                 return Ok(None);
             };
-            let key_id: i64 = tx.query_row(
-                "INSERT INTO keys (key) VALUES (?1)
-                 ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id",
-                [key],
-                |row| row.get(0),
-            )?;
-            tx.execute(
+            let fence: i64 = tx
+                .prepare_cached("UPDATE fences SET last = last + 1 RETURNING last")?
+                .query_row([], |row| row.get(0))?;
+            tx.prepare_cached(
                 "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell, recovered)
                  VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    new.run_id.as_bytes().as_slice(),
-                    key_id,
-                    now,
-                    new.host,
-                    new.pid,
-                    encode_command(&new.command),
-                    new.shell,
-                    new.recovered
-                ],
-            )?;
+            )?
+            .execute(params![
+                new.run_id.as_bytes().as_slice(),
+                key_id,
+                millis(Timestamp::now()),
+                new.host,
+                new.pid,
+                encode_command(&new.command),
+                new.shell,
+                new.recovered
+            ])?;
             let run = tx.last_insert_rowid();
-            tx.execute(
-                "UPDATE keys SET head = ?2, owner_boot = ?3, owner_pid_start = ?4,
-                     owner_pgid = NULL, owner_pgid_start = NULL
+            tx.prepare_cached(
+                "UPDATE keys SET head = ?2, owner_lock = 1, owner_boot = NULL,
+                     owner_pid_start = NULL, owner_pgid = NULL, owner_pgid_start = NULL
                  WHERE id = ?1",
-                params![key_id, run, new.boot_id, new.pid_start as i64],
-            )?;
+            )?
+            .execute(params![key_id, run])?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
                 token: run,
+                fence,
+                hold: Some(hold),
             }))
         })
     }
 
-    fn attempt_started(
-        &mut self,
-        claim: &Claim,
-        number: u32,
-        pgid: u32,
-        pgid_start: u64,
-    ) -> Result<()> {
-        self.write("record an attempt in", false, |tx| {
+    fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
+        self.write("record an attempt in", false, |tx, _| {
             tx.execute(
                 "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
                 params![claim.token, number, millis(Timestamp::now())],
@@ -585,21 +668,21 @@ impl Ledger for SqliteLedger {
                 params![claim.token, number],
             )?;
             tx.execute(
-                "UPDATE keys SET owner_pgid = ?2, owner_pgid_start = ?3 WHERE head = ?1",
-                params![claim.token, pgid, pgid_start as i64],
+                "UPDATE keys SET owner_pgid = ?2 WHERE head = ?1",
+                params![claim.token, pgid],
             )?;
             Ok(())
         })
     }
 
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
-        self.write("record an attempt in", true, |tx| {
+        self.write("record an attempt in", true, |tx, _| {
             upsert_attempt(tx, claim.token, attempt)
         })
     }
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
-        let recorded = self.write("record the outcome in", true, |tx| {
+        let recorded = self.write("record the outcome in", true, |tx, _| {
             if let Some(attempt) = last {
                 upsert_attempt(tx, claim.token, attempt)?;
             }
@@ -616,22 +699,14 @@ impl Ledger for SqliteLedger {
                     last.map_or(0, |attempt| attempt.number)
                 ],
             )?;
-            tx.execute(
-                "UPDATE keys SET owner_boot = NULL, owner_pid_start = NULL,
-                     owner_pgid = NULL, owner_pgid_start = NULL
-                 WHERE head = ?1",
-                [claim.token],
-            )?;
+            release_owner(tx, claim.token)?;
             Ok(changed == 1)
         })?;
         if !recorded {
-            return Err(Failure::new(
-                IDEM_FAILED,
-                format!(
-                    "the outcome of run {} of key {} could not be recorded: another process marked it abandoned or removed it",
-                    claim.run_id, claim.key
-                ),
-            )
+            return Err(Failure::new(IDEM_FAILED, format!(
+                "the outcome of run {} of key {} could not be recorded: another process marked it abandoned or removed it",
+                claim.run_id, claim.key
+            ))
             .into());
         }
         Ok(())
@@ -703,15 +778,15 @@ impl Ledger for SqliteLedger {
         keys: &[String],
         purge: bool,
         dry_run: bool,
-        alive: &dyn Fn(&Owner) -> bool,
+        force: bool,
     ) -> Result<ForgetReport> {
-        self.write_or_rehearse("forget keys in", dry_run, |tx| {
-            forget_keys(tx, keys, purge, alive)
+        self.write_or_rehearse("forget keys in", dry_run, |tx, locks| {
+            forget_keys(tx, keys, purge, force, locks)
         })
     }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
-        self.write_or_rehearse("prune", dry_run, |tx| prune_runs(tx, before))
+        self.write_or_rehearse("prune", dry_run, |tx, _| prune_runs(tx, before))
     }
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
@@ -749,7 +824,9 @@ impl Ledger for SqliteLedger {
     }
 
     fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport> {
-        self.write("import runs into", true, |tx| import_runs(tx, runs))
+        self.write("import runs into", true, |tx, locks| {
+            import_runs(tx, runs, locks)
+        })
     }
 
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
@@ -804,7 +881,7 @@ impl SqliteLedger {
         &mut self,
         doing: &str,
         dry_run: bool,
-        body: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+        body: impl FnOnce(&rusqlite::Transaction<'_>, &RunLocks) -> rusqlite::Result<T>,
     ) -> Result<T> {
         if !dry_run {
             return self.write(doing, true, body);
@@ -814,7 +891,7 @@ impl SqliteLedger {
             let tx = self
                 .conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let value = body(&tx)?;
+            let value = body(&tx, &self.locks)?;
             tx.rollback()?;
             Ok(value)
         })();
@@ -822,11 +899,28 @@ impl SqliteLedger {
     }
 }
 
+/// Ends a head's `running` with an unknown outcome: its owner was found gone.
+fn mark_abandoned(tx: &Connection, run: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE runs SET status = 'abandoned', finished_at = ?2
+         WHERE id = ?1 AND status = 'running'",
+    )?
+    .execute(params![run, millis(Timestamp::now())])?;
+    release_owner(tx, run)
+}
+
+fn release_owner(tx: &Connection, head: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached(&format!("UPDATE keys SET {RELEASE_OWNER} WHERE head = ?1"))?
+        .execute([head])?;
+    Ok(())
+}
+
 fn forget_keys(
     tx: &Connection,
     keys: &[String],
     purge: bool,
-    alive: &dyn Fn(&Owner) -> bool,
+    force: bool,
+    locks: &RunLocks,
 ) -> rusqlite::Result<ForgetReport> {
     let mut report = ForgetReport::default();
     let mut found = Vec::new();
@@ -836,7 +930,7 @@ fn forget_keys(
                 row.get(0)
             })
             .optional()?;
-        let head = query_head(tx, key)?;
+        let head = query_head(tx, key, &mut by_the_kernel(locks))?;
         let runs: u64 = match key_id {
             Some(id) => {
                 tx.query_row("SELECT count(*) FROM runs WHERE key_id = ?1", [id], |row| {
@@ -850,7 +944,7 @@ fn forget_keys(
             .filter(|(_, head)| head.run.status == Status::Running);
         let busy = running
             .and_then(|(_, head)| head.owner.clone())
-            .filter(|owner| alive(owner));
+            .filter(|owner| owner.alive == Some(true) || (owner.alive.is_none() && !force));
         let abandoned = running.filter(|_| busy.is_none()).map(|(id, _)| *id);
         report.keys.push(ForgottenKey {
             key: key.clone(),
@@ -867,14 +961,9 @@ fn forget_keys(
     if report.busy().next().is_some() {
         return Ok(report);
     }
-    let now = millis(Timestamp::now());
     for (key_id, abandoned) in found {
         if let Some(run) = abandoned {
-            tx.execute(
-                "UPDATE runs SET status = 'abandoned', finished_at = ?2
-                 WHERE id = ?1 AND status = 'running'",
-                params![run, now],
-            )?;
+            mark_abandoned(tx, run)?;
         }
         if purge {
             tx.execute(
@@ -885,9 +974,7 @@ fn forget_keys(
             tx.execute("DELETE FROM keys WHERE id = ?1", [key_id])?;
         } else {
             tx.execute(
-                "UPDATE keys SET head = NULL, owner_boot = NULL, owner_pid_start = NULL,
-                     owner_pgid = NULL, owner_pgid_start = NULL
-                 WHERE id = ?1",
+                &format!("UPDATE keys SET head = NULL, {RELEASE_OWNER} WHERE id = ?1"),
                 [key_id],
             )?;
         }
@@ -941,18 +1028,28 @@ fn insert_attempts(tx: &Connection, run: i64, attempts: &[Attempt]) -> rusqlite:
         .try_for_each(|attempt| upsert_attempt(tx, run, attempt))
 }
 
-fn import_runs(tx: &Connection, runs: &[ExportedRun]) -> rusqlite::Result<ImportReport> {
+fn import_runs(
+    tx: &Connection,
+    runs: &[ExportedRun],
+    locks: &RunLocks,
+) -> rusqlite::Result<ImportReport> {
     let mut report = ImportReport::default();
     for item in runs {
         let run = &item.run;
         let existing: Option<(i64, i64, String)> = tx
-            .prepare_cached("SELECT id, key_id, status FROM runs WHERE run_id = ?1")?
+            .prepare_cached("SELECT r.id, r.key_id, r.status FROM runs r WHERE r.run_id = ?1")?
             .query_row([run.run_id.as_bytes().as_slice()], |row| {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })
             .optional()?;
+        let finishes = |status: &str| status == "running" && run.status != Status::Running;
         let (id, key_id) = match existing {
-            Some((id, key_id, status)) if status == "running" && run.status != Status::Running => {
+            // A copy never overrides a run that goes on here.
+            Some((_, _, status)) if finishes(&status) && owner_lives(tx, &run.key, locks)? => {
+                report.unchanged += 1;
+                continue;
+            }
+            Some((id, key_id, status)) if finishes(&status) => {
                 // Exported again after it finished: take the outcome.
                 tx.execute(
                     "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, attempts = ?5,
@@ -969,12 +1066,7 @@ fn import_runs(tx: &Connection, runs: &[ExportedRun]) -> rusqlite::Result<Import
                 )?;
                 tx.execute("DELETE FROM attempts WHERE run = ?1", [id])?;
                 insert_attempts(tx, id, &item.attempts)?;
-                tx.execute(
-                    "UPDATE keys SET owner_boot = NULL, owner_pid_start = NULL,
-                         owner_pgid = NULL, owner_pgid_start = NULL
-                     WHERE head = ?1",
-                    [id],
-                )?;
+                release_owner(tx, id)?;
                 report.updated += 1;
                 (id, key_id)
             }
@@ -1029,15 +1121,22 @@ fn import_runs(tx: &Connection, runs: &[ExportedRun]) -> rusqlite::Result<Import
         let newer = latest.is_none_or(|latest| latest < millis(run.started_at));
         if newer && head_status.as_deref() != Some("running") {
             tx.execute(
-                "UPDATE keys SET head = ?2, owner_boot = NULL, owner_pid_start = NULL,
-                     owner_pgid = NULL, owner_pgid_start = NULL
-                 WHERE id = ?1",
+                &format!("UPDATE keys SET head = ?2, {RELEASE_OWNER} WHERE id = ?1"),
                 params![key_id, id],
             )?;
             report.heads += 1;
         }
     }
     Ok(report)
+}
+
+/// Whether the running head of `key` is owned by a run that lives (or that
+/// cannot be judged).
+fn owner_lives(tx: &Connection, key: &str, locks: &RunLocks) -> rusqlite::Result<bool> {
+    let head = query_head(tx, key, &mut by_the_kernel(locks))?;
+    Ok(head
+        .and_then(|(_, head)| head.owner)
+        .is_some_and(|owner| owner.presumed_alive()))
 }
 
 fn key_metrics(conn: &Connection) -> rusqlite::Result<Vec<KeyMetrics>> {

@@ -10,14 +10,12 @@ use crate::cli::OnAbandoned;
 use crate::ledger::{Head, Owner, Status};
 
 /// Everything the decision depends on besides the head.
-pub struct Rules<'a> {
+pub struct Rules {
     pub fingerprint: [u8; 32],
     pub force: bool,
     pub ttl: Option<Duration>,
     pub on_abandoned: OnAbandoned,
     pub now: Timestamp,
-    /// Whether a recorded owner still lives (see `run::owner`).
-    pub alive: &'a dyn Fn(&Owner) -> bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +28,8 @@ pub enum Verdict {
     Mismatch,
     /// The key is running under a live owner (exit 75, or wait).
     Busy { owner: Owner, since: Timestamp },
+    /// Processes left by an ended run of the key still hold it (75, or wait).
+    Lingering,
     /// The last run was abandoned and `--on-abandoned fail` was given (69).
     AbandonedFail,
 }
@@ -48,17 +48,22 @@ impl Decision {
     }
 }
 
-pub fn decide(head: Option<&Head>, rules: &Rules<'_>) -> Decision {
+/// `lingering`: the ledger found processes of an ended run still holding
+/// the key (see `Ledger::claim`); even `--force` never runs beside them.
+pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
     let decision = |verdict| Decision {
         verdict,
         abandon_head: false,
     };
+    if lingering {
+        return decision(Verdict::Lingering);
+    }
     let Some(head) = head else {
         return decision(Verdict::Run { recovered: false });
     };
     let run = &head.run;
     let abandoned = match (&run.status, &head.owner) {
-        (Status::Running, Some(owner)) if (rules.alive)(owner) => {
+        (Status::Running, Some(owner)) if owner.presumed_alive() => {
             // Even --force never overlaps a live run.
             return decision(Verdict::Busy {
                 owner: owner.clone(),
@@ -125,12 +130,9 @@ mod tests {
             },
             owner: (status == Status::Running).then(|| Owner {
                 host: "h".into(),
-                boot_id: "b".into(),
                 pid: 1,
-                pid_start: 1,
                 pgid: None,
-                pgid_start: None,
-                lease_expired: None,
+                alive: Some(true),
             }),
             read_at: None,
         }
@@ -143,16 +145,20 @@ mod tests {
         alive: bool,
         on: OnAbandoned,
     ) -> Decision {
-        let is_alive = move |_: &Owner| alive;
+        let mut head = head.cloned();
+        if let Some(owner) = head.as_mut().and_then(|head| head.owner.as_mut()) {
+            owner.alive = Some(alive);
+        }
         let rules = Rules {
             fingerprint: crate::key::fingerprint(&["true".into()], false),
             force,
             ttl: ttl.map(Duration::from_secs),
             on_abandoned: on,
-            now: head.map_or(Timestamp::now(), |head| head.run.started_at),
-            alive: &is_alive,
+            now: head
+                .as_ref()
+                .map_or(Timestamp::now(), |head| head.run.started_at),
         };
-        decide(head, &rules)
+        decide(head.as_ref(), false, &rules)
     }
 
     #[test]
@@ -231,6 +237,32 @@ mod tests {
             verdict(Some(&abandoned), true, None, true, OnAbandoned::Fail).verdict,
             run(true)
         );
+    }
+
+    #[test]
+    fn an_owner_that_cannot_be_judged_is_presumed_alive_and_lingerers_block_even_force() {
+        let now = Timestamp::now();
+        let mut running = head(Status::Running, "true", None, now);
+        if let Some(owner) = running.owner.as_mut() {
+            owner.alive = None;
+        }
+        let rules = Rules {
+            fingerprint: crate::key::fingerprint(&["true".into()], false),
+            force: true,
+            ttl: None,
+            on_abandoned: OnAbandoned::Rerun,
+            now,
+        };
+        assert!(matches!(
+            decide(Some(&running), false, &rules).verdict,
+            Verdict::Busy { .. }
+        ));
+        let failed = head(Status::Failed, "true", Some(1), now);
+        assert_eq!(
+            decide(Some(&failed), true, &rules).verdict,
+            Verdict::Lingering
+        );
+        assert_eq!(decide(None, true, &rules).verdict, Verdict::Lingering);
     }
 
     #[test]

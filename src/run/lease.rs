@@ -23,7 +23,8 @@ pub struct Lease {
 }
 
 enum Beat {
-    Renewed(Instant),
+    /// When the renewal that succeeded was sent, on both clocks.
+    Renewed(Instant, i64),
     Lost,
     Failed(String),
 }
@@ -33,6 +34,7 @@ impl Lease {
     /// milliseconds since the claim's commit are within the lease/6 margin).
     pub fn start(location: &Location, claim: &Claim, lease: Duration, stopper: Stopper) -> Lease {
         let claimed = Instant::now();
+        guard(&stopper, lease, crate::process::monotonic_ms());
         let (done, done_rx) = mpsc::channel::<()>();
         let (beats, beats_rx) = mpsc::channel();
         let over = Arc::new(AtomicBool::new(false));
@@ -50,6 +52,7 @@ impl Lease {
                     _ => return,
                 }
                 let sent = Instant::now();
+                let sent_ms = crate::process::monotonic_ms();
                 let result = match &mut ledger {
                     Some(ledger) => Ok(ledger),
                     None => ledger::open(&location).map(|opened| ledger.insert(opened)),
@@ -58,7 +61,7 @@ impl Lease {
                 let beat = match result {
                     Ok(true) => {
                         wait = every;
-                        Beat::Renewed(sent)
+                        Beat::Renewed(sent, sent_ms)
                     }
                     Ok(false) => Beat::Lost,
                     Err(error) => {
@@ -86,9 +89,10 @@ impl Lease {
             let reason = loop {
                 let deadline = renewed + stop_after;
                 match beats_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(Beat::Renewed(at)) => {
+                    Ok(Beat::Renewed(at, at_ms)) => {
                         renewed = at;
                         last_error = None;
+                        guard(&stopper, lease, at_ms);
                     }
                     Ok(Beat::Failed(error)) => last_error = Some(error),
                     Ok(Beat::Lost) => {
@@ -122,6 +126,14 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.over.store(true, Ordering::SeqCst);
     }
+}
+
+/// Gives the guardian its own deadline, a little after this module's: it
+/// acts only when idem cannot (frozen, killed), and must still stop the run
+/// before the lease renewed at monotonic ms `sent_ms` ends and another
+/// host may take the key.
+fn guard(stopper: &Stopper, lease: Duration, sent_ms: i64) {
+    stopper.renewed(sent_ms + (lease * 3 / 4).as_millis() as i64, lease / 6);
 }
 
 fn round(duration: Duration) -> Duration {

@@ -20,7 +20,6 @@
 
 mod decide;
 mod lease;
-pub(crate) mod owner;
 mod report;
 
 use std::io::Write;
@@ -44,6 +43,11 @@ const WAIT_POLL: Duration = Duration::from_millis(100);
 /// The shortest `--lease`: shorter, and one slow round trip to a shared
 /// ledger would stop the command.
 const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// How long idem keeps trying to record an outcome (a locked ledger, a
+/// database restarting) before it gives up with 125: giving up leaves the
+/// run to be found abandoned and run again, so a slow ledger must not.
+const RECORD_FOR: Duration = Duration::from_secs(300);
 
 pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
     let key = Template::parse(&args.key)?.expand_now()?;
@@ -107,14 +111,13 @@ fn acquire(
             ttl: args.ttl.map(Into::into),
             on_abandoned: args.on_abandoned,
             now: Timestamp::now(),
-            alive: &owner::alive,
         };
         let head = ledger.head(key)?;
-        let mut decision = decide(head.as_ref(), &rules);
+        let mut decision = decide(head.as_ref(), false, &rules);
         if decision.writes() {
             let mut recovered = false;
-            let claim = ledger.claim(key, &mut |head| {
-                decision = decide(head, &rules);
+            let claim = ledger.claim(key, &mut |head, lingering| {
+                decision = decide(head, lingering, &rules);
                 let claim = match decision.verdict {
                     Verdict::Run { recovered: was } => {
                         recovered = was;
@@ -149,14 +152,21 @@ fn acquire(
                 )
                 .into())
             }
-            Verdict::Busy { owner, since } => {
+            Verdict::Busy { .. } | Verdict::Lingering => {
+                let holder = match &verdict {
+                    Verdict::Busy { owner, since } => format!(
+                        "is running elsewhere: pid {} on {} since {}",
+                        owner.pid,
+                        owner.host,
+                        local_time(*since)
+                    ),
+                    _ => "is still held by processes an earlier run of it left running".to_owned(),
+                };
                 if let Some(until) = wait_until.filter(|until| Instant::now() < *until) {
                     let bar = spinner.get_or_insert_with(|| reporter.spinner());
                     if let Some(bar) = bar {
                         bar.set_message(format!(
-                            "waiting for {key} (pid {} on {}), {} left",
-                            owner.pid,
-                            owner.host,
+                            "waiting for {key}: it {holder}; {} left",
                             report::short(until - Instant::now())
                         ));
                     }
@@ -164,10 +174,7 @@ fn acquire(
                     continue;
                 }
                 let line = || format!(
-                    "{key} is running elsewhere: pid {} on {} since {}; {}",
-                    owner.pid,
-                    owner.host,
-                    local_time(since),
+                    "{key} {holder}; {}",
                     if args.wait.is_some() { "--wait ran out" } else { "--wait DUR waits for it" }
                 );
                 if args.conflict_exit_code == exit::SUCCESS {
@@ -183,15 +190,12 @@ fn acquire(
 }
 
 fn new_run(args: &RunArgs, recovered: bool) -> NewRun {
-    let pid = std::process::id();
     NewRun {
         run_id: uuid::Uuid::now_v7(),
         command: args.command.clone(),
         shell: args.shell,
         host: host::name(),
-        boot_id: host::boot_id(),
-        pid,
-        pid_start: host::process_start(pid).unwrap_or_default(),
+        pid: std::process::id(),
         recovered,
         lease: args.lease.into(),
     }
@@ -253,6 +257,7 @@ fn execute(
         )
     };
     let key = &claim.key;
+    let still_held = claim.hold.as_ref().map(|hold| || hold.others_hold());
     let mut spec = Spec {
         argv: &args.command,
         shell: args.shell,
@@ -261,6 +266,7 @@ fn execute(
         timeout: args.timeout.map(Into::into),
         kill_after: args.kill_after.into(),
         capture: args.capture.0 as usize,
+        still_held: still_held.as_ref().map(|held| held as &dyn Fn() -> bool),
     };
     let mut attempt_number = 1;
     let (code, outcome, last) = loop {
@@ -277,6 +283,7 @@ fn execute(
             ("IDEM_RUN_ID", claim.run_id.to_string().into()),
             ("IDEM_ATTEMPT", attempt_number.to_string().into()),
             ("IDEM_MAX_ATTEMPTS", max_attempts.to_string().into()),
+            ("IDEM_FENCE", claim.fence.to_string().into()),
         ];
         if recovered {
             spec.env.push(("IDEM_RECOVERED", "1".into()));
@@ -284,12 +291,49 @@ fn execute(
             spec.env_remove = vec!["IDEM_RECOVERED"];
         }
         let mut unrecorded = false;
-        let attempted = supervisor.attempt(&spec, &mut stdout, &mut stderr, &mut |pgid| {
-            let start = host::process_start(pgid).unwrap_or_default();
-            ledger
-                .attempt_started(claim, attempt_number, pgid, start)
-                .inspect_err(|_| unrecorded = true)
-        });
+        let share = match claim
+            .hold
+            .as_ref()
+            .map(|hold| hold.for_attempt())
+            .transpose()
+        {
+            Ok(share) => share,
+            Err(error) => {
+                let _ = ledger.finish(claim, None, &failed(exit::IDEM_FAILED, None));
+                return Err(Failure::new(
+                    exit::IDEM_FAILED,
+                    format!(
+                        "could not lock the run of {key} for its attempt: {}; nothing ran",
+                        exit::io_words(&error)
+                    ),
+                )
+                .into());
+            }
+        };
+        let attempted = supervisor.attempt(
+            &spec,
+            &mut stdout,
+            &mut stderr,
+            share,
+            &mut |pgid| {
+                ledger
+                    .attempt_started(claim, attempt_number, pgid)
+                    .inspect_err(|_| unrecorded = true)
+            },
+            &mut |count, pids| {
+                let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+                let more = if count as usize > pids.len() { ", ..." } else { "" };
+                let line = format!(
+                    "{key}: the command exited; waiting for {count} process(es) it left running: pid {}{more}",
+                    pids.join(", ")
+                );
+                if args.quiet_success {
+                    reporter.info(|| line);
+                } else {
+                    reporter.notice(&mut std::io::stderr(), &line);
+                }
+            },
+        );
         let mut end = match attempted {
             Ok(end) => end,
             Err(error) => {
@@ -357,7 +401,14 @@ fn execute(
         attempt_number += 1;
     };
     drop(heartbeat);
-    let recorded = ledger.finish(claim, last.as_ref(), &outcome);
+    // A run stopped because its lease could not be kept has lost its claim
+    // by now: one try says so.
+    let patience = if supervisor.stopped().is_some() {
+        Duration::ZERO
+    } else {
+        RECORD_FOR
+    };
+    let recorded = record(ledger, claim, last.as_ref(), &outcome, patience, reporter);
     if outcome.status != Status::Succeeded {
         let _ = stdout.release(&mut std::io::stdout());
         let _ = stderr.release(&mut std::io::stderr());
@@ -369,6 +420,44 @@ fn execute(
         ))
     })?;
     Ok(code)
+}
+
+/// Records the outcome, trying again while the ledger refuses for a while
+/// (locked, restarting) for up to `patience`; the key stays held all the
+/// while, so nothing runs it meanwhile.
+fn record(
+    ledger: &mut dyn Ledger,
+    claim: &Claim,
+    last: Option<&Attempt>,
+    outcome: &Outcome,
+    patience: Duration,
+    reporter: &Reporter,
+) -> Result<()> {
+    let until = Instant::now() + patience;
+    let mut delay = Duration::from_millis(100);
+    let mut said = false;
+    loop {
+        let error = match ledger.finish(claim, last, outcome) {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        if !Failure::is_transient(&error) || Instant::now() + delay >= until {
+            return Err(error);
+        }
+        if !said {
+            said = true;
+            reporter.notice(
+                &mut std::io::stderr(),
+                &format!(
+                    "{}: could not record the outcome yet ({error:#}); trying again for up to {}",
+                    claim.key,
+                    report::short(patience)
+                ),
+            );
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// What an attempt's end means for its run.

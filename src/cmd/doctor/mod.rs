@@ -153,9 +153,25 @@ fn schema_version(version: i64, latest: i64, report: &mut Report) -> bool {
 /// Reports the keys whose head is `running`: stuck when the owner is gone
 /// (the next `idem run` of such a key marks it abandoned and runs it again).
 fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {
+    let (unjudged, rows): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .partition(|(_, owner)| owner.alive.is_none());
     let (live, dead): (Vec<_>, Vec<_>) = rows
         .into_iter()
-        .partition(|(_, owner)| crate::run::owner::alive(owner));
+        .partition(|(_, owner)| owner.presumed_alive());
+    if !unjudged.is_empty() {
+        let keys: Vec<&str> = unjudged.iter().map(|(key, _)| key.as_str()).collect();
+        report.push(
+            "running keys",
+            Level::Problem,
+            format!(
+                "{} key(s) running under an owner idem cannot judge (claimed by an older idem): {}",
+                keys.len(),
+                keys.join(", ")
+            ),
+            Some("check that nothing of the run lives, then `idem ledger forget --force KEY`"),
+        );
+    }
     let dead_keys: Vec<&str> = dead.iter().map(|(key, _)| key.as_str()).collect();
     report.facts.insert("stuck_keys".into(), json!(dead_keys));
     report

@@ -160,8 +160,8 @@ fn rights(client: &mut Client, role: &str, report: &mut Report) {
 /// host is judged by its lease, on the database's clock.
 fn stuck(client: &mut Client, report: &mut Report) {
     let rows = client.query(
-        "SELECT k.key, r.host, r.pid, k.owner_boot, k.owner_pid_start, k.owner_pgid,
-                k.owner_pgid_start, coalesce(k.lease_until < now(), false)
+        "SELECT k.key, r.host, r.pid, k.owner_pgid,
+                coalesce(k.lease_until < clock_timestamp(), false)
          FROM idem.keys k JOIN idem.runs r ON r.id = k.head
          WHERE r.status = 'running' ORDER BY k.key",
         &[],
@@ -174,11 +174,8 @@ fn stuck(client: &mut Client, report: &mut Report) {
                     Owner {
                         host: row.try_get(1)?,
                         pid: row.try_get::<_, i64>(2)? as u32,
-                        boot_id: row.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
-                        pid_start: row.try_get::<_, Option<i64>>(4)?.unwrap_or_default() as u64,
-                        pgid: row.try_get::<_, Option<i64>>(5)?.map(|pgid| pgid as u32),
-                        pgid_start: row.try_get::<_, Option<i64>>(6)?.map(|start| start as u64),
-                        lease_expired: Some(row.try_get(7)?),
+                        pgid: row.try_get::<_, Option<i64>>(3)?.map(|pgid| pgid as u32),
+                        alive: Some(!row.try_get::<_, bool>(4)?),
                     },
                 ))
             })

@@ -56,7 +56,7 @@ pub(super) fn examine(path: &Path) -> Report {
     permissions(path, &metadata, &mut report);
     side_files(path, &mut report);
     match open(path) {
-        Ok((conn, _copy)) => contents(&conn, &mut report),
+        Ok((conn, _copy)) => contents(&conn, path, &mut report),
         Err(message) => report.push(
             "open",
             Level::Problem,
@@ -256,7 +256,7 @@ fn open(path: &Path) -> Result<(Connection, Option<tempfile::TempDir>), String> 
     Ok(connection)
 }
 
-fn contents(conn: &Connection, report: &mut Report) {
+fn contents(conn: &Connection, path: &Path, report: &mut Report) {
     let versions = conn.query_row(
         "SELECT (SELECT application_id FROM pragma_application_id),
                 (SELECT user_version FROM pragma_user_version),
@@ -310,7 +310,7 @@ fn contents(conn: &Connection, report: &mut Report) {
         return;
     }
     integrity(conn, report);
-    stuck(conn, report);
+    stuck(conn, path, report);
 }
 
 fn integrity(conn: &Connection, report: &mut Report) {
@@ -353,11 +353,11 @@ fn integrity(conn: &Connection, report: &mut Report) {
 
 /// Keys whose head is `running` while its owner is gone: the next
 /// `idem run` of such a key marks it abandoned and runs it again.
-fn stuck(conn: &Connection, report: &mut Report) {
+fn stuck(conn: &Connection, path: &Path, report: &mut Report) {
+    let locks = ledger::runlock::RunLocks::new(path);
     let rows = conn
         .prepare(
-            "SELECT k.key, r.host, r.pid, k.owner_boot, k.owner_pid_start, k.owner_pgid,
-                    k.owner_pgid_start
+            "SELECT k.key, r.host, r.pid, k.owner_pgid, k.id, k.owner_lock, k.owner_boot
              FROM keys k JOIN runs r ON r.id = k.head
              WHERE r.status = 'running' ORDER BY k.key",
         )
@@ -369,11 +369,13 @@ fn stuck(conn: &Connection, report: &mut Report) {
                         Owner {
                             host: row.get(1)?,
                             pid: row.get(2)?,
-                            boot_id: row.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                            pid_start: row.get::<_, Option<i64>>(4)?.unwrap_or_default() as u64,
-                            pgid: row.get(5)?,
-                            pgid_start: row.get::<_, Option<i64>>(6)?.map(|start| start as u64),
-                            lease_expired: None,
+                            pgid: row.get(3)?,
+                            alive: ledger::judge_local_owner(
+                                &locks,
+                                row.get(4)?,
+                                row.get::<_, Option<bool>>(5)?.unwrap_or(false),
+                                row.get::<_, Option<String>>(6)?.as_deref(),
+                            )?,
                         },
                     ))
                 })?

@@ -2,30 +2,35 @@
 //! passing its output through while keeping a tail, forwarding signals,
 //! enforcing the timeout, and reaping everything it started.
 
+mod guardian;
+
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use jiff::Timestamp;
 use nix::libc;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::exit;
+pub use guardian::monotonic_ms;
 
 /// Something the supervisor waits for.
 enum Event {
-    Exited(io::Result<ExitStatus>),
+    /// The guardian exited: every process of the attempt is gone.
+    Ended(WaitStatus),
+    /// The guardian told something (see `guardian`).
+    Told(guardian::Report),
     Signal(i32),
     /// Another thread asks to stop the command (see [`Stopper`]).
     Stop {
@@ -34,15 +39,47 @@ enum Event {
     },
 }
 
+/// The current attempt's guardian, and the lease deadline it must enforce.
+#[derive(Default)]
+struct Link {
+    guardian: Option<UnixStream>,
+    /// Monotonic ms to stop the run at, and the grace before SIGKILL.
+    deadline: Option<(i64, i64)>,
+}
+
+impl Link {
+    fn tell(&mut self, kind: u8, a: i64, b: i64) {
+        if let Some(guardian) = &mut self.guardian {
+            // A guardian that is gone has nothing left to stop.
+            let _ = guardian.write_all(&guardian::encode_to(kind, a, b));
+        }
+    }
+}
+
 /// Lets another thread stop the running command: SIGTERM to its group,
 /// SIGKILL after `grace` (at most `--kill-after`). Used when a shared
-/// ledger's lease cannot be renewed.
+/// ledger's lease cannot be renewed; and it tells the guardian of each
+/// renewal, so that the guardian stops the run by itself should idem be
+/// frozen or killed before the lease runs out.
 #[derive(Clone)]
-pub struct Stopper(Sender<Event>);
+pub struct Stopper {
+    events: Sender<Event>,
+    link: Arc<Mutex<Link>>,
+}
 
 impl Stopper {
     pub fn stop(&self, reason: String, grace: Duration) {
-        let _ = self.0.send(Event::Stop { reason, grace });
+        let _ = self.events.send(Event::Stop { reason, grace });
+    }
+
+    /// The lease holds until monotonic ms `until`; past it the guardian
+    /// stops the run, and SIGKILLs it `grace` later.
+    pub fn renewed(&self, until: i64, grace: Duration) {
+        let grace = grace.as_millis() as i64;
+        if let Ok(mut link) = self.link.lock() {
+            link.deadline = Some((until, grace));
+            link.tell(guardian::DEADLINE, until, grace);
+        }
     }
 }
 
@@ -100,6 +137,9 @@ pub struct Spec<'a> {
     pub kill_after: Duration,
     /// Bytes of each stream's tail to keep.
     pub capture: usize,
+    /// Whether processes of the attempt still hold the run's kernel lock:
+    /// asked when the guardian died before they did (someone killed it).
+    pub still_held: Option<&'a dyn Fn() -> bool>,
 }
 
 /// How an attempt ended.
@@ -154,6 +194,7 @@ pub struct Supervisor {
     events: Receiver<Event>,
     /// The first reason a [`Stopper`] gave; no attempt starts after it.
     stopped: std::cell::RefCell<Option<String>>,
+    link: Arc<Mutex<Link>>,
 }
 
 impl Supervisor {
@@ -175,6 +216,7 @@ impl Supervisor {
             sender,
             events,
             stopped: Default::default(),
+            link: Default::default(),
         })
     }
 
@@ -199,7 +241,7 @@ impl Supervisor {
                     self.note_stop(reason);
                     return None;
                 }
-                Ok(Event::Exited(_)) | Err(RecvTimeoutError::Timeout) => {}
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return None,
             }
         }
@@ -213,13 +255,16 @@ impl Supervisor {
                 self.note_stop(reason);
                 None
             }
-            Event::Exited(_) => None,
+            _ => None,
         })
     }
 
     /// A handle for another thread to stop the command.
     pub fn stopper(&self) -> Stopper {
-        Stopper(self.sender.clone())
+        Stopper {
+            events: self.sender.clone(),
+            link: self.link.clone(),
+        }
     }
 
     /// Why a [`Stopper`] asked to stop, if one did.
@@ -231,86 +276,101 @@ impl Supervisor {
         self.stopped.borrow_mut().get_or_insert(reason);
     }
 
-    /// Runs one attempt to its end. `started` is told the process group
+    /// Runs one attempt to its end: until every process it started is gone.
+    /// `started` is told the guardian's pid (the attempt's first process)
     /// before the command runs, so its owner is recorded first: if that
-    /// fails, the command never starts and the error is returned.
+    /// fails, the command never starts and the error is returned. `waiting`
+    /// is told when the command's main process has ended but others it
+    /// started still run.
     pub fn attempt(
         &self,
         spec: &Spec<'_>,
         stdout: &mut Sink,
         stderr: &mut Sink,
+        hold: Option<OwnedFd>,
         started: &mut dyn FnMut(u32) -> Result<()>,
+        waiting: &mut dyn FnMut(i32, &[i32]),
     ) -> Result<AttemptEnd> {
         let started_at = Timestamp::now();
+        let not_started = |code, reason| AttemptEnd {
+            started_at,
+            finished_at: Timestamp::now(),
+            end: End::NotStarted { code, reason },
+            timed_out: false,
+            interrupted: None,
+            stopped: None,
+            stdout_tail: Vec::new(),
+            stderr_tail: Vec::new(),
+        };
+        let (argv, env) = command_line(spec);
+        let prepared = match guardian::Prepared::new(&argv, &env, &spec.env_remove) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                let (code, reason) = spawn_failure(spec, &error);
+                return Ok(not_started(code, reason));
+            }
+        };
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
+        let (out_read, out_write) = pipe().context("could not create a pipe for the command")?;
+        let (err_read, err_write) = pipe().context("could not create a pipe for the command")?;
         let (mut gate, door) =
             UnixStream::pair().context("could not create a socket pair to start the command")?;
-        let mut command = build(spec, gate.as_raw_fd(), door.as_raw_fd());
+        let fds = guardian::Fds {
+            door: door.as_raw_fd(),
+            stdout: out_write.as_raw_fd(),
+            stderr: err_write.as_raw_fd(),
+            hold: hold.as_ref().map(AsRawFd::as_raw_fd),
+        };
+        // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
+        // the guardian's async-signal-safe code.
+        let pid = unsafe { guardian::start(&prepared, &fds) }
+            .context("could not start the command (fork failed)")?;
+        // The attempt's processes hold the lock now; idem has its own.
+        drop((out_write, err_write, door, hold));
         let capture = spec.capture;
         std::thread::scope(|scope| {
-            let (hand_over, handed) = mpsc::sync_channel(1);
-            let sender = self.sender.clone();
-            // std's spawn returns only once the child has exec'd, so it runs
-            // here while this thread lets the child in. The thread that forks
-            // is the child's parent for PR_SET_PDEATHSIG, whose signal comes
-            // when that thread ends: so it also waits for the command.
-            scope.spawn(move || {
-                let spawned = command.spawn();
-                // With our copy closed, a child that never reached the door
-                // ends the read in `admit`.
-                drop(door);
-                match spawned {
-                    Ok(mut child) => {
-                        let pipes = (child.id(), child.stdout.take(), child.stderr.take());
-                        let _ = hand_over.send(Ok(pipes));
-                        let _ = sender.send(Event::Exited(child.wait()));
-                    }
-                    Err(error) => {
-                        let _ = hand_over.send(Err(error));
-                    }
-                }
-            });
-            let admitted = admit(&mut gate, started);
-            drop(gate);
-            let spawned = handed
-                .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("the thread starting it failed")));
-            admitted?;
-            let (pgid, child_out, child_err) = match spawned {
-                Ok(spawned) => spawned,
+            let out = scope.spawn(move || pump(File::from(out_read), stdout.writer(), capture));
+            let err = scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture));
+            let join = |handle: std::thread::ScopedJoinHandle<'_, Vec<u8>>| {
+                handle.join().unwrap_or_default()
+            };
+            let grace = spec.kill_after.as_millis() as i64;
+            let admitted = self.admit(&mut gate, grace, started);
+            let (command, admitted) = match admitted {
+                Ok(admitted) => admitted,
                 Err(error) => {
-                    let (code, reason) = spawn_failure(spec, &error);
-                    return Ok(AttemptEnd {
-                        started_at,
-                        finished_at: Timestamp::now(),
-                        end: End::NotStarted { code, reason },
-                        timed_out: false,
-                        interrupted: None,
-                        stopped: None,
-                        stdout_tail: Vec::new(),
-                        stderr_tail: Vec::new(),
-                    });
+                    // The guardian reads end of file and leaves, running nothing.
+                    drop(gate);
+                    reap(pid);
+                    join(out);
+                    join(err);
+                    return Err(error);
                 }
             };
-            let out =
-                child_out.map(|pipe| scope.spawn(move || pump(pipe, stdout.writer(), capture)));
-            let err =
-                child_err.map(|pipe| scope.spawn(move || pump(pipe, stderr.writer(), capture)));
-            let (status, timed_out, interrupted) = self.supervise(pgid, spec)?;
-            let join = |handle: Option<std::thread::ScopedJoinHandle<'_, Vec<u8>>>| {
-                handle
-                    .map(|handle| handle.join().unwrap_or_default())
-                    .unwrap_or_default()
-            };
-            let end = match status.signal() {
-                Some(signal) => End::Signaled(signal),
-                None => End::Exited(status.code().unwrap_or(exit::IDEM_FAILED.into())),
-            };
+            if let Some(errno) = admitted {
+                reap(pid);
+                join(out);
+                join(err);
+                let (code, reason) = spawn_failure(spec, &io::Error::from_raw_os_error(errno));
+                return Ok(not_started(code, reason));
+            }
+            let reader = gate.try_clone().context("could not watch the command")?;
+            let sender = self.sender.clone();
+            scope.spawn(move || watch_guardian(reader, pid, &sender));
+            if let Ok(mut link) = self.link.lock() {
+                link.guardian = Some(gate);
+            }
+            let ended = self.supervise(spec, command, waiting);
+            if let Ok(mut link) = self.link.lock() {
+                link.guardian = None;
+            }
+            let (status, timed_out, interrupted) = ended?;
             Ok(AttemptEnd {
                 started_at,
                 stdout_tail: join(out),
                 stderr_tail: join(err),
                 finished_at: Timestamp::now(),
-                end,
+                end: status,
                 timed_out,
                 interrupted,
                 stopped: self.stopped(),
@@ -318,24 +378,71 @@ impl Supervisor {
         })
     }
 
-    /// Waits for the command's leader to exit while enforcing the timeout
-    /// and passing signals on; then makes sure nothing of a killed group
-    /// lives on.
-    fn supervise(&self, pgid: u32, spec: &Spec<'_>) -> Result<(ExitStatus, bool, Option<i32>)> {
-        let group = Pid::from_raw(pgid as i32);
-        let send = |signal: Signal| {
-            // ESRCH: the group is already gone, which is what we wanted.
-            let _ = killpg(group, signal);
+    /// The gate: reads the guardian's pid, has `started` record it, and
+    /// lets the command in, unless the lease already ran out. Then waits to
+    /// hear whether it could be executed: the command's pid (0: unknown,
+    /// the guardian died at once), and `Some(errno)` if it was not.
+    fn admit(
+        &self,
+        gate: &mut UnixStream,
+        grace: i64,
+        started: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<(i32, Option<i32>)> {
+        let hello = read_report(gate)
+            .filter(|report| report.kind == guardian::RUNNING)
+            .context("the command's guardian did not start")?;
+        started(hello.a as u32)?;
+        let deadline = self
+            .link
+            .lock()
+            .ok()
+            .and_then(|link| link.deadline)
+            .map_or(0, |(until, _)| until);
+        if deadline != 0 && monotonic_ms() >= deadline {
+            anyhow::bail!("the claim's lease ran out before the command could start");
+        }
+        gate.write_all(&guardian::encode_to(guardian::GO, deadline, grace))
+            .context("could not start the command: its guardian is gone")?;
+        // No answer: the guardian was killed as the command started, or
+        // found the lease run out; what it ran, if anything, is waited for.
+        match read_report(gate) {
+            Some(report) if report.kind == guardian::NOT_EXECUTED => Ok((0, Some(report.a))),
+            Some(report) if report.kind == guardian::RUNNING => Ok((report.a, None)),
+            _ => Ok((0, None)),
+        }
+    }
+
+    /// Waits for the guardian to end (every process of the attempt gone)
+    /// while enforcing the timeout and passing signals on to all of them.
+    fn supervise(
+        &self,
+        spec: &Spec<'_>,
+        command: i32,
+        waiting: &mut dyn FnMut(i32, &[i32]),
+    ) -> Result<(End, bool, Option<i32>)> {
+        let mut guardian_gone = false;
+        let send = |signal: i32, cont: bool, guardian_gone: bool| {
+            if guardian_gone {
+                // Without the guardian only the command's group is reached.
+                if command > 0 {
+                    // SAFETY: kill has no memory effects.
+                    unsafe { libc::kill(-command, signal) };
+                }
+            } else if let Ok(mut link) = self.link.lock() {
+                link.tell(guardian::SIGNAL, signal.into(), cont.into());
+            }
         };
+        let held = || spec.still_held.is_some_and(|held| held());
         let mut deadline = spec.timeout.map(|timeout| Instant::now() + timeout);
         let mut kill_at: Option<Instant> = None;
         let mut timed_out = false;
         let mut interrupted = None;
-        let status = loop {
-            let next = match (deadline, kill_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        let mut main = None;
+        let mut gone = None;
+        let guardian = loop {
+            // With the guardian gone, look again at the lock now and then.
+            let look = gone.map(|_| Instant::now() + Duration::from_millis(50));
+            let next = [deadline, kill_at, look].into_iter().flatten().min();
             let event = match next {
                 Some(at) => self
                     .events
@@ -346,13 +453,34 @@ impl Supervisor {
                     .map_err(|_| RecvTimeoutError::Disconnected),
             };
             match event {
-                Ok(Event::Exited(status)) => {
-                    break status.context("could not wait for the command")?
+                Ok(Event::Ended(status)) => {
+                    // A guardian that ended while processes of the attempt
+                    // still hold the run's lock was killed: the attempt is
+                    // over only once nothing of it holds the lock.
+                    if !held() {
+                        break status;
+                    }
+                    guardian_gone = true;
+                    gone = Some(status);
                 }
+                Err(RecvTimeoutError::Timeout) if gone.is_some() && !held() => {
+                    if let Some(status) = gone {
+                        break status;
+                    }
+                }
+                Ok(Event::Told(report)) => match report.kind {
+                    guardian::EXITED => main = Some(report.a),
+                    guardian::LEFT_RUNNING => waiting(report.a, &report.pids),
+                    guardian::LEASE_RAN_OUT => self.note_stop(
+                        "the lease was not renewed in time (idem was frozen or cut off from the ledger), so the command's guardian stopped it so that it does not run unowned"
+                            .to_owned(),
+                    ),
+                    _ => {}
+                },
                 Ok(Event::Stop { reason, grace }) => {
                     if self.stopped().is_none() {
                         self.note_stop(reason);
-                        send(Signal::SIGTERM);
+                        send(libc::SIGTERM, true, guardian_gone);
                         kill_at = Some(Instant::now() + grace.min(spec.kill_after));
                         deadline = None;
                     }
@@ -360,12 +488,10 @@ impl Supervisor {
                 Ok(Event::Signal(signal)) => {
                     if interrupted.is_some() {
                         // A second signal: the operator means it.
-                        send(Signal::SIGKILL);
+                        send(libc::SIGKILL, false, guardian_gone);
                     } else {
                         interrupted = Some(signal);
-                        if let Ok(signal) = Signal::try_from(signal) {
-                            send(signal);
-                        }
+                        send(signal, false, guardian_gone);
                     }
                     deadline = None;
                 }
@@ -374,11 +500,12 @@ impl Supervisor {
                     if deadline.is_some_and(|at| at <= now) {
                         timed_out = true;
                         deadline = None;
-                        send(Signal::SIGTERM);
+                        send(libc::SIGTERM, true, guardian_gone);
                         kill_at = Some(now + spec.kill_after);
                     } else if kill_at.is_some_and(|at| at <= now) {
-                        send(Signal::SIGKILL);
-                        kill_at = None;
+                        send(libc::SIGKILL, false, guardian_gone);
+                        // Again soon, for what forked meanwhile.
+                        kill_at = Some(now + Duration::from_millis(100));
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -386,93 +513,59 @@ impl Supervisor {
                 }
             }
         };
-        if timed_out || interrupted.is_some() || self.stopped().is_some() {
-            // The leader is gone; members of its group that shrugged off the
-            // signal get until the kill deadline, then SIGKILL.
-            let until = kill_at.unwrap_or_else(|| Instant::now() + spec.kill_after);
-            while crate::host::group_has_live_members(pgid) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            send(Signal::SIGKILL);
+        // The main process's status, as a shell reports it; if the guardian
+        // itself was killed before it could tell, its own death stands in.
+        let end = match (main, guardian) {
+            (Some(status), _) if libc::WIFSIGNALED(status) => End::Signaled(libc::WTERMSIG(status)),
+            (Some(status), _) => End::Exited(libc::WEXITSTATUS(status)),
+            (None, WaitStatus::Signaled(_, signal, _)) => End::Signaled(signal as i32),
+            (None, WaitStatus::Exited(_, code)) => End::Exited(code),
+            (None, _) => End::Exited(exit::IDEM_FAILED.into()),
+        };
+        Ok((end, timed_out, interrupted))
+    }
+}
+
+/// Forwards what the guardian tells until it is gone (its end of the
+/// socket closes only as it exits), then its end: in that order, so the
+/// main process's status is known when the attempt ends.
+fn watch_guardian(mut from: UnixStream, pid: i32, to: &Sender<Event>) {
+    while let Some(report) = read_report(&mut from) {
+        let _ = to.send(Event::Told(report));
+    }
+    let _ = to.send(Event::Ended(reap(pid)));
+}
+
+fn reap(pid: i32) -> WaitStatus {
+    loop {
+        match waitpid(Pid::from_raw(pid), None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(status) => return status,
+            Err(_) => return WaitStatus::Exited(Pid::from_raw(pid), exit::IDEM_FAILED.into()),
         }
-        Ok((status, timed_out, interrupted))
     }
 }
 
-/// Lets in the command, held between fork and exec, once `started` has
-/// recorded its pid, which is its process group.
-///
-/// Why held: were idem killed after the command started but before the
-/// ledger knew its group, the next run would find idem gone and nothing to
-/// look for, and run the key again while the first command (which may
-/// ignore the SIGTERM it gets on idem's death) runs on. So the child tells
-/// its pid through a socket pair and waits for one byte; at end of file
-/// (the recording failed, or idem died) it exits without running anything.
-fn admit(gate: &mut UnixStream, started: &mut dyn FnMut(u32) -> Result<()>) -> Result<()> {
-    let mut pid = [0u8; 4];
-    if gate.read_exact(&mut pid).is_err() {
-        // The child never reached the door: spawn says why.
-        return Ok(());
-    }
-    started(u32::from_ne_bytes(pid))?;
-    // Should this fail, the child is gone, and spawn says why.
-    let _ = gate.write_all(&[1]);
-    Ok(())
+fn read_report(from: &mut UnixStream) -> Option<guardian::Report> {
+    let mut frame = [0u8; guardian::FROM_GUARDIAN];
+    from.read_exact(&mut frame).ok()?;
+    Some(guardian::decode_from(&frame))
 }
 
-fn build(spec: &Spec<'_>, gate: RawFd, door: RawFd) -> Command {
-    let mut command = if spec.shell {
+/// The argv to execute and the variables to set.
+fn command_line(spec: &Spec<'_>) -> (Vec<OsString>, Vec<(&'static str, OsString)>) {
+    let argv = if spec.shell {
         let script = spec
             .argv
             .iter()
             .map(|word| word.as_os_str())
             .collect::<Vec<_>>()
             .join(std::ffi::OsStr::new(" "));
-        let mut command = Command::new("/bin/sh");
-        command.arg("-c").arg(script);
-        command
+        vec!["/bin/sh".into(), "-c".into(), script]
     } else {
-        let mut command = Command::new(&spec.argv[0]);
-        command.args(&spec.argv[1..]);
-        command
+        spec.argv.to_vec()
     };
-    for (name, value) in &spec.env {
-        command.env(name, value);
-    }
-    for name in &spec.env_remove {
-        command.env_remove(name);
-    }
-    command
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Its own process group, so a timeout or a signal reaches everything
-    // the command started, and so liveness can be checked for the group.
-    command.process_group(0);
-    // SAFETY: the closure runs between fork and exec and makes only
-    // async-signal-safe system calls (prctl, close, getpid, write, read).
-    unsafe {
-        command.pre_exec(move || {
-            // If idem dies (even by SIGKILL), the command is told to stop
-            // rather than run on unobserved.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
-            // Only idem's end stays open, so its death reads as end of file.
-            libc::close(gate);
-            let pid = (libc::getpid() as u32).to_ne_bytes();
-            if libc::write(door, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
-                return Err(io::Error::last_os_error());
-            }
-            let mut go = 0u8;
-            loop {
-                match libc::read(door, (&raw mut go).cast(), 1) {
-                    1 => return Ok(()),
-                    -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
-                    _ => return Err(io::Error::from_raw_os_error(libc::ECANCELED)),
-                }
-            }
-        });
-    }
-    command
+    (argv, spec.env.clone())
 }
 
 fn spawn_failure(spec: &Spec<'_>, error: &io::Error) -> (u8, String) {
