@@ -136,7 +136,8 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
     match location {
         // A missing file is a ledger nothing has run under yet; but a path
         // that cannot name a file at all (its folder is a file) is a typo.
-        Location::Sqlite(path) if !path.exists() => match std::fs::metadata(folder_of(path)) {
+        // Anything at the path, a dangling link included, is judged by open.
+        Location::Sqlite(path) if nothing_at(path) => match std::fs::metadata(folder_of(path)) {
             Ok(folder) if !folder.is_dir() => Err(Failure::new(
                 crate::exit::IDEM_FAILED,
                 format!(
@@ -150,6 +151,11 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
         },
         _ => open(location).map(Some),
     }
+}
+
+/// Whether nothing at all is at `path` (not even a link).
+fn nothing_at(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// The process that owns a running key, as recorded by its claim.

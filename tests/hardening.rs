@@ -1,0 +1,381 @@
+//! Hardening, each case tried as a careless operator and as a hostile local
+//! user would: links and foreign files at the ledger's path, histories far
+//! larger than what is printed, control characters in what was recorded,
+//! clocks that lie, and idem's own lines under concurrency.
+//!
+//! Several cases need root (to hand a file to another user, to make a
+//! device node, to run idem as `nobody`). Without it they say SKIPPED,
+//! except under CI (`CI` set), where they fail with the reason.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{assert_code, text, Env};
+
+/// A user id no account on a test machine has: files are handed to it.
+const STRANGER: u32 = 4242;
+
+/// Whether a test that needs `what` may run; under CI a missing `what`
+/// fails the test instead of skipping it.
+#[track_caller]
+fn can(available: bool, what: &str) -> bool {
+    if available {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{what} is not available");
+    println!("SKIPPED: {what} is not available");
+    false
+}
+
+fn root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), None).unwrap();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn with_db(env: &Env, db: &Path, args: &[&str]) -> Output {
+    env.idem(args).env("IDEM_DB", db).output().unwrap()
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn sqlite(db: &Path, sql: &str) -> String {
+    let output = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
+    assert!(output.status.success(), "sqlite3: {}", text(&output.stderr));
+    text(&output.stdout).trim().to_owned()
+}
+
+/// Asserts that idem refused with exit 125 in one line holding each of
+/// `words`, and returns that line.
+#[track_caller]
+fn refused(output: &Output, words: &[&str]) -> String {
+    assert_code(output, 125);
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    for word in words {
+        assert!(stderr.contains(word), "{word:?} missing from: {stderr}");
+    }
+    stderr
+}
+
+/// Runs `command` to its end, killing it after `limit` (a hang fails).
+fn within(mut command: Command, limit: Duration) -> Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let started = Instant::now();
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match waited.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("idem hung for {:?}", started.elapsed());
+        }
+    }
+}
+
+// ------------------------------------------------ the ledger's path and files
+
+#[test]
+fn a_symbolic_link_at_the_ledger_path_is_never_followed() {
+    let env = Env::new();
+    // A dangling link, as another user would plant in a shared folder.
+    let planted = env.path("planted.db");
+    let victim = env.path("victim");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let before = listing(env.dir.path());
+    for args in [
+        &["run", "--key", "k", "--", "true"][..],
+        &["ledger", "list"],
+        &["ledger", "show", "k"],
+    ] {
+        let output = with_db(&env, &planted, args);
+        refused(&output, &["planted.db", "symbolic link", "--db"]);
+    }
+    assert!(!victim.exists(), "the link's target was created");
+    assert_eq!(listing(env.dir.path()), before);
+
+    // A link to a real ledger: refused too, and the ledger is untouched.
+    let real = env.path("real.db");
+    assert_code(
+        &with_db(&env, &real, &["run", "--key", "k", "--", "true"]),
+        0,
+    );
+    let link = env.path("link.db");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let bytes = fs::read(&real).unwrap();
+    let before = listing(env.dir.path());
+    let output = with_db(&env, &link, &["run", "--key", "other", "--", "true"]);
+    refused(&output, &["link.db", "symbolic link"]);
+    assert_eq!(fs::read(&real).unwrap(), bytes);
+    assert_eq!(listing(env.dir.path()), before);
+}
+
+#[test]
+fn a_linked_wal_or_shm_file_is_refused() {
+    let env = Env::new();
+    let db = env.db();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    // Fold the log into the file, so that removing it loses nothing.
+    sqlite(&db, "PRAGMA wal_checkpoint(TRUNCATE);");
+    for suffix in ["-wal", "-shm"] {
+        for side in ["-wal", "-shm"] {
+            let _ = fs::remove_file(env.path(&format!("ledger.db{side}")));
+        }
+        let victim = env.path(&format!("victim{suffix}"));
+        fs::write(&victim, b"precious").unwrap();
+        let side = env.path(&format!("ledger.db{suffix}"));
+        std::os::unix::fs::symlink(&victim, &side).unwrap();
+        let output = env.run(["run", "--key", "k2", "--", "true"]);
+        refused(&output, &[&format!("ledger.db{suffix}"), "symbolic link"]);
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        fs::remove_file(&side).unwrap();
+    }
+    // Without the links the ledger works again and kept its run.
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    assert_eq!(env.show_json("k")["status"], "succeeded");
+    assert_eq!(env.show_json("k")["history"], serde_json::json!([]));
+}
+
+#[test]
+fn a_ledger_file_of_another_user_is_refused_and_left_alone() {
+    if !can(root(), "root (to hand a file to another user)") {
+        return;
+    }
+    let env = Env::new();
+    // An empty file another user made where the ledger would go.
+    let db = env.db();
+    fs::write(&db, b"").unwrap();
+    chmod(&db, 0o644);
+    chown(&db, STRANGER);
+    let before = listing(env.dir.path());
+    let output = env.run(["run", "--key", "k", "--", "true"]);
+    refused(&output, &["ledger.db", &format!("uid {STRANGER}")]);
+    let meta = fs::metadata(&db).unwrap();
+    assert_eq!(meta.len(), 0, "the file was made a ledger");
+    assert_eq!(meta.mode() & 0o7777, 0o644);
+    assert_eq!(meta.uid(), STRANGER);
+    assert_eq!(listing(env.dir.path()), before);
+}
+
+#[test]
+fn a_ledger_file_others_can_write_is_refused() {
+    let env = Env::new();
+    let db = env.db();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    for mode in [0o666, 0o620] {
+        chmod(&db, mode);
+        let bytes = fs::read(&db).unwrap();
+        let before = listing(env.dir.path());
+        let output = env.run(["run", "--key", "new", "--", "true"]);
+        refused(&output, &["ledger.db", &format!("{mode:04o}"), "chmod 600"]);
+        assert_eq!(fs::read(&db).unwrap(), bytes);
+        assert_eq!(fs::metadata(&db).unwrap().mode() & 0o7777, mode);
+        assert_eq!(listing(env.dir.path()), before);
+    }
+    // Readable by others is the owner's choice (doctor warns about it).
+    chmod(&db, 0o644);
+    assert_code(&env.run(["run", "--key", "new", "--", "true"]), 0);
+}
+
+#[test]
+fn a_folder_others_can_write_or_another_user_owns_is_refused() {
+    let env = Env::new();
+    let folder = env.path("shared");
+    fs::create_dir(&folder).unwrap();
+    let db = folder.join("ledger.db");
+    chmod(&folder, 0o777);
+    let output = with_db(&env, &db, &["run", "--key", "k", "--", "true"]);
+    refused(&output, &["shared", "0777", "chmod 700"]);
+    assert!(listing(&folder).is_empty(), "{:?}", listing(&folder));
+    chmod(&folder, 0o775);
+    refused(
+        &with_db(&env, &db, &["run", "--key", "k", "--", "true"]),
+        &["shared", "0775"],
+    );
+    assert!(listing(&folder).is_empty());
+    // A sticky folder like /tmp: others cannot replace what is ours.
+    chmod(&folder, 0o1777);
+    assert_code(&with_db(&env, &db, &["run", "--key", "k", "--", "true"]), 0);
+    assert_eq!(fs::metadata(&db).unwrap().mode() & 0o777, 0o600);
+
+    if !can(root(), "root (to hand a folder to another user)") {
+        return;
+    }
+    let theirs = env.path("theirs");
+    fs::create_dir(&theirs).unwrap();
+    chmod(&theirs, 0o755);
+    chown(&theirs, STRANGER);
+    let output = with_db(
+        &env,
+        &theirs.join("ledger.db"),
+        &["run", "--key", "k", "--", "true"],
+    );
+    refused(&output, &["theirs", &format!("uid {STRANGER}")]);
+    assert!(listing(&theirs).is_empty());
+}
+
+#[test]
+fn a_fifo_a_device_or_a_folder_is_not_a_regular_file() {
+    let env = Env::new();
+    let fifo = env.path("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let folder = env.path("folder");
+    fs::create_dir(&folder).unwrap();
+    let mut paths = vec![fifo, folder];
+    if can(root(), "root (to make a character device)") {
+        // What /dev/null is, in a folder of the test's own.
+        let null = env.path("null");
+        nix::sys::stat::mknod(
+            &null,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        paths.push(null);
+    }
+    let before = listing(env.dir.path());
+    for path in &paths {
+        for args in [
+            &["run", "--key", "k", "--", "true"][..],
+            &["ledger", "list"],
+        ] {
+            let mut command = env.idem(args);
+            command.env("IDEM_DB", path);
+            let output = within(command, Duration::from_secs(20));
+            refused(
+                &output,
+                &[&path.display().to_string(), "not a regular file"],
+            );
+        }
+    }
+    assert_eq!(listing(env.dir.path()), before, "something was left beside");
+}
+
+/// Runs idem as `nobody` (uid 65534) from a copy of the binary it can reach.
+fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
+    if !can(root(), "root (to run idem as nobody)") {
+        return None;
+    }
+    chmod(env.dir.path(), 0o755);
+    let binary = env.path("idem");
+    if !binary.exists() {
+        fs::copy(env!("CARGO_BIN_EXE_idem"), &binary).unwrap();
+    }
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&binary)
+        .args(args)
+        .env("IDEM_DB", db)
+        .env("HOME", env.dir.path())
+        .env("TZ", "UTC")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output();
+    match output {
+        Ok(output) => Some(output),
+        Err(error) => {
+            can(false, &format!("setpriv ({error})"));
+            None
+        }
+    }
+}
+
+#[test]
+fn a_folder_that_cannot_be_searched_says_so() {
+    let env = Env::new();
+    let folder = env.path("closed");
+    fs::create_dir(&folder).unwrap();
+    let Some(_) = as_nobody(&env, &env.path("probe.db"), &["ledger", "path"]) else {
+        return;
+    };
+    chown(&folder, 65534);
+    chmod(&folder, 0o600);
+    let db = folder.join("ledger.db");
+    let output = as_nobody(&env, &db, &["run", "--key", "k", "--", "true"]).unwrap();
+    let line = refused(&output, &["closed", "cannot be searched"]);
+    assert!(!line.contains("could not create"), "{line}");
+}
+
+#[test]
+fn doctor_says_a_ledger_that_cannot_be_written_is_a_problem() {
+    let env = Env::new();
+    let folder = env.path("mine");
+    fs::create_dir(&folder).unwrap();
+    let db = folder.join("ledger.db");
+    assert_code(&with_db(&env, &db, &["run", "--key", "k", "--", "true"]), 0);
+    let Some(healthy) = as_nobody(&env, &db, &["doctor"]) else {
+        return;
+    };
+    // Root made it; nobody is not its owner.
+    assert_code(&healthy, 1);
+    for entry in fs::read_dir(&folder).unwrap() {
+        chown(&entry.unwrap().path(), 65534);
+    }
+    chown(&folder, 65534);
+    let output = as_nobody(&env, &db, &["doctor", "--json"]).unwrap();
+    assert_code(&output, 0);
+    chmod(&db, 0o400);
+    let output = as_nobody(&env, &db, &["doctor", "--json"]).unwrap();
+    assert_code(&output, 1);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let problem = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["status"] == "problem")
+        .unwrap_or_else(|| panic!("no problem in {report}"));
+    let words = format!("{} {}", problem["message"], problem["fix"]);
+    assert!(words.contains("cannot write"), "{words}");
+    assert!(words.contains("chmod"), "{words}");
+    // And run indeed cannot record a new key there.
+    let output = as_nobody(&env, &db, &["run", "--key", "new", "--", "true"]).unwrap();
+    assert_code(&output, 125);
+}
+
+#[test]
+fn doctor_says_never_to_delete_the_wal_and_shm_files() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    assert!(env.path("ledger.db-wal").exists());
+    let output = env.run(["doctor"]);
+    assert_code(&output, 0);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("never delete"), "{stdout}");
+    assert!(stdout.contains("ledger.db-wal"), "{stdout}");
+    let output = env.run(["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let leftovers = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["check"] == "leftover files")
+        .unwrap();
+    assert!(
+        !leftovers["message"].as_str().unwrap().contains("-wal"),
+        "the -wal file is listed as a leftover: {leftovers}"
+    );
+}
