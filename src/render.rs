@@ -391,6 +391,11 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
         bail!("command must be a non-empty argv without NUL bytes");
     }
     let started_at = time(&object, "started_at")?.ok_or_else(|| anyhow!("started_at is null"))?;
+    let finished_at = time(&object, "finished_at")?;
+    if status == Status::Succeeded && finished_at.is_none() {
+        // A TTL counts from the finish: without it the success is fresh forever.
+        bail!("a succeeded run needs its finished_at");
+    }
     let run = Run {
         key,
         run_id,
@@ -399,7 +404,7 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
         signal: int(&object, "signal")?,
         attempts: int(&object, "attempts")?.unwrap_or(0),
         started_at,
-        finished_at: time(&object, "finished_at")?,
+        finished_at,
         host: string(&object, "host")?,
         pid: int(&object, "pid")?.unwrap_or(0),
         command,

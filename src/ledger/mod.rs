@@ -202,6 +202,9 @@ impl Run {
     }
 }
 
+/// A run with its attempts.
+pub type RunAttempts = (Run, Vec<Attempt>);
+
 /// A key's deciding run, with its owner while it is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
@@ -405,8 +408,16 @@ pub trait Ledger {
     /// Runs, newest first.
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>>;
 
-    /// Every run of `key`, newest first, each with its attempts.
-    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>>;
+    /// The latest `limit` runs of `key`, newest first, each with its
+    /// attempts but not their output (see [`Ledger::output`]), and how
+    /// many runs the key has in all.
+    fn history(&mut self, key: &str, limit: u32) -> Result<(Vec<RunAttempts>, u64)>;
+
+    /// The output tails (stdout, stderr) of attempt `number` of run
+    /// `run_id`, or of its last attempt; `None` when it has no such
+    /// attempt. Read one attempt at a time, so that memory holds one
+    /// attempt's output whatever the history.
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
 
     /// Makes `keys` run again next time: each key's head is cleared (a head
     /// whose owner is gone is first marked `abandoned`), and with `purge`

@@ -22,7 +22,8 @@ use uuid::Uuid;
 use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run, Status,
+    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run,
+    RunAttempts, Status,
 };
 use crate::exit::{io_words, Failure, IDEM_FAILED};
 
@@ -874,27 +875,52 @@ impl Ledger for SqliteLedger {
         result.map_err(|error| self.fail("read", &error))
     }
 
-    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>> {
+    fn history(&mut self, key: &str, limit: u32) -> Result<(Vec<RunAttempts>, u64)> {
         let result = (|| {
+            let total: u64 = self.conn.query_row(
+                "SELECT count(*) FROM runs r JOIN keys k ON k.id = r.key_id WHERE k.key = ?1",
+                [key],
+                |row| row.get(0),
+            )?;
             let mut runs = self.conn.prepare(&format!(
                 "SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id
-                 WHERE k.key = ?1 ORDER BY r.started_at DESC, r.id DESC"
+                 WHERE k.key = ?1 ORDER BY r.started_at DESC, r.id DESC LIMIT ?2"
             ))?;
+            // The tails stay on disk (they are the row's last columns, so
+            // SQLite does not even read their overflow pages).
             let mut attempts = self.conn.prepare(
-                "SELECT n, started_at, finished_at, exit_code, signal, timed_out, stdout_tail, stderr_tail
+                "SELECT n, started_at, finished_at, exit_code, signal, timed_out, NULL, NULL
                  FROM attempts WHERE run = ?1 ORDER BY n",
             )?;
             let mut history = Vec::new();
-            for row in runs.query_map([key], run_from_row)? {
+            for row in runs.query_map(params![key, limit], run_from_row)? {
                 let (id, run) = row?;
                 let run_attempts = attempts
                     .query_map([id], attempt_from_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 history.push((run, run_attempts));
             }
-            Ok(history)
+            Ok((history, total))
         })();
         result.map_err(|error: rusqlite::Error| self.fail("read", &error))
+    }
+
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.conn
+            .query_row(
+                "SELECT a.stdout_tail, a.stderr_tail FROM attempts a JOIN runs r ON r.id = a.run
+                 WHERE r.run_id = ?1 AND (?2 IS NULL OR a.n = ?2)
+                 ORDER BY a.n DESC LIMIT 1",
+                params![run_id.as_bytes().as_slice(), number],
+                |row| {
+                    Ok((
+                        row.get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
+                        row.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|error| self.fail("read", &error))
     }
 
     fn forget(
