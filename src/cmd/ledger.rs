@@ -145,7 +145,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
                     "running since {} (pid {} on {})",
                     render::local(run.started_at, &zone),
                     run.pid,
-                    run.host
+                    render::printable(&run.host)
                 ),
                 Status::Abandoned => {
                     "abandoned: the next run reruns it with IDEM_RECOVERED=1".to_owned()
@@ -153,7 +153,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
             }
         }
     };
-    writeln!(out, "key {}: {state}", key)?;
+    writeln!(out, "key {}: {state}", render::printable(key))?;
     for (run, attempts) in &history {
         writeln!(
             out,
@@ -163,7 +163,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
             run.exit_code.map_or("-".into(), |code| code.to_string()),
             render::local(run.started_at, &zone),
             render::human_ms(render::duration_ms(run)),
-            run.host,
+            render::printable(&run.host),
             run.pid,
         )?;
         writeln!(out, "  command: {}", render::short_command(run, 200))?;
@@ -188,7 +188,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
                 if !tail.is_empty() {
                     writeln!(out, "    {name}:")?;
                     for line in String::from_utf8_lossy(&tail).lines() {
-                        writeln!(out, "      {}", line)?;
+                        writeln!(out, "      {}", render::printable_output(line))?;
                     }
                 }
             }
@@ -294,7 +294,12 @@ fn forget(
         (false, false) => "forgot",
     };
     for key in report.keys.iter().filter(|key| key.known) {
-        writeln!(out, "{verb} {}: {}", key.key, forget_words(key, purge))?;
+        writeln!(
+            out,
+            "{verb} {}: {}",
+            render::printable(&key.key),
+            forget_words(key, purge)
+        )?;
     }
     unknown_keys(
         report
