@@ -706,3 +706,134 @@ fn a_success_stamped_in_the_future_is_not_fresh() {
     assert_code(&run(&env), 0);
     assert_eq!(env.count("count"), 2, "the success made now is fresh");
 }
+
+// ------------------------------------------------------------------- lines
+
+/// The buffers written, in strace's notation, by every (process, descriptor)
+/// that wrote an `idem: ` line: idem's stderr, however duplicated.
+fn stderr_writes(trace: &Path) -> Vec<String> {
+    let calls: Vec<(String, String)> = fs::read_to_string(trace)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (pid, call) = line.split_once(' ')?;
+            let call = call.trim_start().strip_prefix("write(")?;
+            let (fd, rest) = call.split_once(", ")?;
+            let buffer = rest.rsplit_once(", ")?.0;
+            Some((format!("{pid}/{fd}"), buffer.to_owned()))
+        })
+        .collect();
+    let streams: Vec<&String> = calls
+        .iter()
+        .filter(|(_, buffer)| buffer.contains("idem: "))
+        .map(|(stream, _)| stream)
+        .collect();
+    calls
+        .iter()
+        .filter(|(stream, _)| streams.contains(&stream))
+        .map(|(_, buffer)| buffer.clone())
+        .collect()
+}
+
+#[test]
+fn each_idem_line_is_one_write() {
+    if !can(Command::new("strace").arg("-V").output().is_ok(), "strace") {
+        return;
+    }
+    let env = Env::new();
+    let trace = env.path("trace");
+    let output = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=write",
+            "-e",
+            "signal=none",
+            "-s",
+            "4096",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "run",
+            "--key",
+            "k",
+            "--retries",
+            "2",
+            "--backoff",
+            "1ms",
+            "--",
+            "false",
+        ])
+        .env("IDEM_DB", env.db())
+        .env("HOME", env.dir.path())
+        .env("TZ", "UTC")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_code(&output, 1);
+    let lines = text(&output.stderr).lines().count();
+    assert_eq!(lines, 3, "{}", text(&output.stderr));
+    let writes = stderr_writes(&trace);
+    assert_eq!(writes.len(), lines, "{writes:#?}");
+    for write in &writes {
+        assert!(
+            write.starts_with("\"idem: ") && write.ends_with("\\n\""),
+            "{write}"
+        );
+    }
+
+    // An error that stops idem, printed by main.
+    fs::write(env.path("not-a-folder"), b"a file").unwrap();
+    let output = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=write",
+            "-e",
+            "signal=none",
+            "-s",
+            "4096",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args(["ledger", "show", "k"])
+        .env("IDEM_DB", env.path("not-a-folder/ledger.db"))
+        .env("HOME", env.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    let writes = stderr_writes(&trace);
+    assert_eq!(writes.len(), 1, "{writes:#?}");
+}
+
+#[test]
+fn a_delay_under_a_second_is_told_in_milliseconds() {
+    let env = Env::new();
+    let output = env.run([
+        "run",
+        "--key",
+        "k",
+        "--retries",
+        "1",
+        "--backoff",
+        "300ms",
+        "--",
+        "false",
+    ]);
+    assert_code(&output, 1);
+    let stderr = text(&output.stderr);
+    let said = stderr
+        .split("retrying in ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let number: String = said.chars().take_while(char::is_ascii_digit).collect();
+    assert!(said[number.len()..].starts_with("ms"), "{stderr}");
+    let ms: u64 = number.parse().unwrap();
+    assert!((150..=300).contains(&ms), "{stderr}");
+}
