@@ -152,6 +152,21 @@ fn a_linked_wal_or_shm_file_is_refused() {
         std::os::unix::fs::symlink(&victim, &side).unwrap();
         let output = env.run(["run", "--key", "k2", "--", "true"]);
         refused(&output, &[&format!("ledger.db{suffix}"), "symbolic link"]);
+        // doctor names it as the problem it is for run.
+        let doctor = env.run(["doctor", "--json"]);
+        assert_code(&doctor, 1);
+        let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+        let check = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|check| check["check"] == "side files")
+            .unwrap_or_else(|| panic!("no side files check in {report}"));
+        assert_eq!(check["status"], "problem", "{report}");
+        assert!(
+            check["message"].as_str().unwrap().contains("symbolic link"),
+            "{report}"
+        );
         assert_eq!(fs::read(&victim).unwrap(), b"precious");
         fs::remove_file(&side).unwrap();
     }
