@@ -109,6 +109,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;ledger;show' {
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'The latest N runs (their output is read one attempt at a time)')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')

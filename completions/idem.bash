@@ -685,12 +685,16 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__show)
-            opts="-q -v -h -V --json --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --json --limit --db --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -102,6 +102,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --version 'Print version'
         }
         &'idem;ledger;show'= {
+            cand --limit 'The latest N runs (their output is read one attempt at a time)'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --json 'Print JSON'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'

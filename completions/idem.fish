@@ -88,6 +88,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l limit -d 'The latest N runs (their output is read one attempt at a time)' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l json -d 'Print JSON'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'

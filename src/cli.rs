@@ -197,6 +197,9 @@ pub enum LedgerCommand {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// The latest N runs (their output is read one attempt at a time)
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        limit: u32,
     },
     /// Make keys run again next time; history stays unless --purge
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]

@@ -102,6 +102,19 @@ pub fn io_words(error: &std::io::Error) -> String {
     }
 }
 
+/// One of idem's own lines, `idem: TEXT` and its newline, whole.
+pub fn line(text: &str) -> String {
+    format!("idem: {text}\n")
+}
+
+/// Writes [`line`] to stderr in one `write(2)` (stderr is unbuffered), so
+/// that the lines of many runs sharing one stderr never interleave
+/// mid-line, as the pieces of a formatted write would.
+pub fn say(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(line(text).as_bytes());
+}
+
 /// Whether `error` comes from writing to a reader that went away.
 pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {

@@ -149,13 +149,51 @@ pub fn validate(key: &str) -> Result<(), Failure> {
             key.len()
         )));
     }
-    if let Some(bad) = key.chars().find(|c| c.is_control()) {
+    if let Some(bad) = key.chars().find(|c| is_hidden(*c)) {
+        let kind = if bad.is_control() {
+            "control"
+        } else {
+            "invisible format"
+        };
         return Err(usage(format!(
-            "the key holds the control character {:?}; use printable characters",
-            bad
+            "the key holds the {kind} character U+{:04X}; use printable characters",
+            u32::from(bad)
         )));
     }
     Ok(())
+}
+
+/// Whether `c` acts on the text around it rather than being seen: control
+/// characters (C0, DEL, C1), Unicode's format characters (category Cf:
+/// bidirectional overrides and isolates, zero-width characters, the byte
+/// order mark, ...) and the line and paragraph separators. A right-to-left
+/// override makes a key read as another, an escape sequence retitles or
+/// clears the reader's terminal.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            u32::from(c),
+            0xAD | 0x600..=0x605
+                | 0x61C
+                | 0x6DD
+                | 0x70F
+                | 0x890..=0x891
+                | 0x8E2
+                | 0x180E
+                | 0x200B..=0x200F
+                | 0x2028..=0x202E
+                | 0x2060..=0x2064
+                | 0x2066..=0x206F
+                | 0xFEFF
+                | 0xFFF9..=0xFFFB
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0001
+                | 0xE0020..=0xE007F
+        )
 }
 
 /// The fingerprint of a command: SHA-256 over a versioned, length-prefixed
@@ -226,6 +264,18 @@ mod tests {
                 error.message
             );
         }
+        for hidden in [
+            "a\u{202e}b",
+            "a\u{2066}b",
+            "a\u{200b}b",
+            "\u{feff}a",
+            "a\u{2028}b",
+        ] {
+            let error = expand(hidden).unwrap_err();
+            assert!(error.message.contains("U+"), "{}", error.message);
+            assert!(!error.message.contains(hidden), "{}", error.message);
+        }
+        assert!(expand("café-日本-🦀").is_ok());
         assert!(expand(&"k".repeat(512)).is_ok());
         assert!(expand(&"k".repeat(513)).is_err());
     }

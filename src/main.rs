@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         // A closed pipe (`idem ledger list | head`) is the reader's choice.
         Err(error) if idem::exit::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("idem: {error:#}");
+            idem::exit::say(&format!("{error:#}"));
             ExitCode::from(idem::exit::code_for(&error))
         }
     }

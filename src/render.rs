@@ -1,5 +1,6 @@
 //! Runs and attempts for people (tables) and for scripts (JSON).
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -14,6 +15,39 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::ledger::{Attempt, ExportedRun, KeyMetrics, Run, Status};
+
+/// Text for a person's terminal: every character that would act on the
+/// terminal or on the text around it rather than be seen (escape
+/// sequences, carriage returns, bidirectional overrides: see
+/// [`crate::key::is_hidden`]) is written as an escape, `\x1b` or
+/// `\u{202e}`. Recorded commands, keys and output come from anyone who
+/// can run idem on the ledger; JSON output escapes by itself.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    escape_hidden(text, |_| false)
+}
+
+/// [`printable`] for a line of a command's output, which keeps its tabs.
+pub fn printable_output(line: &str) -> Cow<'_, str> {
+    escape_hidden(line, |c| c == '\t')
+}
+
+fn escape_hidden(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
+    let hidden = |c: char| crate::key::is_hidden(c) && !keep(c);
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !hidden(c) {
+            escaped.push(c);
+        } else if u32::from(c) < 0x100 {
+            let _ = write!(escaped, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(escaped, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    Cow::Owned(escaped)
+}
 
 /// A timestamp as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(time: Timestamp) -> String {
@@ -79,9 +113,13 @@ fn shell_word(word: &str) -> String {
 }
 
 /// A command line for a table cell, as a shell would take it back,
-/// shortened to `width` characters.
+/// shortened to `width` characters; characters that would act on the
+/// terminal are escaped (see [`printable`]).
 pub fn short_command(run: &Run, width: usize) -> String {
-    let words = command_words(run);
+    let words: Vec<String> = command_words(run)
+        .iter()
+        .map(|word| printable(word).into_owned())
+        .collect();
     let mut text = if run.shell {
         format!("sh -c {}", shell_word(&words.join(" ")))
     } else {
@@ -182,13 +220,13 @@ pub fn runs_table(runs: &[Run], style: Style) -> Table {
             None => short_command(run, COMMAND_WIDTH),
         };
         let mut row = Row::from(vec![
-            Cell::new(&run.key),
+            Cell::new(printable(&run.key)),
             status,
             Cell::new(run.exit_code.map_or("-".into(), |code| code.to_string())),
             Cell::new(run.attempts),
             Cell::new(local(run.started_at, &zone)),
             Cell::new(human_ms(duration_ms(run))),
-            Cell::new(&run.host),
+            Cell::new(printable(&run.host)),
             Cell::new(command),
         ]);
         row.max_height(1);
@@ -391,6 +429,11 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
         bail!("command must be a non-empty argv without NUL bytes");
     }
     let started_at = time(&object, "started_at")?.ok_or_else(|| anyhow!("started_at is null"))?;
+    let finished_at = time(&object, "finished_at")?;
+    if status == Status::Succeeded && finished_at.is_none() {
+        // A TTL counts from the finish: without it the success is fresh forever.
+        bail!("a succeeded run needs its finished_at");
+    }
     let run = Run {
         key,
         run_id,
@@ -399,7 +442,7 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
         signal: int(&object, "signal")?,
         attempts: int(&object, "attempts")?.unwrap_or(0),
         started_at,
-        finished_at: time(&object, "finished_at")?,
+        finished_at,
         host: string(&object, "host")?,
         pid: int(&object, "pid")?.unwrap_or(0),
         command,
@@ -583,6 +626,17 @@ mod tests {
         assert_eq!(shell_word("two words"), "'two words'");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn escapes_what_would_act_on_a_terminal() {
+        assert_eq!(printable("plain café\tx"), "plain café\\x09x");
+        assert_eq!(printable_output("a\tb"), "a\tb");
+        assert_eq!(
+            printable("\x1b]0;t\x07\r\u{202e}\u{9b}"),
+            "\\x1b]0;t\\x07\\x0d\\u{202e}\\x9b"
+        );
+        assert!(matches!(printable("ok"), Cow::Borrowed("ok")));
     }
 
     #[test]

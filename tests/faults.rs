@@ -323,19 +323,21 @@ fn a_read_only_ledger_with_a_leftover_log_can_be_read() {
     assert_eq!(status_of(&runs, "done").as_deref(), Some("succeeded"));
 }
 
-/// A ledger of another user, readable but not writable: the same as a
-/// read-only file system. Runs idem as `nobody` through setpriv.
+/// A ledger of one's own that refuses writes (mode 0444, in a folder of
+/// root's): the same as a read-only file system. Runs idem as `nobody`
+/// through setpriv. (A ledger of another user is refused outright: see
+/// the hardening tests.)
 #[test]
-fn another_users_ledger_is_read_only() {
+fn a_ledger_that_refuses_writes_is_read_only() {
     let env = Env::new();
     assert_code(&env.run(["run", "--key", "done", "--", "true"]), 0);
     fs::set_permissions(env.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    // The ledger and the WAL files kept beside it, as a user sharing it for
-    // reading would make them.
+    // The ledger and the WAL files kept beside it, handed to nobody.
     for suffix in ["", "-wal", "-shm"] {
         let file = env.path(&format!("ledger.db{suffix}"));
         if file.exists() {
-            fs::set_permissions(file, fs::Permissions::from_mode(0o644)).unwrap();
+            std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+            fs::set_permissions(file, fs::Permissions::from_mode(0o444)).unwrap();
         }
     }
     let binary = env.path("idem");
@@ -455,7 +457,10 @@ fn unusable_ledger_paths_are_named() {
     fs::write(env.path("a-file"), "x").unwrap();
     let count = env.count_cmd("count");
     let cases = [
-        (env.dir.path().to_owned(), "is a directory"),
+        (
+            env.dir.path().to_owned(),
+            "is not a regular file (it is a folder)",
+        ),
         (env.path("a-file/ledger.db"), "a-file"),
     ];
     for (db, says) in cases {
@@ -1485,19 +1490,25 @@ fn doctor_names_each_problem_and_its_fix() {
     let running = check(&report, "running keys");
     assert_eq!(running["status"], "problem");
     assert!(running["fix"].as_str().unwrap().contains("abandoned"));
-    assert_eq!(check(&report, "folder permissions")["status"], "warn");
+    // A folder anyone can write is refused by run, so it is a problem.
+    assert_eq!(check(&report, "folder permissions")["status"], "problem");
     assert!(check(&report, "folder permissions")["fix"]
         .as_str()
         .unwrap()
         .contains("chmod 700"));
     assert_eq!(check(&report, "file permissions")["status"], "warn");
-    // The next run of the key takes it over, and the ledger is healthy again.
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "lost", "--", "true"]),
+        125,
+    );
+    // Private again, the next run of the key takes it over, and the ledger
+    // is healthy again.
+    fs::set_permissions(&folder, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::set_permissions(&db, fs::Permissions::from_mode(0o600)).unwrap();
     assert_code(
         &run_with_db(&env, &db, &["run", "--key", "lost", "--", "true"]),
         0,
     );
-    fs::set_permissions(&folder, fs::Permissions::from_mode(0o700)).unwrap();
-    fs::set_permissions(&db, fs::Permissions::from_mode(0o600)).unwrap();
     let (code, report) = doctor_json(&env, &db);
     assert_eq!(code, 0, "{report}");
 
@@ -1542,7 +1553,7 @@ fn doctor_tells_leftover_files_from_files_in_use() {
     wait_for_line(&mut reader);
     let (code, report) = doctor_json(&env, &db);
     assert_eq!(code, 0, "{report}");
-    let leftover = check(&report, "leftover files");
+    let leftover = check(&report, "side files");
     assert_eq!(leftover["status"], "ok", "{report}");
     assert!(leftover["message"]
         .as_str()

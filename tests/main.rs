@@ -9,6 +9,7 @@ mod examples;
 mod failures;
 mod faults;
 mod generated;
+mod hardening;
 mod ledger;
 mod liveness;
 mod pg;

@@ -1,18 +1,28 @@
 //! `idem ledger`: list, show, forget, prune, export, import, path, metrics.
 
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use jiff::Timestamp;
+use serde::Serialize;
 
 use crate::cli::{LedgerCommand, ListArgs};
 use crate::exit::{self, Failure};
-use crate::ledger::{self, ForgottenKey, ListFilter, Location, Status};
+use crate::ledger::{self, Attempt, ForgottenKey, Ledger, ListFilter, Location, Status};
 use crate::render;
 
-/// Runs `import` writes per transaction: few commits, bounded memory.
+/// Runs `import` writes per transaction: few commits, bounded memory...
 const IMPORT_BATCH: usize = 1000;
+
+/// ...and the output they may hold, since a run may hold megabytes.
+const IMPORT_BATCH_BYTES: usize = 8 << 20;
+
+/// The longest line `import` reads: room for a run of several attempts
+/// with the largest `--capture` of output, while a line of any length in
+/// the input costs no more memory than this.
+const MAX_LINE: usize = 16 << 20;
 
 /// `quiet` (`-q`) silences the summaries of forget, prune and import, which
 /// are idem's own lines; data (list, show, export, metrics) always prints.
@@ -23,7 +33,7 @@ pub fn run(command: &LedgerCommand, location: &Location, quiet: bool) -> Result<
             Ok(exit::SUCCESS)
         }
         LedgerCommand::List(args) => list(args, location),
-        LedgerCommand::Show { key, json } => show(key, *json, location),
+        LedgerCommand::Show { key, json, limit } => show(key, *json, *limit, location),
         LedgerCommand::Forget {
             keys,
             purge,
@@ -76,30 +86,49 @@ fn parse_since(text: &str) -> Result<Timestamp> {
     })
 }
 
-fn show(key: &str, json: bool, location: &Location) -> Result<u8> {
-    let (head, history) = match ledger::open_existing(location)? {
-        Some(mut ledger) => (ledger.head(key)?, ledger.history(key)?),
-        None => (None, Vec::new()),
-    };
-    let Some(((latest, attempts), earlier)) = history.split_first() else {
-        return Err(Failure::new(
+/// `ledger show`: the key's latest `limit` runs, their output read one
+/// attempt at a time while printing, so memory holds one attempt's output
+/// whatever the history holds.
+fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
+    let unknown = || -> anyhow::Error {
+        Failure::new(
             exit::NOT_FOUND,
             format!("no runs of key {key} in the ledger; see `idem ledger list`"),
         )
-        .into());
+        .into()
     };
-    let zone = jiff::tz::TimeZone::system();
-    let mut out = std::io::stdout().lock();
+    let Some(mut ledger) = ledger::open_existing(location)? else {
+        return Err(unknown());
+    };
+    let head = ledger.head(key)?;
+    // At least the latest run: it is what `show` is about.
+    let (history, total) = ledger.history(key, limit.max(1))?;
+    let Some(((latest, attempts), earlier)) = history.split_first() else {
+        return Err(unknown());
+    };
+    let mut out = BufWriter::new(std::io::stdout().lock());
     if json {
-        let mut object = render::run_json(latest);
-        object["attempts_detail"] = attempts.iter().map(render::attempt_json).collect();
-        object["history"] = earlier
-            .iter()
-            .map(|(run, _)| render::run_json(run))
-            .collect();
-        writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
+        let object = ShowJson {
+            run: match render::run_json(latest) {
+                serde_json::Value::Object(fields) => fields,
+                _ => serde_json::Map::new(),
+            },
+            attempts_detail: AttemptsDetail {
+                ledger: RefCell::new(ledger.as_mut()),
+                run_id: latest.run_id,
+                attempts,
+            },
+            history: earlier
+                .iter()
+                .map(|(run, _)| render::run_json(run))
+                .collect(),
+        };
+        serde_json::to_writer_pretty(&mut out, &object)?;
+        writeln!(out)?;
+        out.flush()?;
         return Ok(exit::SUCCESS);
     }
+    let zone = jiff::tz::TimeZone::system();
     let state = match &head {
         None => "forgotten: the next run runs it".to_owned(),
         Some(head) => {
@@ -117,7 +146,7 @@ fn show(key: &str, json: bool, location: &Location) -> Result<u8> {
                     "running since {} (pid {} on {})",
                     render::local(run.started_at, &zone),
                     run.pid,
-                    run.host
+                    render::printable(&run.host)
                 ),
                 Status::Abandoned => {
                     "abandoned: the next run reruns it with IDEM_RECOVERED=1".to_owned()
@@ -125,7 +154,7 @@ fn show(key: &str, json: bool, location: &Location) -> Result<u8> {
             }
         }
     };
-    writeln!(out, "key {key}: {state}")?;
+    writeln!(out, "key {}: {state}", render::printable(key))?;
     for (run, attempts) in &history {
         writeln!(
             out,
@@ -135,7 +164,7 @@ fn show(key: &str, json: bool, location: &Location) -> Result<u8> {
             run.exit_code.map_or("-".into(), |code| code.to_string()),
             render::local(run.started_at, &zone),
             render::human_ms(render::duration_ms(run)),
-            run.host,
+            render::printable(&run.host),
             run.pid,
         )?;
         writeln!(out, "  command: {}", render::short_command(run, 200))?;
@@ -153,20 +182,85 @@ fn show(key: &str, json: bool, location: &Location) -> Result<u8> {
                     ""
                 }
             )?;
-            for (name, tail) in [
-                ("stdout", &attempt.stdout_tail),
-                ("stderr", &attempt.stderr_tail),
-            ] {
+            let (stdout, stderr) = ledger
+                .output(run.run_id, Some(attempt.number))?
+                .unwrap_or_default();
+            for (name, tail) in [("stdout", stdout), ("stderr", stderr)] {
                 if !tail.is_empty() {
                     writeln!(out, "    {name}:")?;
-                    for line in String::from_utf8_lossy(tail).lines() {
-                        writeln!(out, "      {line}")?;
+                    for line in String::from_utf8_lossy(&tail).lines() {
+                        writeln!(out, "      {}", render::printable_output(line))?;
                     }
                 }
             }
         }
     }
+    let hidden = total.saturating_sub(history.len() as u64);
+    if hidden > 0 {
+        writeln!(
+            out,
+            "\n{hidden} earlier run{} not shown (--limit N shows more)",
+            if hidden == 1 { "" } else { "s" }
+        )?;
+    }
+    out.flush()?;
     Ok(exit::SUCCESS)
+}
+
+/// `show --json`: the latest run's fields, its attempts with their
+/// output, and the earlier runs' fields.
+#[derive(Serialize)]
+struct ShowJson<'a> {
+    #[serde(flatten)]
+    run: serde_json::Map<String, serde_json::Value>,
+    attempts_detail: AttemptsDetail<'a>,
+    history: Vec<serde_json::Value>,
+}
+
+/// Attempts whose output is read from the ledger as each is written out.
+struct AttemptsDetail<'a> {
+    ledger: RefCell<&'a mut dyn Ledger>,
+    run_id: uuid::Uuid,
+    attempts: &'a [Attempt],
+}
+
+impl Serialize for AttemptsDetail<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.attempts.len()))?;
+        for attempt in self.attempts {
+            let (stdout_tail, stderr_tail) = self
+                .ledger
+                .borrow_mut()
+                .output(self.run_id, Some(attempt.number))
+                .map_err(|error| S::Error::custom(format!("{error:#}")))?
+                .unwrap_or_default();
+            let attempt = Attempt {
+                stdout_tail,
+                stderr_tail,
+                ..attempt.clone()
+            };
+            seq.serialize_element(&render::attempt_json(&attempt))?;
+        }
+        seq.end()
+    }
+}
+
+/// `run --replay`: prints the output kept of the key's deciding run (the
+/// success a skip stands on), its last attempt's alone.
+pub fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
+    let Some(head) = ledger.head(key)? else {
+        return Ok(());
+    };
+    if head.run.status != Status::Succeeded {
+        return Ok(());
+    }
+    if let Some((stdout, stderr)) = ledger.output(head.run.run_id, None)? {
+        let _ = std::io::stdout().write_all(&stdout);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().write_all(&stderr);
+    }
+    Ok(())
 }
 
 fn forget(
@@ -207,7 +301,12 @@ fn forget(
         (false, false) => "forgot",
     };
     for key in report.keys.iter().filter(|key| key.known) {
-        writeln!(out, "{verb} {}: {}", key.key, forget_words(key, purge))?;
+        writeln!(
+            out,
+            "{verb} {}: {}",
+            render::printable(&key.key),
+            forget_words(key, purge)
+        )?;
     }
     unknown_keys(
         report
@@ -322,6 +421,7 @@ fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
     let mut ledger = ledger::open(location)?;
     let mut total = ledger::ImportReport::default();
     let mut batch = Vec::with_capacity(IMPORT_BATCH);
+    let mut batch_bytes = 0;
     let mut flush = |batch: &mut Vec<ledger::ExportedRun>| -> Result<()> {
         let report = ledger.import(batch)?;
         total.added += report.added;
@@ -331,25 +431,47 @@ fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
         batch.clear();
         Ok(())
     };
-    for (index, line) in input.lines().enumerate() {
-        let line = line.with_context(|| format!("could not read {name}"))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match render::parse_export(&line) {
-            Ok(run) => batch.push(run),
+    let mut input = input;
+    let mut line = Vec::new();
+    let mut number = 0;
+    loop {
+        let read = read_line(input.as_mut(), &mut line)
+            .with_context(|| format!("could not read {name}"))?;
+        let Some(whole) = read else {
+            break;
+        };
+        number += 1;
+        let parsed = if !whole {
+            Err(anyhow::anyhow!(
+                "it is longer than the {} MiB idem reads in one line",
+                MAX_LINE >> 20
+            ))
+        } else {
+            match std::str::from_utf8(&line) {
+                Err(_) => Err(anyhow::anyhow!(
+                    "it is not UTF-8 (bytes that are not text travel base64-encoded in an export)"
+                )),
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => render::parse_export(text),
+            }
+        };
+        match parsed {
+            Ok(mut run) => {
+                batch_bytes += cap_tails(&mut run);
+                batch.push(run);
+            }
             Err(error) => {
                 flush(&mut batch)?;
                 return Err(Failure::usage(format!(
-                    "{name} line {}: {error:#}; give lines written by `idem ledger export` ({} runs before it imported)",
-                    index + 1,
+                    "{name} line {number}: {error:#}; give lines written by `idem ledger export` ({} runs before it imported)",
                     total.added + total.updated
                 ))
                 .into());
             }
         }
-        if batch.len() == IMPORT_BATCH {
+        if batch.len() == IMPORT_BATCH || batch_bytes >= IMPORT_BATCH_BYTES {
             flush(&mut batch)?;
+            batch_bytes = 0;
         }
     }
     flush(&mut batch)?;
@@ -368,6 +490,58 @@ fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
         },
     )?;
     Ok(exit::SUCCESS)
+}
+
+/// Reads one line, without its newline, into `line`; `None` at the end
+/// of the input, `Some(false)` for a line longer than [`MAX_LINE`], whose
+/// rest is read and dropped, so that memory stays bounded whatever the
+/// input holds.
+fn read_line(input: &mut dyn BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let mut whole = true;
+    let mut any = false;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if chunk.is_empty() {
+            return Ok(any.then_some(whole));
+        }
+        any = true;
+        let end = chunk.iter().position(|byte| *byte == b'\n');
+        let part = &chunk[..end.unwrap_or(chunk.len())];
+        if whole && line.len() + part.len() > MAX_LINE {
+            whole = false;
+            *line = Vec::new();
+        }
+        if whole {
+            line.extend_from_slice(part);
+        }
+        let used = end.map_or(chunk.len(), |end| end + 1);
+        input.consume(used);
+        if end.is_some() {
+            return Ok(Some(whole));
+        }
+    }
+}
+
+/// Keeps at most the largest `--capture` of each output tail, its end as
+/// a run would have kept it; returns the bytes left.
+fn cap_tails(run: &mut ledger::ExportedRun) -> usize {
+    let cap = crate::cli::MAX_CAPTURE as usize;
+    let mut bytes = 0;
+    for attempt in &mut run.attempts {
+        for tail in [&mut attempt.stdout_tail, &mut attempt.stderr_tail] {
+            if tail.len() > cap {
+                tail.drain(..tail.len() - cap);
+                tail.shrink_to_fit();
+            }
+            bytes += tail.len();
+        }
+    }
+    bytes
 }
 
 /// Where a command's summary goes: stdout, or nowhere under `-q`.

@@ -21,16 +21,16 @@ pub fn usage_error(error: &clap::Error) -> u8 {
         }
         ErrorKind::UnknownArgument if negative_value(error).is_some() => {
             let (flag, value) = negative_value(error).unwrap_or_default();
-            eprintln!(
-                "idem: invalid value '{value}' for '{flag}': it cannot be negative (see idem --help)"
-            );
+            crate::exit::say(&format!(
+                "invalid value '{value}' for '{flag}': it cannot be negative (see idem --help)"
+            ));
             crate::exit::USAGE
         }
         ErrorKind::InvalidUtf8 => {
-            eprintln!(
-                "idem: {} is not valid UTF-8; write it in UTF-8 (see idem --help)",
+            crate::exit::say(&format!(
+                "{} is not valid UTF-8; write it in UTF-8 (see idem --help)",
                 not_utf8_argument()
-            );
+            ));
             crate::exit::USAGE
         }
         _ => {
@@ -46,7 +46,7 @@ pub fn usage_error(error: &clap::Error) -> u8 {
                 .collect();
             let line = words.join(" ");
             let line = line.strip_prefix("error: ").unwrap_or(&line);
-            eprintln!("idem: {line} (see idem --help)");
+            crate::exit::say(&format!("{line} (see idem --help)"));
             crate::exit::USAGE
         }
     }

@@ -139,7 +139,8 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
     match location {
         // A missing file is a ledger nothing has run under yet; but a path
         // that cannot name a file at all (its folder is a file) is a typo.
-        Location::Sqlite(path) if !path.exists() => match std::fs::metadata(folder_of(path)) {
+        // Anything at the path, a dangling link included, is judged by open.
+        Location::Sqlite(path) if nothing_at(path) => match std::fs::metadata(folder_of(path)) {
             Ok(folder) if !folder.is_dir() => Err(Failure::new(
                 crate::exit::IDEM_FAILED,
                 format!(
@@ -153,6 +154,11 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
         },
         _ => open(location).map(Some),
     }
+}
+
+/// Whether nothing at all is at `path` (not even a link).
+fn nothing_at(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Who owns a running key, and whether it still lives.
@@ -203,6 +209,9 @@ impl Run {
         crate::key::fingerprint(&self.command, self.shell)
     }
 }
+
+/// A run with its attempts.
+pub type RunAttempts = (Run, Vec<Attempt>);
 
 /// A key's deciding run, with its owner while it is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -409,8 +418,16 @@ pub trait Ledger {
     /// Runs, newest first.
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>>;
 
-    /// Every run of `key`, newest first, each with its attempts.
-    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>>;
+    /// The latest `limit` runs of `key`, newest first, each with its
+    /// attempts but not their output (see [`Ledger::output`]), and how
+    /// many runs the key has in all.
+    fn history(&mut self, key: &str, limit: u32) -> Result<(Vec<RunAttempts>, u64)>;
+
+    /// The output tails (stdout, stderr) of attempt `number` of run
+    /// `run_id`, or of its last attempt; `None` when it has no such
+    /// attempt. Read one attempt at a time, so that memory holds one
+    /// attempt's output whatever the history.
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
 
     /// Makes `keys` run again next time: each key's head is cleared (a head
     /// whose owner is gone is first marked `abandoned`), and with `purge`

@@ -21,10 +21,12 @@ use anyhow::Result;
 use jiff::Timestamp;
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, Row};
+use uuid::Uuid;
 
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run, Status,
+    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run,
+    RunAttempts, Status,
 };
 use crate::exit::{Failure, IDEM_FAILED};
 
@@ -708,20 +710,29 @@ impl Ledger for PostgresLedger {
             .map_err(|error| self.fail("read", &error))
     }
 
-    fn history(&mut self, key: &str) -> Result<Vec<(Run, Vec<Attempt>)>> {
+    fn history(&mut self, key: &str, limit: u32) -> Result<(Vec<RunAttempts>, u64)> {
         let result = (|| {
+            let total: i64 = self
+                .client
+                .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[&key])?
+                .try_get(0)?;
             let runs = self.client.query(
                 &format!(
-                    "SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.key = $1 ORDER BY r.started_at DESC, r.id DESC"
+                    "SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.key = $1
+                     ORDER BY r.started_at DESC, r.id DESC LIMIT $2"
                 ),
-                &[&key],
+                &[&key, &i64::from(limit)],
             )?;
+            let ids: Vec<i64> = runs
+                .iter()
+                .map(|row| row.try_get(1))
+                .collect::<Result<_, _>>()?;
+            // The attempts without their output: see `output`.
             let attempts = self.client.query(
-                &format!(
-                    "SELECT {ATTEMPT_COLUMNS} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
-                     WHERE r.key = $1 ORDER BY a.run, a.n"
-                ),
-                &[&key],
+                "SELECT a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal,
+                     a.timed_out, NULL::bytea, NULL::bytea
+                 FROM idem.attempts a WHERE a.run = ANY($1) ORDER BY a.run, a.n",
+                &[&ids],
             )?;
             // Runs come newest first, attempts by run id: match them by id.
             let mut by_run: std::collections::HashMap<i64, Vec<Attempt>> = Default::default();
@@ -734,9 +745,31 @@ impl Ledger for PostgresLedger {
                 let (id, run) = run_from_row(row)?;
                 history.push((run, by_run.remove(&id).unwrap_or_default()));
             }
-            Ok(history)
+            Ok((history, total.max(0) as u64))
         })();
         result.map_err(|error: postgres::Error| self.fail("read", &error))
+    }
+
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let number = number.map(|number| i32::try_from(number).unwrap_or(i32::MAX));
+        let row = self
+            .client
+            .query_opt(
+                "SELECT a.stdout_tail, a.stderr_tail FROM idem.attempts a
+                 JOIN idem.runs r ON r.id = a.run
+                 WHERE r.run_id = $1 AND ($2::int IS NULL OR a.n = $2)
+                 ORDER BY a.n DESC LIMIT 1",
+                &[&run_id, &number],
+            )
+            .map_err(|error| self.fail("read", &error))?;
+        row.map(|row| {
+            Ok((
+                row.try_get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
+                row.try_get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+            ))
+        })
+        .transpose()
+        .map_err(|error: postgres::Error| self.fail("read", &error))
     }
 
     fn leased(&self) -> bool {

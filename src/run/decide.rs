@@ -73,13 +73,19 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
         (Status::Running, _) => true,
         (Status::Abandoned, _) => false,
         (Status::Succeeded, _) => {
+            // A success stamped ahead of the clock (a clock that ran fast,
+            // then was set right) is no success within its TTL: taken as
+            // fresh, it would count for as long as the clock was ahead,
+            // longer than one made now. Without a finish time its age is
+            // unknown, and under a TTL it is not fresh either.
             let fresh = match (rules.ttl, run.finished_at) {
                 (Some(ttl), Some(finished)) => {
                     let now = head.read_at.unwrap_or(rules.now);
                     let age = now.duration_since(finished);
-                    age.is_negative() || age.unsigned_abs() < ttl
+                    !age.is_negative() && age.unsigned_abs() < ttl
                 }
-                _ => true,
+                (Some(_), None) => false,
+                (None, _) => true,
             };
             return decision(if rules.force || !fresh {
                 Verdict::Run { recovered: false }
@@ -263,6 +269,41 @@ mod tests {
             Verdict::Lingering
         );
         assert_eq!(decide(None, true, &rules).verdict, Verdict::Lingering);
+    }
+
+    #[test]
+    fn a_success_from_the_future_is_not_fresh() {
+        let now = Timestamp::now();
+        let rerun = OnAbandoned::Rerun;
+        // Stamped while the clock ran 30 days ahead.
+        let ahead = head(Status::Succeeded, "true", Some(-30 * 86_400), now);
+        assert_eq!(
+            verdict(Some(&ahead), false, Some(3600), true, rerun).verdict,
+            Verdict::Run { recovered: false }
+        );
+        // Even a second ahead counts for more than a success made now.
+        let second = head(Status::Succeeded, "true", Some(-1), now);
+        assert_eq!(
+            verdict(Some(&second), false, Some(3600), true, rerun).verdict,
+            Verdict::Run { recovered: false }
+        );
+        // Without a TTL a success counts forever, whenever it was stamped.
+        assert!(matches!(
+            verdict(Some(&ahead), false, None, true, rerun).verdict,
+            Verdict::Skip { .. }
+        ));
+        // A success made now is fresh.
+        let made_now = head(Status::Succeeded, "true", Some(0), now);
+        assert!(matches!(
+            verdict(Some(&made_now), false, Some(3600), true, rerun).verdict,
+            Verdict::Skip { .. }
+        ));
+        // Without its finish time, its age is unknown: not fresh under a TTL.
+        let endless = head(Status::Succeeded, "true", None, now);
+        assert_eq!(
+            verdict(Some(&endless), false, Some(3600), true, rerun).verdict,
+            Verdict::Run { recovered: false }
+        );
     }
 
     #[test]

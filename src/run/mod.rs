@@ -22,7 +22,6 @@ mod decide;
 mod lease;
 mod report;
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -222,17 +221,7 @@ fn skip(
 
 /// Prints the output tails recorded by the key's successful run.
 fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
-    let history = ledger.history(key)?;
-    let last = history
-        .iter()
-        .find(|(run, _)| run.status == Status::Succeeded)
-        .and_then(|(_, attempts)| attempts.last());
-    if let Some(attempt) = last {
-        let _ = std::io::stdout().write_all(&attempt.stdout_tail);
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().write_all(&attempt.stderr_tail);
-    }
-    Ok(())
+    crate::cmd::ledger::replay(key, ledger)
 }
 
 /// Runs the attempts of a claimed run and records each, then the outcome.

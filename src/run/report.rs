@@ -31,10 +31,12 @@ impl Reporter {
     }
 
     /// A line that always prints (unless `-q`): failures, retries, refusals.
-    /// `to` is stderr, or the held stream under `--quiet-success`.
+    /// `to` is stderr, or the held stream under `--quiet-success`: an
+    /// unbuffered file, so the whole line goes out in one `write(2)` and
+    /// never interleaves mid-line with another run's on a shared stderr.
     pub fn notice(&self, to: &mut dyn Write, text: &str) {
         if !self.quiet {
-            let _ = writeln!(to, "idem: {text}");
+            let _ = to.write_all(crate::exit::line(text).as_bytes());
         }
     }
 
@@ -42,7 +44,7 @@ impl Reporter {
     /// only when shown, since it may need the time-zone database.
     pub fn info(&self, text: impl FnOnce() -> String) {
         if !self.quiet && (self.terminal || self.verbose) {
-            eprintln!("idem: {}", text());
+            crate::exit::say(&text());
         }
     }
 
@@ -60,13 +62,30 @@ impl Reporter {
     }
 }
 
-/// A duration for people: `3.1s`, `2m05s`.
+/// A duration for people: `250ms`, `3.1s`, `2m05s`.
 pub fn short(duration: Duration) -> String {
     let secs = duration.as_secs_f64();
-    if secs < 60.0 {
+    if duration < Duration::from_secs(1) {
+        format!("{}ms", duration.as_millis())
+    } else if secs < 60.0 {
         format!("{secs:.1}s")
     } else {
         let whole = duration.as_secs();
         format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_under_a_second_are_in_milliseconds() {
+        assert_eq!(short(Duration::from_millis(250)), "250ms");
+        assert_eq!(short(Duration::from_micros(400)), "0ms");
+        assert_eq!(short(Duration::from_millis(999)), "999ms");
+        assert_eq!(short(Duration::from_millis(1000)), "1.0s");
+        assert_eq!(short(Duration::from_millis(3140)), "3.1s");
+        assert_eq!(short(Duration::from_secs(125)), "2m05s");
     }
 }

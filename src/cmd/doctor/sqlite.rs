@@ -72,9 +72,53 @@ fn mode_text(mode: u32) -> String {
     format!("{:04o}", mode & 0o7777)
 }
 
+/// `run` refuses a ledger that is not its user's own or that others can
+/// write, in a folder that others could swap it out of (see the ledger's
+/// opening); doctor names the same refusals as problems, and a ledger that
+/// cannot be written, where `run` can skip but never record.
 fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
     let mode = metadata.permissions().mode();
-    if mode & 0o077 == 0 {
+    let me = nix::unistd::geteuid().as_raw();
+    if metadata.uid() != me {
+        report.push(
+            "file permissions",
+            Level::Problem,
+            format!(
+                "the ledger belongs to uid {}, not to uid {me}: idem refuses to use it",
+                metadata.uid()
+            ),
+            Some("run idem as the ledger's owner, or set --db to a ledger of your own"),
+        );
+    } else if mode & 0o022 != 0 {
+        report.push(
+            "file permissions",
+            Level::Problem,
+            format!(
+                "the ledger is {}: other users can write it, so idem refuses to use it",
+                mode_text(mode)
+            ),
+            Some(format!("chmod 600 {}", path.display())),
+        );
+    } else if !writable(path) {
+        report.push(
+            "file permissions",
+            Level::Problem,
+            format!(
+                "idem cannot write the ledger ({}{}): `run` skips keys that succeeded but cannot record a run",
+                mode_text(mode),
+                if read_only_file_system(path) {
+                    ", on a read-only file system"
+                } else {
+                    ""
+                }
+            ),
+            Some(if read_only_file_system(path) {
+                "mount the file system read-write, or set --db to a ledger elsewhere".to_owned()
+            } else {
+                format!("chmod 600 {}", path.display())
+            }),
+        );
+    } else if mode & 0o077 == 0 {
         report.ok("file permissions", format!("{} (private)", mode_text(mode)));
     } else {
         report.push(
@@ -91,12 +135,13 @@ fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
     match fs::metadata(folder) {
         Ok(folder_meta) => {
             let mode = folder_meta.permissions().mode();
-            if mode & 0o002 != 0 {
+            let sticky = mode & 0o1000 != 0;
+            if mode & 0o022 != 0 && !sticky {
                 report.push(
                     "folder permissions",
-                    Level::Warn,
+                    Level::Problem,
                     format!(
-                        "folder {} is {}: anyone can write it, and so replace or remove the ledger",
+                        "folder {} is {}: others can write it, and so replace or remove the ledger; idem refuses it",
                         folder.display(),
                         mode_text(mode)
                     ),
@@ -105,15 +150,14 @@ fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
                         folder.display()
                     )),
                 );
-            } else if folder_meta.uid() != metadata.uid() && folder_meta.uid() != 0 {
+            } else if folder_meta.uid() != me && folder_meta.uid() != 0 {
                 report.push(
                     "folder permissions",
-                    Level::Warn,
+                    Level::Problem,
                     format!(
-                        "folder {} belongs to uid {}, the ledger to uid {}: that user can replace the ledger",
+                        "folder {} belongs to uid {}, not to uid {me}: that user can replace the ledger; idem refuses it",
                         folder.display(),
                         folder_meta.uid(),
-                        metadata.uid()
                     ),
                     Some("keep the ledger in a folder of the user that runs idem"),
                 );
@@ -140,25 +184,89 @@ fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
         .insert("file_mode".into(), mode_text(mode).into());
 }
 
+/// Whether this user may write the ledger (asked of the kernel, which
+/// also knows a read-only mount); opening it would change nothing either,
+/// but asking is enough.
+fn writable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+fn read_only_file_system(path: &Path) -> bool {
+    nix::sys::statvfs::statvfs(path).is_ok_and(|stats| {
+        stats
+            .flags()
+            .contains(nix::sys::statvfs::FsFlags::ST_RDONLY)
+    })
+}
+
 /// A WAL this large means checkpoints are not keeping up (idem checkpoints
 /// every 64 pages): something holds a read transaction open for long.
 const LARGE_WAL: u64 = 16 << 20;
 
-/// The -wal and -shm files are kept between runs on purpose (starting
-/// without them is most of a short run's cost), and one left by a crash
-/// is folded in by the next reader. A -journal means the ledger was caught
-/// mid-write outside WAL mode; a large -wal that checkpoints are stuck.
+/// The -wal and -shm files are part of the ledger, kept between runs on
+/// purpose (starting without them is most of a short run's cost): the -wal
+/// holds every commit since the last checkpoint, so deleting it forgets
+/// successes and their keys run again. A -journal means the ledger was
+/// caught mid-write outside WAL mode; a large -wal that checkpoints are
+/// stuck. Each is judged as `run` judges them: no link, none of another's.
 fn side_files(path: &Path, report: &mut Report) {
     let wal = ledger::side_file(path, "-wal");
     let shm = ledger::side_file(path, "-shm");
     let journal = ledger::side_file(path, "-journal");
     let present: Vec<String> = [&wal, &shm, &journal]
         .iter()
-        .filter(|side| side.exists())
+        .filter(|side| fs::symlink_metadata(side).is_ok())
         .map(|side| file_name(side))
         .collect();
     report.facts.insert("side_files".into(), json!(present));
+    let me = nix::unistd::geteuid().as_raw();
+    for side in [&wal, &shm, &journal] {
+        let Ok(meta) = fs::symlink_metadata(side) else {
+            continue;
+        };
+        let wrong = if meta.file_type().is_symlink() {
+            Some("is a symbolic link, which idem refuses to follow".to_owned())
+        } else if !meta.is_file() {
+            Some("is not a regular file".to_owned())
+        } else if meta.uid() != me {
+            Some(format!("belongs to uid {}: idem refuses it", meta.uid()))
+        } else if meta.mode() & 0o022 != 0 {
+            Some(format!(
+                "is {}: others can write it; idem refuses it",
+                mode_text(meta.mode())
+            ))
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            report.push(
+                "side files",
+                Level::Problem,
+                format!("{} {wrong}", file_name(side)),
+                Some("find out who put it there; idem's own is a private regular file"),
+            );
+            return;
+        }
+    }
     let wal_bytes = fs::metadata(&wal).map_or(0, |meta| meta.len());
+    let in_wal: Vec<String> = [&wal, &shm]
+        .iter()
+        .filter(|side| side.exists())
+        .map(|side| file_name(side))
+        .collect();
+    if !in_wal.is_empty() {
+        let user = match shm_holder(&shm) {
+            Some(pid) => format!("in use by process {pid}"),
+            None => "kept between runs in WAL mode".to_owned(),
+        };
+        report.ok(
+            "side files",
+            format!(
+                "{} ({user}) are part of the ledger: never delete them, or the runs recorded since the last checkpoint are lost",
+                in_wal.join(", ")
+            ),
+        );
+    }
     if journal.exists() {
         report.push(
             "leftover files",
@@ -180,14 +288,8 @@ fn side_files(path: &Path, report: &mut Report) {
             ),
             Some("look for a process holding the ledger open (fuser LEDGER), then run any idem command"),
         );
-    } else if present.is_empty() {
-        report.ok("leftover files", "none");
     } else {
-        let user = match shm_holder(&shm) {
-            Some(pid) => format!("in use by process {pid}"),
-            None => "kept between runs in WAL mode".to_owned(),
-        };
-        report.ok("leftover files", format!("{} ({user})", present.join(", ")));
+        report.ok("leftover files", "none");
     }
 }
 
