@@ -980,3 +980,169 @@ fn postgres_url_gaps_are_filled_from_libpq_variables() {
     assert_code(&listed, 0);
     assert!(text(&listed.stdout).contains("succeeded"));
 }
+
+/// A command that counts an execution in `count` and, holding `lock` for
+/// `seconds`, writes `overlap` when another execution holds it.
+fn guarded(pg: &Pg, seconds: u32) -> String {
+    format!(
+        "flock -n '{lock}' sh -c 'echo x >> {count}; sleep {seconds}' || echo overlap >> '{overlaps}'",
+        lock = pg.env.path("lock").display(),
+        count = pg.env.path("count").display(),
+        overlaps = pg.env.path("overlaps").display(),
+    )
+}
+
+#[test]
+fn postgres_a_frozen_idem_has_its_run_stopped_before_the_lease_ends() {
+    let Some(pg) = Pg::new("postgres_a_frozen_idem_has_its_run_stopped_before_the_lease_ends")
+    else {
+        return;
+    };
+    let first = guarded(&pg, 600);
+    let mut owner = pg
+        .idem([
+            "run", "--key", "k", "--lease", "3s", "--shell", "--", &first,
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while pg.count("count") < 1 {
+        assert!(Instant::now() < until, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for_attempt(&pg);
+    // idem alone is frozen: its guardian must stop the command by itself,
+    // before another host may take the key over.
+    let frozen = nix::unistd::Pid::from_raw(owner.id() as i32);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let began = Instant::now();
+    let second = guarded(&pg, 0);
+    let output = pg.run([
+        "run", "--key", "k", "--wait", "60s", "--shell", "--", &second,
+    ]);
+    eprintln!("taken over {:?} after the freeze", began.elapsed());
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_code(&output, 0);
+    let _ = owner.wait();
+    assert_eq!(pg.count("count"), 2);
+    assert_eq!(pg.count("overlaps"), 0, "the frozen run's command ran on");
+}
+
+#[test]
+fn postgres_a_killed_idem_takes_its_whole_run_with_it() {
+    let Some(pg) = Pg::new("postgres_a_killed_idem_takes_its_whole_run_with_it") else {
+        return;
+    };
+    // A grandchild in a session of its own, then idem alone is SIGKILLed.
+    let first = format!("setsid sh -c \"{}\" & sleep 600", guarded(&pg, 600));
+    let mut owner = pg
+        .idem([
+            "run", "--key", "k", "--lease", "3s", "--shell", "--", &first,
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while pg.count("count") < 1 {
+        assert!(Instant::now() < until, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for_attempt(&pg);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let began = Instant::now();
+    let output = pg.run([
+        "run",
+        "--key",
+        "k",
+        "--wait",
+        "60s",
+        "--shell",
+        "--",
+        &guarded(&pg, 0),
+    ]);
+    eprintln!("taken over {:?} after the SIGKILL", began.elapsed());
+    assert_code(&output, 0);
+    assert_eq!(pg.count("count"), 2);
+    assert_eq!(pg.count("overlaps"), 0, "the grandchild ran on");
+}
+
+#[test]
+fn postgres_a_waiter_rides_out_a_server_restart() {
+    let Some(pg) = Pg::new("postgres_a_waiter_rides_out_a_server_restart") else {
+        return;
+    };
+    let started = pg.env.path("started");
+    let go = pg.env.path("go");
+    let first = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; exit 1",
+        started.display(),
+        go.display()
+    );
+    let mut owner = pg
+        .idem([
+            "run",
+            "--key",
+            "k",
+            "--retries",
+            "0",
+            "--shell",
+            "--",
+            &first,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, &mut owner);
+    wait_for_attempt(&pg);
+    let count = pg.count_cmd("count");
+    let waiter = pg
+        .idem([
+            "run", "--key", "k", "--wait", "60s", "--shell", "--", &count,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    pg.server.restart();
+    std::fs::write(&go, "").unwrap();
+    assert_code(&owner.wait_with_output().unwrap(), 1);
+    // The owner failed: the waiter claims the key and runs it, once.
+    assert_code(&waiter.wait_with_output().unwrap(), 0);
+    assert_eq!(pg.count("count"), 1);
+}
+
+#[test]
+fn postgres_a_lease_counts_from_when_the_claim_is_written() {
+    let Some(pg) = Pg::new("postgres_a_lease_counts_from_when_the_claim_is_written") else {
+        return;
+    };
+    assert_code(&pg.run(["run", "--key", "k", "--", "true"]), 0);
+    // Another session holds the key's row for longer than the lease, so
+    // the claim waits for it; its lease must not be spent when it commits.
+    let mut session = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+    let mut tx = session.transaction().unwrap();
+    tx.execute("SELECT 1 FROM idem.keys WHERE key = 'k' FOR UPDATE", &[])
+        .unwrap();
+    let first = guarded(&pg, 3);
+    let mut owner = pg
+        .idem([
+            "run", "--key", "k", "--force", "--lease", "2s", "--shell", "--", &first,
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    tx.commit().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while pg.count("count") < 1 {
+        assert!(Instant::now() < until, "the command never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = guarded(&pg, 0);
+    let output = pg.run(["run", "--key", "k", "--force", "--shell", "--", &second]);
+    assert_code(&output, 75);
+    assert!(owner.wait().unwrap().success());
+    assert_eq!(pg.count("overlaps"), 0);
+}

@@ -462,7 +462,9 @@ fn upsert_attempt(
 
 impl Ledger for PostgresLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
-        query_head(&mut self.client, key).map_err(|error| self.fail("read", &error))
+        // A read, safe to repeat on a new connection after a cut one.
+        self.retrying(|client| query_head(client, key))
+            .map_err(|error| self.fail("read", &error))
     }
 
     fn claim(

@@ -111,11 +111,23 @@ fn acquire(
             on_abandoned: args.on_abandoned,
             now: Timestamp::now(),
         };
-        let head = ledger.head(key)?;
+        // A waiter rides out a ledger that is briefly away (a database
+        // restarting) until its wait runs out.
+        let riding_out = |error: &anyhow::Error| {
+            Failure::is_transient(error)
+                && wait_until.is_some_and(|until| Instant::now() + WAIT_POLL < until)
+        };
+        let head = match ledger.head(key) {
+            Err(error) if riding_out(&error) => {
+                std::thread::sleep(WAIT_POLL);
+                continue;
+            }
+            head => head?,
+        };
         let mut decision = decide(head.as_ref(), false, &rules);
         if decision.writes() {
             let mut recovered = false;
-            let claim = ledger.claim(key, &mut |head, lingering| {
+            let claimed = ledger.claim(key, &mut |head, lingering| {
                 decision = decide(head, lingering, &rules);
                 let claim = match decision.verdict {
                     Verdict::Run { recovered: was } => {
@@ -128,7 +140,14 @@ fn acquire(
                     abandon_head: decision.abandon_head,
                     claim,
                 }
-            })?;
+            });
+            let claim = match claimed {
+                Err(error) if riding_out(&error) => {
+                    std::thread::sleep(WAIT_POLL);
+                    continue;
+                }
+                claim => claim?,
+            };
             if let Some(claim) = claim {
                 return Ok(Acquired::Claimed(claim, recovered));
             }

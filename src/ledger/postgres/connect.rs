@@ -20,6 +20,15 @@ use crate::exit::{Failure, IDEM_FAILED};
 /// How long a connection attempt may take when the URL does not say.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Keepalive probes of an idle connection: after 10s idle, every 5s, 3
+/// unanswered mean the peer is gone (25s in all).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// Data sent and not acknowledged for this long fails the connection.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Parses `url` into a connection config, with idem's defaults and the
 /// password looked up where libpq would look.
 pub fn config(url: &str, shown: &str) -> Result<Config, Failure> {
@@ -41,6 +50,16 @@ pub fn config(url: &str, shown: &str) -> Result<Config, Failure> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    // A partition must be noticed in bounded time, not when TCP gives up
+    // retransmitting (about 15 minutes): probe an idle connection, and let
+    // unacknowledged data fail the connection after a while. The lease's
+    // own deadline still stops the command first.
+    config
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
     if config.get_application_name().is_none() {
         config.application_name("idem");
     }
