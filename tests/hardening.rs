@@ -852,3 +852,97 @@ fn a_delay_under_a_second_is_told_in_milliseconds() {
     let ms: u64 = number.parse().unwrap();
     assert!((150..=300).contains(&ms), "{stderr}");
 }
+
+#[test]
+fn a_clock_before_1970_is_a_clear_125() {
+    let faketime = Command::new("faketime")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !can(faketime, "faketime (apt-get install faketime)") {
+        return;
+    }
+    let env = Env::new();
+    let template = env.idem([
+        "run",
+        "--key",
+        "k",
+        "--shell",
+        "--",
+        &env.count_cmd("count"),
+    ]);
+    let mut command = Command::new("faketime");
+    command
+        .arg("1969-12-31 00:00:00")
+        .arg(template.get_program())
+        .args(template.get_args())
+        .current_dir(env.dir.path());
+    for (name, value) in template.get_envs() {
+        if let Some(value) = value {
+            command.env(name, value);
+        }
+    }
+    let output = command.output().unwrap();
+    assert_code(&output, 125);
+    assert!(
+        text(&output.stderr).contains("before 1970"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(env.count("count"), 0);
+}
+
+#[test]
+fn an_unusable_tmpdir_under_quiet_success_claims_nothing() {
+    let env = Env::new();
+    let output = env
+        .idem([
+            "run",
+            "--key",
+            "k",
+            "--quiet-success",
+            "--shell",
+            "--",
+            &env.count_cmd("count"),
+        ])
+        .env("TMPDIR", env.path("missing"))
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    assert_eq!(env.count("count"), 0);
+    // Nothing was left running, so the next run is not told of a recovery.
+    let recovered = format!(
+        "echo \"$IDEM_RECOVERED\" >> '{}'",
+        env.path("seen").display()
+    );
+    assert_code(
+        &env.run(["run", "--key", "k", "--shell", "--", &recovered]),
+        0,
+    );
+    assert_eq!(fs::read_to_string(env.path("seen")).unwrap(), "\n");
+}
+
+#[test]
+fn a_closed_stdout_is_not_retried() {
+    let env = Env::new();
+    // idem's stdout is a pipe whose reader has gone.
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    let output = env
+        .idem([
+            "run",
+            "--key",
+            "k",
+            "--backoff",
+            "10ms",
+            "--shell",
+            "--",
+            &format!("{}; yes | head -c 1000000", env.count_cmd("count")),
+        ])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_code(&output, 141);
+    assert_eq!(env.count("count"), 1, "{}", text(&output.stderr));
+}

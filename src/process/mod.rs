@@ -11,6 +11,7 @@ use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -165,6 +166,8 @@ pub struct AttemptEnd {
     pub stopped: Option<String>,
     pub stdout_tail: Vec<u8>,
     pub stderr_tail: Vec<u8>,
+    /// The reader of idem's stdout or stderr went away (a closed pipe).
+    pub reader_gone: bool,
 }
 
 impl AttemptEnd {
@@ -301,6 +304,7 @@ impl Supervisor {
             stopped: None,
             stdout_tail: Vec::new(),
             stderr_tail: Vec::new(),
+            reader_gone: false,
         };
         let (argv, env) = command_line(spec);
         let prepared = match guardian::Prepared::new(&argv, &env, &spec.env_remove) {
@@ -328,9 +332,13 @@ impl Supervisor {
         // The attempt's processes hold the lock now; idem has its own.
         drop((out_write, err_write, door, hold));
         let capture = spec.capture;
+        let gone = AtomicBool::new(false);
+        let gone = &gone;
         std::thread::scope(|scope| {
-            let out = scope.spawn(move || pump(File::from(out_read), stdout.writer(), capture));
-            let err = scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture));
+            let out =
+                scope.spawn(move || pump(File::from(out_read), stdout.writer(), capture, gone));
+            let err =
+                scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture, gone));
             let join = |handle: std::thread::ScopedJoinHandle<'_, Vec<u8>>| {
                 handle.join().unwrap_or_default()
             };
@@ -368,6 +376,7 @@ impl Supervisor {
             Ok(AttemptEnd {
                 started_at,
                 stdout_tail: join(out),
+                reader_gone: gone.load(Ordering::Relaxed),
                 stderr_tail: join(err),
                 finished_at: Timestamp::now(),
                 end: status,
@@ -595,7 +604,7 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Copies a pipe to `to` as it comes, keeping the last `capture` bytes.
 /// Memory stays bounded: one read buffer plus the capture.
-fn pump(mut from: impl Read, to: &mut File, capture: usize) -> Vec<u8> {
+fn pump(mut from: impl Read, to: &mut File, capture: usize, gone: &AtomicBool) -> Vec<u8> {
     let mut buffer = vec![0u8; READ_CHUNK];
     let mut tail = Tail::new(capture);
     loop {
@@ -609,6 +618,7 @@ fn pump(mut from: impl Read, to: &mut File, capture: usize) -> Vec<u8> {
         if to.write_all(&buffer[..read]).is_err() {
             // Our reader went away (EPIPE): close the pipe so the command
             // learns it too, as it would writing to that reader directly.
+            gone.store(true, Ordering::Relaxed);
             break;
         }
     }

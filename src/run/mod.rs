@@ -51,6 +51,13 @@ const RECORD_FOR: Duration = Duration::from_secs(300);
 pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
     let key = Template::parse(&args.key)?.expand_now()?;
     check(args)?;
+    // Made before the claim: a claim whose output cannot be held would be
+    // left `running` with nothing run.
+    let sinks = if args.quiet_success {
+        Some((Sink::held()?, Sink::held()?))
+    } else {
+        None
+    };
     let mut ledger = ledger::open(location)?;
     let (claim, recovered) = match acquire(args, &key, ledger.as_mut(), reporter)? {
         Acquired::Claimed(claim, recovered) => (claim, recovered),
@@ -60,10 +67,42 @@ pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u
     let lease = ledger
         .leased()
         .then(|| (location, Into::<Duration>::into(args.lease)));
-    execute(args, &claim, recovered, ledger.as_mut(), lease, reporter)
+    let (stdout, stderr) = match sinks {
+        Some(held) => held,
+        None => (
+            Sink::live(std::io::stdout())?,
+            Sink::live(std::io::stderr())?,
+        ),
+    };
+    let sinks = Sinks { stdout, stderr };
+    execute(
+        args,
+        &claim,
+        recovered,
+        ledger.as_mut(),
+        lease,
+        sinks,
+        reporter,
+    )
+}
+
+/// Where the command's output goes: through, or held (`--quiet-success`).
+struct Sinks {
+    stdout: Sink,
+    stderr: Sink,
 }
 
 fn check(args: &RunArgs) -> Result<()> {
+    if std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .is_err()
+    {
+        return Err(Failure::new(
+            exit::IDEM_FAILED,
+            "the system clock is set before 1970, so no run can be stamped; set the clock (timedatectl, ntp); nothing ran",
+        )
+        .into());
+    }
     if args
         .command
         .first()
@@ -250,20 +289,17 @@ fn execute(
     recovered: bool,
     ledger: &mut dyn Ledger,
     lease: Option<(&Location, Duration)>,
+    sinks: Sinks,
     reporter: &Reporter,
 ) -> Result<u8> {
     let supervisor = Supervisor::new()?;
     let heartbeat = lease
         .map(|(location, lease)| lease::Lease::start(location, claim, lease, supervisor.stopper()));
     let max_attempts = args.retries.saturating_add(1);
-    let (mut stdout, mut stderr) = if args.quiet_success {
-        (Sink::held()?, Sink::held()?)
-    } else {
-        (
-            Sink::live(std::io::stdout())?,
-            Sink::live(std::io::stderr())?,
-        )
-    };
+    let Sinks {
+        mut stdout,
+        mut stderr,
+    } = sinks;
     let key = &claim.key;
     let still_held = claim.hold.as_ref().map(|hold| || hold.others_hold());
     let mut spec = Spec {
@@ -375,7 +411,15 @@ fn execute(
             }
             Next::Retry { said } => said,
         };
-        ledger.attempt_finished(claim, &record)?;
+        if let Err(error) = ledger.attempt_finished(claim, &record) {
+            // Say what the command did, and show what was held.
+            let _ = stdout.release(&mut std::io::stdout());
+            let _ = stderr.release(&mut std::io::stderr());
+            return Err(error.context(format!(
+                "{key}: {}, but idem could not record it",
+                describe(&end, attempt_number, max_attempts)
+            )));
+        }
         let delay = backoff(args, attempt_number);
         reporter.notice(
             stderr.writer(),
@@ -503,6 +547,17 @@ fn after_attempt(args: &RunArgs, key: &str, end: &AttemptEnd, number: u32, max: 
             code,
             outcome: failed(code, Some(signal)),
             notice: Some(format!("{key}: interrupted by signal {signal}; {said}")),
+        };
+    }
+    if end.reader_gone && code != exit::SUCCESS {
+        // What read idem's output is gone: no retry can fix that.
+        let code = exit::for_signal(nix::libc::SIGPIPE);
+        return Next::Finish {
+            code,
+            outcome: failed(code, end.signal()),
+            notice: Some(format!(
+                "{key}: the reader of its output went away (a closed pipe); {said} (not retried)"
+            )),
         };
     }
     if code == exit::SUCCESS {
