@@ -5,6 +5,7 @@
 mod util;
 
 mod concurrency;
+mod env_defaults;
 mod examples;
 mod failures;
 mod faults;
