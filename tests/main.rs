@@ -13,4 +13,5 @@ mod generated;
 mod ledger;
 mod pg;
 mod postgres;
+mod recipes;
 mod run;
