@@ -45,18 +45,9 @@ pub fn usage_error(error: &clap::Error) -> u8 {
                 })
                 .collect();
             let line = words.join(" ");
+            let line = name_the_variable(error, line);
             let line = line.strip_prefix("error: ").unwrap_or(&line);
-            match environment_source(error) {
-                Some((flag, variable)) => {
-                    let line = line.replacen(
-                        &format!("for '{flag}'"),
-                        &format!("for '{flag}' from {variable}"),
-                        1,
-                    );
-                    eprintln!("idem: {line} (fix or unset {variable}; see idem --help)");
-                }
-                None => eprintln!("idem: {line} (see idem --help)"),
-            }
+            eprintln!("idem: {line} (see idem --help)");
             crate::exit::USAGE
         }
     }
@@ -85,9 +76,24 @@ fn negative_value(error: &clap::Error) -> Option<(String, String)> {
 }
 
 /// clap does not say when a bad value came from an option's environment
-/// twin (`IDEM_RETRIES=x`); finds the variable, so the message can name it.
-/// A flag on the command line wins over its variable, so the value came
-/// from the variable only when the flag was not given.
+/// twin (`IDEM_RETRIES=x`); names the variable in its message, and the fix.
+fn name_the_variable(error: &clap::Error, line: String) -> String {
+    match environment_source(error) {
+        Some((flag, variable)) => format!(
+            "{}; fix or unset {variable}",
+            line.replacen(
+                &format!("for '{flag}'"),
+                &format!("for '{flag}' from {variable}"),
+                1
+            )
+        ),
+        None => line,
+    }
+}
+
+/// The flag and variable a bad value came from, if from a variable: a flag
+/// on the command line wins over its variable, so the value came from the
+/// variable only when the flag was not given.
 fn environment_source(error: &clap::Error) -> Option<(String, String)> {
     use clap::error::{ContextKind, ContextValue};
     use clap::CommandFactory;
