@@ -707,7 +707,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --ttl --force --wait --lease --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --db --quiet --verbose --help --version"
+            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -757,10 +757,6 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --lease)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --on-abandoned)
                     COMPREPLY=($(compgen -W "rerun fail" -- "${cur}"))
                     return 0
@@ -779,6 +775,10 @@ _idem() {
                     ;;
                 --progress)
                     COMPREPLY=($(compgen -W "auto never" -- "${cur}"))
+                    return 0
+                    ;;
+                --lease)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --db)

@@ -44,7 +44,6 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l timeout -d 'Per attemp
 complete -c idem -n "__fish_idem_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL on timeout' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l lease -d 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
@@ -52,6 +51,7 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l conflict-exit-code -d 
 complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits: auto (when stderr is a terminal) or never' -r -f -a "auto\t'A spinner when stderr is a terminal'
 never\t'Plain lines only'"
+complete -c idem -n "__fish_idem_using_subcommand run" -l lease -d 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l shell -d 'Run the words after -- as one /bin/sh -c script'
 complete -c idem -n "__fish_idem_using_subcommand run" -l force -d 'Run even though the key succeeded (or its command changed)'

@@ -8,7 +8,17 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+// The groups of `idem run --help` (and sections of its man page). A new
+// `run` option joins one of them and gets its environment twin: `IDEM_` and
+// the flag's name in upper snake case, with `hide_env_values` (a value may
+// be a secret).
+const RETRIES: &str = "Retries";
+const TIME: &str = "Time";
+const CONCURRENCY: &str = "Concurrency";
+const OUTPUT: &str = "Output";
+const FLEET: &str = "Fleet";
 
 /// Run a command once per idempotency key.
 ///
@@ -21,7 +31,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     /// Ledger: a SQLite file path, or a postgres:// URL for a shared ledger
     /// [default: <data dir>/idem/ledger.db]
-    #[arg(long, global = true, env = "IDEM_DB", value_name = "PATH|URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "IDEM_DB",
+        hide_env_values = true,
+        value_name = "PATH|URL"
+    )]
     pub db: Option<OsString>,
 
     /// Print none of idem's own lines (errors that stop idem still print)
@@ -66,16 +82,27 @@ pub enum Command {
 pub struct RunArgs {
     /// Idempotency key; may hold {date} {hour} {minute} {week} {month}
     /// {year} {host} (local time, TZ honoured); {{ and }} for braces
+    // No environment twin: the command itself gets IDEM_KEY, and a nested
+    // idem must not take its parent's key for its own.
     #[arg(short, long, value_name = "KEY")]
     pub key: String,
 
     /// Run the words after -- as one /bin/sh -c script
-    #[arg(long)]
+    #[arg(
+        long,
+        env = "IDEM_SHELL",
+        hide_env_values = true,
+        action = ArgAction::SetTrue,
+        value_parser = switch
+    )]
     pub shell: bool,
 
     /// Further attempts after a failed one; 0 = one attempt
     #[arg(
         long,
+        env = "IDEM_RETRIES",
+        hide_env_values = true,
+        help_heading = RETRIES,
         default_value_t = 3,
         value_name = "N",
         allow_negative_numbers = true
@@ -84,53 +111,123 @@ pub struct RunArgs {
 
     /// Base delay before a retry; attempt n waits a random time in
     /// [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))
-    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = duration)]
+    #[arg(
+        long,
+        env = "IDEM_BACKOFF",
+        hide_env_values = true,
+        help_heading = RETRIES,
+        default_value = "1s",
+        value_name = "DUR",
+        value_parser = duration
+    )]
     pub backoff: humantime::Duration,
 
     /// Cap on one delay between attempts
-    #[arg(long, default_value = "5m", value_name = "DUR", value_parser = duration)]
+    #[arg(
+        long,
+        env = "IDEM_MAX_BACKOFF",
+        hide_env_values = true,
+        help_heading = RETRIES,
+        default_value = "5m",
+        value_name = "DUR",
+        value_parser = duration
+    )]
     pub max_backoff: humantime::Duration,
 
     /// Retry only these exit codes, e.g. 1,3,10-20
-    #[arg(long, value_name = "CODES")]
+    #[arg(
+        long,
+        env = "IDEM_RETRY_ON",
+        hide_env_values = true,
+        help_heading = RETRIES,
+        value_name = "CODES"
+    )]
     pub retry_on: Option<CodeSet>,
 
     /// Never retry these exit codes
-    #[arg(long, default_value = "126,127", value_name = "CODES")]
+    #[arg(
+        long,
+        env = "IDEM_NO_RETRY_ON",
+        hide_env_values = true,
+        help_heading = RETRIES,
+        default_value = "126,127",
+        value_name = "CODES"
+    )]
     pub no_retry_on: CodeSet,
 
     /// Per attempt: SIGTERM the command's process group after DUR, SIGKILL
     /// after --kill-after more; counts as exit 124 and is retried
-    #[arg(long, value_name = "DUR", value_parser = duration)]
+    #[arg(
+        long,
+        env = "IDEM_TIMEOUT",
+        hide_env_values = true,
+        help_heading = TIME,
+        value_name = "DUR",
+        value_parser = duration
+    )]
     pub timeout: Option<humantime::Duration>,
 
     /// Grace between SIGTERM and SIGKILL on timeout
-    #[arg(long, default_value = "10s", value_name = "DUR", value_parser = duration)]
+    #[arg(
+        long,
+        env = "IDEM_KILL_AFTER",
+        hide_env_values = true,
+        help_heading = TIME,
+        default_value = "10s",
+        value_name = "DUR",
+        value_parser = duration
+    )]
     pub kill_after: humantime::Duration,
 
     /// A success counts for DUR; after that the key runs again [default: forever]
-    #[arg(long, value_name = "DUR", value_parser = duration)]
+    #[arg(
+        long,
+        env = "IDEM_TTL",
+        hide_env_values = true,
+        help_heading = TIME,
+        value_name = "DUR",
+        value_parser = duration
+    )]
     pub ttl: Option<humantime::Duration>,
 
     /// Run even though the key succeeded (or its command changed)
-    #[arg(long)]
+    #[arg(
+        long,
+        env = "IDEM_FORCE",
+        hide_env_values = true,
+        action = ArgAction::SetTrue,
+        value_parser = switch
+    )]
     pub force: bool,
 
     /// If the key is running elsewhere, wait up to DUR and adopt its outcome
-    #[arg(long, value_name = "DUR", value_parser = duration)]
+    #[arg(
+        long,
+        env = "IDEM_WAIT",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
+        value_name = "DUR",
+        value_parser = duration
+    )]
     pub wait: Option<humantime::Duration>,
 
-    /// Shared ledger: how long a claim lives without a heartbeat (at least 1s)
-    #[arg(long, default_value = "60s", value_name = "DUR", value_parser = duration)]
-    pub lease: humantime::Duration,
-
     /// What to do when the last run died without an outcome
-    #[arg(long, value_enum, default_value_t = OnAbandoned::Rerun, value_name = "WHAT")]
+    #[arg(
+        long,
+        env = "IDEM_ON_ABANDONED",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
+        value_enum,
+        default_value_t = OnAbandoned::Rerun,
+        value_name = "WHAT"
+    )]
     pub on_abandoned: OnAbandoned,
 
     /// Exit code when skipped because the key succeeded
     #[arg(
         long,
+        env = "IDEM_SKIPPED_EXIT_CODE",
+        hide_env_values = true,
         default_value_t = 0,
         value_name = "N",
         allow_negative_numbers = true
@@ -140,6 +237,9 @@ pub struct RunArgs {
     /// Exit code when the key is running elsewhere
     #[arg(
         long,
+        env = "IDEM_CONFLICT_EXIT_CODE",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
         default_value_t = 75,
         value_name = "N",
         allow_negative_numbers = true
@@ -147,21 +247,62 @@ pub struct RunArgs {
     pub conflict_exit_code: u8,
 
     /// Hold the command's output and print it only if the run fails
-    #[arg(long)]
+    #[arg(
+        long,
+        env = "IDEM_QUIET_SUCCESS",
+        hide_env_values = true,
+        help_heading = OUTPUT,
+        action = ArgAction::SetTrue,
+        value_parser = switch
+    )]
     pub quiet_success: bool,
 
     /// Bytes of the output tail kept per attempt and stream (0 = none, at
     /// most 1MiB); --capture 0 keeps secrets a command prints out of the ledger
-    #[arg(long, default_value = "64KiB", value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "IDEM_CAPTURE",
+        hide_env_values = true,
+        help_heading = OUTPUT,
+        default_value = "64KiB",
+        value_name = "BYTES"
+    )]
     pub capture: ByteSize,
 
     /// When skipping, print the recorded output of the successful run
-    #[arg(long)]
+    #[arg(
+        long,
+        env = "IDEM_REPLAY",
+        hide_env_values = true,
+        help_heading = OUTPUT,
+        action = ArgAction::SetTrue,
+        value_parser = switch
+    )]
     pub replay: bool,
 
     /// Spinner for waits: auto (when stderr is a terminal) or never
-    #[arg(long, value_enum, env = "IDEM_PROGRESS", default_value_t = Progress::Auto, hide = true)]
+    #[arg(
+        long,
+        value_enum,
+        env = "IDEM_PROGRESS",
+        hide_env_values = true,
+        help_heading = OUTPUT,
+        default_value_t = Progress::Auto,
+        hide = true
+    )]
     pub progress: Progress,
+
+    /// Shared ledger: how long a claim lives without a heartbeat (at least 1s)
+    #[arg(
+        long,
+        env = "IDEM_LEASE",
+        hide_env_values = true,
+        help_heading = FLEET,
+        default_value = "60s",
+        value_name = "DUR",
+        value_parser = duration
+    )]
+    pub lease: humantime::Duration,
 
     /// The command and its arguments, after --
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -303,6 +444,16 @@ pub fn duration(text: &str) -> Result<humantime::Duration, String> {
     Ok(parsed)
 }
 
+/// Parses the value of a switch's environment twin (`IDEM_QUIET_SUCCESS=1`);
+/// on the command line the switch takes no value.
+pub fn switch(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("write 1 or 0, true or false, yes or no, on or off".to_owned()),
+    }
+}
+
 /// A set of exit codes: `1,3,10-20`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeSet(pub Vec<RangeInclusive<u8>>);
@@ -397,6 +548,7 @@ Exit codes:
 
 Environment:
   IDEM_DB        the ledger, as --db
+  IDEM_<OPTION>  a run option's default: IDEM_RETRIES=5, IDEM_QUIET_SUCCESS=1; a flag wins
   TZ             time zone of key templates
   NO_COLOR       no colour in tables
   PGHOST, PGPORT, PGUSER, PGDATABASE  what a postgres:// URL leaves out

@@ -5,6 +5,7 @@
 mod util;
 
 mod concurrency;
+mod env_defaults;
 mod examples;
 mod failures;
 mod faults;
@@ -14,4 +15,5 @@ mod ledger;
 mod liveness;
 mod pg;
 mod postgres;
+mod recipes;
 mod run;

@@ -34,6 +34,13 @@ impl Env {
         S: AsRef<OsStr>,
     {
         let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+        // Run options' defaults (IDEM_RETRIES, ...) from the caller's shell
+        // would change what every test sees.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("IDEM_") {
+                command.env_remove(name);
+            }
+        }
         command
             .args(args)
             .current_dir(self.dir.path())

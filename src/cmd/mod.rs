@@ -45,6 +45,7 @@ pub fn usage_error(error: &clap::Error) -> u8 {
                 })
                 .collect();
             let line = words.join(" ");
+            let line = name_the_variable(error, line);
             let line = line.strip_prefix("error: ").unwrap_or(&line);
             crate::exit::say(&format!("{line} (see idem --help)"));
             crate::exit::USAGE
@@ -72,6 +73,63 @@ fn negative_value(error: &clap::Error) -> Option<(String, String)> {
     args.windows(2)
         .find(|pair| pair[1].starts_with(value.as_str()) && pair[0].starts_with("--"))
         .map(|pair| (pair[0].clone(), pair[1].clone()))
+}
+
+/// clap does not say when a bad value came from an option's environment
+/// twin (`IDEM_RETRIES=x`); names the variable in its message, and the fix.
+fn name_the_variable(error: &clap::Error, line: String) -> String {
+    match environment_source(error) {
+        Some((flag, variable)) => format!(
+            "{}; fix or unset {variable}",
+            line.replacen(
+                &format!("for '{flag}'"),
+                &format!("for '{flag}' from {variable}"),
+                1
+            )
+        ),
+        None => line,
+    }
+}
+
+/// The flag and variable a bad value came from, if from a variable: a flag
+/// on the command line wins over its variable, so the value came from the
+/// variable only when the flag was not given.
+fn environment_source(error: &clap::Error) -> Option<(String, String)> {
+    use clap::error::{ContextKind, ContextValue};
+    use clap::CommandFactory;
+    let Some(ContextValue::String(flag)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    let long = flag.strip_prefix("--")?.split(' ').next()?;
+    let given = std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| {
+            let arg = arg.to_string_lossy();
+            let name = arg.strip_prefix("--").unwrap_or_default();
+            name == long || name.starts_with(&format!("{long}="))
+        });
+    if given {
+        return None;
+    }
+    let command = crate::cli::Cli::command();
+    let mut commands = vec![&command];
+    while let Some(command) = commands.pop() {
+        commands.extend(command.get_subcommands());
+        let variable = command
+            .get_arguments()
+            .filter(|arg| arg.get_long() == Some(long))
+            .find_map(|arg| arg.get_env());
+        if let Some(variable) = variable {
+            if std::env::var_os(variable).is_some_and(|set| set == value.as_str()) {
+                return Some((flag.clone(), variable.to_string_lossy().into_owned()));
+            }
+        }
+    }
+    None
 }
 
 /// Names the argument clap found not to be UTF-8 (it does not say which).
