@@ -47,6 +47,8 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--no-retry-on', '--no-retry-on', [CompletionResultType]::ParameterName, 'Never retry these exit codes')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Per attempt: SIGTERM the command''s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'Grace between SIGTERM and SIGKILL on timeout')
+            [CompletionResult]::new('--timeout-signal', '--timeout-signal', [CompletionResultType]::ParameterName, 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)')
+            [CompletionResult]::new('--splay', '--splay', [CompletionResultType]::ParameterName, 'Wait a random time in [0, DUR] before claiming (spreads a fleet''s load)')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'A success counts for DUR; after that the key runs again [default: forever]')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, wait up to DUR and adopt its outcome')
             [CompletionResult]::new('--on-abandoned', '--on-abandoned', [CompletionResultType]::ParameterName, 'What to do when the last run died without an outcome')

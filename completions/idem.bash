@@ -707,7 +707,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --help --version"
+            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -746,6 +746,14 @@ _idem() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout-signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --splay)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -43,6 +43,8 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --no-retry-on 'Never retry these exit codes'
             cand --timeout 'Per attempt: SIGTERM the command''s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried'
             cand --kill-after 'Grace between SIGTERM and SIGKILL on timeout'
+            cand --timeout-signal 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)'
+            cand --splay 'Wait a random time in [0, DUR] before claiming (spreads a fleet''s load)'
             cand --ttl 'A success counts for DUR; after that the key runs again [default: forever]'
             cand --wait 'If the key is running elsewhere, wait up to DUR and adopt its outcome'
             cand --on-abandoned 'What to do when the last run died without an outcome'

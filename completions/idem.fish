@@ -42,6 +42,8 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l retry-on -d 'Retry onl
 complete -c idem -n "__fish_idem_using_subcommand run" -l no-retry-on -d 'Never retry these exit codes' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l timeout -d 'Per attempt: SIGTERM the command\'s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL on timeout' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l timeout-signal -d 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l splay -d 'Wait a random time in [0, DUR] before claiming (spreads a fleet\'s load)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'

@@ -179,6 +179,29 @@ pub struct RunArgs {
     )]
     pub kill_after: humantime::Duration,
 
+    /// The signal --timeout sends first (a name like TERM, INT, HUP, or a number)
+    #[arg(
+        long,
+        env = "IDEM_TIMEOUT_SIGNAL",
+        hide_env_values = true,
+        help_heading = TIME,
+        default_value = "TERM",
+        value_name = "SIG",
+        value_parser = signal
+    )]
+    pub timeout_signal: SignalNumber,
+
+    /// Wait a random time in [0, DUR] before claiming (spreads a fleet's load)
+    #[arg(
+        long,
+        env = "IDEM_SPLAY",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
+        value_name = "DUR",
+        value_parser = duration
+    )]
+    pub splay: Option<humantime::Duration>,
+
     /// A success counts for DUR; after that the key runs again [default: forever]
     #[arg(
         long,
@@ -432,6 +455,28 @@ pub enum Status {
 pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 
 /// Parses a human duration (`500ms`, `30s`, `1h30m`) of at most 100 years.
+/// A signal, by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalNumber(pub i32);
+
+/// Parses a signal: `TERM`, `SIGTERM`, `term` or `15`.
+pub fn signal(text: &str) -> Result<SignalNumber, String> {
+    const HINT: &str = "write a signal like TERM, INT, HUP, KILL or its number";
+    let upper = text.trim().to_ascii_uppercase();
+    let named = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    let found = match text.trim().parse::<i32>() {
+        Ok(number) => nix::sys::signal::Signal::try_from(number).ok(),
+        Err(_) => named.parse::<nix::sys::signal::Signal>().ok(),
+    };
+    found
+        .map(|signal| SignalNumber(signal as i32))
+        .ok_or_else(|| format!("{text} is not a signal; {HINT}"))
+}
+
 pub fn duration(text: &str) -> Result<humantime::Duration, String> {
     const HINT: &str = "write a duration like 500ms, 30s, 5m or 1h30m";
     if text.trim_start().starts_with('-') {

@@ -179,11 +179,15 @@ impl SqliteLedger {
     /// The one place connection settings are made.
     fn configure(&mut self) -> Result<()> {
         // FULL: in WAL mode NORMAL may lose the last commits on power loss,
-        // and a lost success would make a job run twice.
+        // and a lost success would make a job run twice. A page cache of
+        // 512KiB (not SQLite's 2MiB): a run touches a handful of pages, but
+        // writing two 1MiB output tails would otherwise fill all of it, and
+        // memory is bounded at 16MiB whatever the command prints.
         self.conn
             .execute_batch(
                 "PRAGMA synchronous = FULL;
-                 PRAGMA foreign_keys = ON;",
+                 PRAGMA foreign_keys = ON;
+                 PRAGMA cache_size = -512;",
             )
             .map_err(|error| self.fail("configure", &error))?;
         self.conn

@@ -35,6 +35,9 @@ pub const GO: u8 = b'G';
 /// idem -> guardian: send signal `a` to every process of the run; with
 /// `b == 1` a SIGCONT follows, so a stopped process gets it too.
 pub const SIGNAL: u8 = b'S';
+/// idem -> guardian: idem was continued (`fg` after Ctrl-Z): give the
+/// command the terminal and continue it.
+pub const RESUME: u8 = b'C';
 /// idem -> guardian: the lease was renewed; stop the run at monotonic ms
 /// `a` unless told again, SIGKILL `b` ms later.
 pub const DEADLINE: u8 = b'D';
@@ -169,11 +172,16 @@ fn search(program: &OsStr, path: Option<&OsStr>) -> Vec<Vec<u8>> {
 pub struct Fds {
     /// Its end of the control socket.
     pub door: RawFd,
+    /// The command's stdin, when it is not idem's own (a replayed spool).
+    pub stdin: Option<RawFd>,
     /// The write ends of the command's stdout and stderr.
     pub stdout: RawFd,
     pub stderr: RawFd,
     /// The run's kernel lock, inherited by the command, if the ledger has one.
     pub hold: Option<RawFd>,
+    /// At a terminal: the terminal, and idem's process group. The command
+    /// runs in the terminal's foreground and idem gets it back after.
+    pub foreground: Option<(RawFd, pid_t)>,
 }
 
 /// Forks the guardian; returns its pid in idem.
@@ -204,12 +212,23 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
         if libc::dup2(fds.stdout, 1) < 0 || libc::dup2(fds.stderr, 2) < 0 {
             libc::_exit(125);
         }
+        if let Some(stdin) = fds.stdin {
+            if libc::dup2(stdin, 0) < 0 {
+                libc::_exit(125);
+            }
+        }
         // Nothing of idem's stays open here but the door, the lock and the
         // stdio: a copy of idem's ledger lock would keep it held were idem
         // to die while holding it.
         let door = keep_fd(fds.door, 100);
         let hold = fds.hold.map(|hold| keep_fd(hold, 101));
-        close_from(3, door, hold);
+        let foreground = fds
+            .foreground
+            .map(|(terminal, group)| (keep_fd(terminal, 102), group));
+        close_from(
+            3,
+            [Some(door), hold, foreground.map(|(terminal, _)| terminal)],
+        );
         // The gate: tell idem our pid, wait for leave to start the command
         // (given once the ledger knows it). End of file: idem is gone or
         // could not record the attempt; nothing runs.
@@ -227,7 +246,7 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
             libc::_exit(125);
         }
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        let command = spawn(prepared, door, hold, me);
+        let command = spawn(prepared, door, hold, me, foreground.map(|(tty, _)| tty));
         // Our copies of the output pipes and stdin must not keep the
         // command's readers waiting.
         libc::close(0);
@@ -243,7 +262,7 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
             put(&mut frame, RUNNING, pid, 0);
         }
         send(door, &frame);
-        watch(door, pid, deadline, grace)
+        watch(door, pid, deadline, grace, foreground)
     }
 }
 
@@ -258,14 +277,12 @@ unsafe fn keep_fd(fd: RawFd, floor: RawFd) -> RawFd {
     }
 }
 
-/// Closes every descriptor from `low` up except `door` and `hold`.
-unsafe fn close_from(low: RawFd, door: RawFd, hold: Option<RawFd>) {
-    let mut keep = [door, hold.unwrap_or(door)];
-    if keep[0] > keep[1] {
-        keep.swap(0, 1);
-    }
+/// Closes every descriptor from `low` up except those in `keep`.
+unsafe fn close_from(low: RawFd, keep: [Option<RawFd>; 3]) {
+    let mut keep = keep.map(|fd| fd.unwrap_or(-1));
+    keep.sort_unstable();
     let mut from = low as libc::c_uint;
-    for fd in keep {
+    for fd in keep.into_iter().filter(|fd| *fd >= low) {
         let fd = fd as libc::c_uint;
         if fd > from {
             unsafe { close_range(from, fd - 1) };
@@ -302,6 +319,7 @@ unsafe fn spawn(
     door: RawFd,
     hold: Option<RawFd>,
     me: pid_t,
+    terminal: Option<RawFd>,
 ) -> Result<pid_t, i32> {
     unsafe {
         let mut report = [0 as c_int; 2];
@@ -320,6 +338,13 @@ unsafe fn spawn(
                 libc::close(read_end);
                 libc::close(door);
                 libc::setpgid(0, 0);
+                if let Some(terminal) = terminal {
+                    // In the terminal's foreground, as a shell puts a job:
+                    // it reads the terminal and gets its Ctrl-C. (Signals are
+                    // still blocked, so SIGTTOU does not stop this.)
+                    libc::tcsetpgrp(terminal, libc::getpid());
+                    libc::close(terminal);
+                }
                 // Should the guardian be killed, the command is told to stop.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
                 if libc::getppid() != me {
@@ -365,6 +390,10 @@ unsafe fn spawn(
             }
             pid => {
                 libc::close(write_end);
+                if let Some(terminal) = terminal {
+                    // Both sides, so neither waits on the other's timing.
+                    libc::tcsetpgrp(terminal, pid);
+                }
                 let mut bytes = [0u8; 4];
                 let mut got = 0usize;
                 while got < 4 {
@@ -395,7 +424,20 @@ unsafe fn spawn(
 /// Reaps everything, tells idem how the command ended and what it left,
 /// passes signals on, stops the run when idem goes away or its deadline
 /// passes; exits when no process of the run is left.
-unsafe fn watch(door: RawFd, command: pid_t, mut deadline: i64, grace: i64) -> ! {
+unsafe fn watch(
+    door: RawFd,
+    command: pid_t,
+    mut deadline: i64,
+    grace: i64,
+    foreground: Option<(RawFd, pid_t)>,
+) -> ! {
+    // The terminal goes back to idem once the command's main process ends;
+    // what it left running is in the background then, as under a shell.
+    let give_back = || {
+        if let Some((terminal, group)) = foreground {
+            unsafe { libc::tcsetpgrp(terminal, group) };
+        }
+    };
     unsafe {
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
@@ -404,16 +446,36 @@ unsafe fn watch(door: RawFd, command: pid_t, mut deadline: i64, grace: i64) -> !
         let mut door = door;
         let mut lease_grace = grace;
         let mut kill_at: i64 = 0;
+        // While stopping the run, SIGTERM again now and then: a process
+        // whose parent was dying as the tree was walked had not yet moved
+        // under the guardian, and was missed.
+        let mut again_at: i64 = 0;
+        let mut seen = Seen {
+            pids: [0; 1024],
+            len: 0,
+        };
         let mut main_ended = command == 0;
+        let mut suspended = false;
         let mut told_left = false;
         let mut frame = [0u8; FROM_GUARDIAN];
         loop {
             loop {
                 let mut status = 0;
-                let reaped = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                let reaped = libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED);
+                if reaped > 0 && libc::WIFSTOPPED(status) {
+                    // Ctrl-Z at the terminal: stop idem too, so that its
+                    // shell sees the job stopped and takes the terminal.
+                    if let (true, Some((terminal, group))) = (reaped == command, foreground) {
+                        libc::tcsetpgrp(terminal, group);
+                        libc::kill(-group, libc::SIGTSTP);
+                        suspended = true;
+                    }
+                    continue;
+                }
                 if reaped > 0 {
                     if reaped == command {
                         main_ended = true;
+                        give_back();
                         put(&mut frame, EXITED, status, 0);
                         send(door, &frame);
                     }
@@ -426,6 +488,7 @@ unsafe fn watch(door: RawFd, command: pid_t, mut deadline: i64, grace: i64) -> !
                     continue;
                 }
                 // ECHILD: nothing of the run is left.
+                give_back();
                 libc::_exit(0);
             }
             if main_ended && !told_left && door >= 0 {
@@ -448,15 +511,20 @@ unsafe fn watch(door: RawFd, command: pid_t, mut deadline: i64, grace: i64) -> !
                 deadline = 0;
                 put(&mut frame, LEASE_RAN_OUT, 0, 0);
                 send(door, &frame);
-                signal_run(command, libc::SIGTERM, true);
+                signal_run(command, libc::SIGTERM, true, &mut seen);
                 kill_at = earliest(kill_at, now + lease_grace);
+                again_at = now + 200;
+            }
+            if again_at != 0 && now >= again_at {
+                signal_the_missed(&mut seen);
+                again_at = now + 200;
             }
             if kill_at != 0 && now >= kill_at {
-                signal_run(command, libc::SIGKILL, false);
+                signal_run(command, libc::SIGKILL, false, &mut seen);
                 // Again soon: a process may have forked meanwhile.
                 kill_at = now + 100;
             }
-            let wake = earliest(deadline, kill_at);
+            let wake = earliest(earliest(deadline, kill_at), again_at);
             let timeout = if wake == 0 {
                 -1
             } else {
@@ -481,7 +549,21 @@ unsafe fn watch(door: RawFd, command: pid_t, mut deadline: i64, grace: i64) -> !
             }
             if door >= 0 && polled[0].revents != 0 {
                 match receive(door) {
-                    Some((SIGNAL, signal, cont)) => signal_run(command, signal as c_int, cont == 1),
+                    Some((SIGNAL, signal, cont)) => {
+                        signal_run(command, signal as c_int, cont == 1, &mut seen);
+                        if signal == i64::from(libc::SIGTERM) && cont == 1 {
+                            again_at = monotonic_ms() + 200;
+                        }
+                    }
+                    Some((RESUME, _, _)) => {
+                        // After Ctrl-Z, idem was continued (`fg`): so is
+                        // the command, in the terminal's foreground.
+                        if let (true, Some((terminal, _))) = (suspended, foreground) {
+                            libc::tcsetpgrp(terminal, command);
+                            libc::kill(-command, libc::SIGCONT);
+                            suspended = false;
+                        }
+                    }
                     Some((DEADLINE, at, after)) => {
                         deadline = at;
                         lease_grace = after;
@@ -491,8 +573,9 @@ unsafe fn watch(door: RawFd, command: pid_t, mut deadline: i64, grace: i64) -> !
                         // idem is gone: the run must not go on unowned.
                         libc::close(door);
                         door = -1;
-                        signal_run(command, libc::SIGTERM, true);
+                        signal_run(command, libc::SIGTERM, true, &mut seen);
                         kill_at = earliest(kill_at, monotonic_ms() + grace);
+                        again_at = monotonic_ms() + 200;
                     }
                 }
             }
@@ -510,7 +593,7 @@ fn earliest(a: i64, b: i64) -> i64 {
 
 /// Sends `signal` to the command's group and to every descendant of the
 /// guardian, wherever it moved (a SIGCONT after it with `cont`).
-unsafe fn signal_run(command: pid_t, signal: c_int, cont: bool) {
+unsafe fn signal_run(command: pid_t, signal: c_int, cont: bool, seen: &mut Seen) {
     unsafe {
         if command > 0 {
             libc::kill(-command, signal);
@@ -518,20 +601,55 @@ unsafe fn signal_run(command: pid_t, signal: c_int, cont: bool) {
                 libc::kill(-command, libc::SIGCONT);
             }
         }
-        let mut none = [0 as pid_t; 0];
-        walk_and(signal, cont, &mut none);
+        seen.len = 0;
+        walk_and(signal, cont, &mut [], Some(seen));
+    }
+}
+
+/// Sends SIGTERM to the descendants that [`signal_run`] missed (their
+/// parent was dying as it walked), never twice to one process: a command
+/// that traps SIGTERM to clean up gets it once, as from `timeout(1)`.
+unsafe fn signal_the_missed(seen: &mut Seen) {
+    unsafe {
+        walk_and(libc::SIGTERM, true, &mut [], Some(seen));
+    }
+}
+
+/// The pids a stop has signalled already.
+struct Seen {
+    pids: [pid_t; 1024],
+    len: usize,
+}
+
+impl Seen {
+    fn has(&self, pid: pid_t) -> bool {
+        self.pids
+            .get(..self.len)
+            .is_some_and(|pids| pids.contains(&pid))
+    }
+
+    fn add(&mut self, pid: pid_t) {
+        if let Some(slot) = self.pids.get_mut(self.len) {
+            *slot = pid;
+            self.len += 1;
+        }
     }
 }
 
 /// Counts the descendants of the guardian, keeping the first pids.
 unsafe fn walk(signal: c_int, first: &mut [pid_t]) -> i32 {
-    unsafe { walk_and(signal, false, first) }
+    unsafe { walk_and(signal, false, first, None) }
 }
 
 /// Visits every descendant of the guardian (through `/proc`; without it,
 /// only the command's group is reached), signalling each when `signal` is
 /// not 0; returns how many there are, keeping the first pids in `first`.
-unsafe fn walk_and(signal: c_int, cont: bool, first: &mut [pid_t]) -> i32 {
+unsafe fn walk_and(
+    signal: c_int,
+    cont: bool,
+    first: &mut [pid_t],
+    mut seen: Option<&mut Seen>,
+) -> i32 {
     unsafe {
         let me = libc::getpid();
         let mut todo = [0 as pid_t; 1024];
@@ -551,7 +669,11 @@ unsafe fn walk_and(signal: c_int, cont: bool, first: &mut [pid_t]) -> i32 {
                 }
                 if number > 0 && number as pid_t != me {
                     let child = number as pid_t;
-                    if signal != 0 {
+                    let again = seen.as_ref().is_some_and(|seen| seen.has(child));
+                    if let Some(seen) = seen.as_mut().filter(|_| !again) {
+                        seen.add(child);
+                    }
+                    if signal != 0 && !again {
                         libc::kill(child, signal);
                         if cont {
                             libc::kill(child, libc::SIGCONT);

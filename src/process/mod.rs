@@ -3,6 +3,7 @@
 //! enforcing the timeout, and reaping everything it started.
 
 mod guardian;
+mod stdin;
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -21,10 +22,11 @@ use jiff::Timestamp;
 use nix::libc;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCONT, SIGHUP, SIGINT, SIGTERM};
 
 use crate::exit;
 pub use guardian::monotonic_ms;
+pub use stdin::Spool;
 
 /// Something the supervisor waits for.
 enum Event {
@@ -33,6 +35,8 @@ enum Event {
     /// The guardian told something (see `guardian`).
     Told(guardian::Report),
     Signal(i32),
+    /// idem was continued after a stop (Ctrl-Z, then `fg`).
+    Continued,
     /// Another thread asks to stop the command (see [`Stopper`]).
     Stop {
         reason: String,
@@ -90,6 +94,9 @@ pub enum Sink {
     Live(File),
     /// Held in a temporary file, shown only if the run fails (`--quiet-success`).
     Held(File),
+    /// Another handle on a held file, sharing its offset: what goes here
+    /// lands in order with what goes there, and is released with it.
+    Alias(File),
 }
 
 impl Sink {
@@ -105,6 +112,15 @@ impl Sink {
         Ok(Sink::Live(file))
     }
 
+    /// A second handle on this sink's file (one open file, one offset).
+    pub fn alias(&self) -> Result<Sink> {
+        let (Sink::Live(file) | Sink::Held(file) | Sink::Alias(file)) = self;
+        Ok(Sink::Alias(
+            file.try_clone()
+                .context("could not share the held output file")?,
+        ))
+    }
+
     pub fn held() -> Result<Sink> {
         Ok(Sink::Held(tempfile::tempfile().context(
             "could not create a temporary file to hold the output",
@@ -113,7 +129,7 @@ impl Sink {
 
     pub fn writer(&mut self) -> &mut File {
         match self {
-            Sink::Live(file) | Sink::Held(file) => file,
+            Sink::Live(file) | Sink::Held(file) | Sink::Alias(file) => file,
         }
     }
 
@@ -141,6 +157,27 @@ pub struct Spec<'a> {
     /// Whether processes of the attempt still hold the run's kernel lock:
     /// asked when the guardian died before they did (someone killed it).
     pub still_held: Option<&'a dyn Fn() -> bool>,
+    /// What `--timeout` sends first.
+    pub timeout_signal: i32,
+    /// idem's stdout and stderr are one file: the command gets one pipe for
+    /// both, so their order is kept; its tail is one stream (`stdout_tail`).
+    pub merged: bool,
+    /// stdin kept for retries; `None`: the command reads idem's own.
+    pub stdin: Option<&'a Spool>,
+    /// idem runs in the foreground of the terminal that is its stdin,
+    /// stdout and stderr: the command gets that foreground, and a
+    /// pseudo-terminal for its output (so it sees a terminal), which idem
+    /// copies to the real one while keeping the tail. Implies `merged`.
+    pub terminal: bool,
+}
+
+/// What happens during an attempt that a person should hear of.
+pub enum Notice<'a> {
+    /// The command's main process ended; `count` processes it started
+    /// still run (the first of them are `pids`).
+    LeftRunning { count: i32, pids: &'a [i32] },
+    /// idem was sent `signal` and passed it on; a second one kills.
+    Interrupted(i32),
 }
 
 /// How an attempt ended.
@@ -205,12 +242,17 @@ impl Supervisor {
     /// passed to the command instead of ending idem.
     pub fn new() -> Result<Supervisor> {
         let (sender, events) = mpsc::channel();
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGCONT])
             .context("could not install signal handlers")?;
         let forward = sender.clone();
         std::thread::spawn(move || {
             for signal in signals.forever() {
-                if forward.send(Event::Signal(signal)).is_err() {
+                let event = if signal == SIGCONT {
+                    Event::Continued
+                } else {
+                    Event::Signal(signal)
+                };
+                if forward.send(event).is_err() {
                     break;
                 }
             }
@@ -283,8 +325,7 @@ impl Supervisor {
     /// `started` is told the guardian's pid (the attempt's first process)
     /// before the command runs, so its owner is recorded first: if that
     /// fails, the command never starts and the error is returned. `waiting`
-    /// is told when the command's main process has ended but others it
-    /// started still run.
+    /// is told what a person should hear of meanwhile (see [`Notice`]).
     pub fn attempt(
         &self,
         spec: &Spec<'_>,
@@ -292,7 +333,7 @@ impl Supervisor {
         stderr: &mut Sink,
         hold: Option<OwnedFd>,
         started: &mut dyn FnMut(u32) -> Result<()>,
-        waiting: &mut dyn FnMut(i32, &[i32]),
+        waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd> {
         let started_at = Timestamp::now();
         let not_started = |code, reason| AttemptEnd {
@@ -315,32 +356,63 @@ impl Supervisor {
             }
         };
         let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
-        let (out_read, out_write) = pipe().context("could not create a pipe for the command")?;
-        let (err_read, err_write) = pipe().context("could not create a pipe for the command")?;
+        let (out_read, out_write) = if spec.terminal {
+            pseudo_terminal().context("could not open a pseudo-terminal for the command")?
+        } else {
+            pipe().context("could not create a pipe for the command")?
+        };
+        let (err_read, err_write) = if spec.merged {
+            (None, None)
+        } else {
+            let (read, write) = pipe().context("could not create a pipe for the command")?;
+            (Some(read), Some(write))
+        };
+        let (stdin_read, stdin_write) = match spec.stdin {
+            Some(_) => {
+                let (read, write) = pipe().context("could not create a pipe for the command")?;
+                (Some(read), Some(write))
+            }
+            None => (None, None),
+        };
         let (mut gate, door) =
             UnixStream::pair().context("could not create a socket pair to start the command")?;
         let fds = guardian::Fds {
             door: door.as_raw_fd(),
+            stdin: stdin_read.as_ref().map(AsRawFd::as_raw_fd),
             stdout: out_write.as_raw_fd(),
-            stderr: err_write.as_raw_fd(),
+            stderr: err_write.as_ref().unwrap_or(&out_write).as_raw_fd(),
             hold: hold.as_ref().map(AsRawFd::as_raw_fd),
+            foreground: spec
+                .terminal
+                .then(|| (libc::STDIN_FILENO, nix::unistd::getpgrp().as_raw())),
         };
         // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
         // the guardian's async-signal-safe code.
         let pid = unsafe { guardian::start(&prepared, &fds) }
             .context("could not start the command (fork failed)")?;
         // The attempt's processes hold the lock now; idem has its own.
-        drop((out_write, err_write, door, hold));
+        drop((out_write, err_write, door, hold, stdin_read));
         let capture = spec.capture;
         let gone = AtomicBool::new(false);
+        let fed = AtomicBool::new(false);
+        let fed = &fed;
         let gone = &gone;
         std::thread::scope(|scope| {
-            let out =
-                scope.spawn(move || pump(File::from(out_read), stdout.writer(), capture, gone));
-            let err =
-                scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture, gone));
-            let join = |handle: std::thread::ScopedJoinHandle<'_, Vec<u8>>| {
-                handle.join().unwrap_or_default()
+            // Set as this closure returns, before the scope joins the feeder.
+            let _stop_feeding = RaiseOnDrop(fed);
+            if let (Some(spool), Some(write)) = (spec.stdin, stdin_write) {
+                scope.spawn(move || spool.feed(File::from(write), fed));
+            }
+            let out = Some(
+                scope.spawn(move || pump(File::from(out_read), stdout.writer(), capture, gone)),
+            );
+            let err = err_read.map(|err_read| {
+                scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture, gone))
+            });
+            let join = |handle: Option<std::thread::ScopedJoinHandle<'_, Vec<u8>>>| {
+                handle
+                    .map(|handle| handle.join().unwrap_or_default())
+                    .unwrap_or_default()
             };
             let grace = spec.kill_after.as_millis() as i64;
             let admitted = self.admit(&mut gate, grace, started);
@@ -371,6 +443,9 @@ impl Supervisor {
             let ended = self.supervise(spec, command, waiting);
             if let Ok(mut link) = self.link.lock() {
                 link.guardian = None;
+            }
+            if spec.terminal {
+                take_the_terminal_back();
             }
             let (status, timed_out, interrupted) = ended?;
             Ok(AttemptEnd {
@@ -427,7 +502,7 @@ impl Supervisor {
         &self,
         spec: &Spec<'_>,
         command: i32,
-        waiting: &mut dyn FnMut(i32, &[i32]),
+        waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<(End, bool, Option<i32>)> {
         let mut guardian_gone = false;
         let send = |signal: i32, cont: bool, guardian_gone: bool| {
@@ -479,13 +554,21 @@ impl Supervisor {
                 }
                 Ok(Event::Told(report)) => match report.kind {
                     guardian::EXITED => main = Some(report.a),
-                    guardian::LEFT_RUNNING => waiting(report.a, &report.pids),
+                    guardian::LEFT_RUNNING => waiting(Notice::LeftRunning {
+                        count: report.a,
+                        pids: &report.pids,
+                    }),
                     guardian::LEASE_RAN_OUT => self.note_stop(
                         "the lease was not renewed in time (idem was frozen or cut off from the ledger), so the command's guardian stopped it so that it does not run unowned"
                             .to_owned(),
                     ),
                     _ => {}
                 },
+                Ok(Event::Continued) => {
+                    if let Ok(mut link) = self.link.lock() {
+                        link.tell(guardian::RESUME, 0, 0);
+                    }
+                }
                 Ok(Event::Stop { reason, grace }) => {
                     if self.stopped().is_none() {
                         self.note_stop(reason);
@@ -501,6 +584,7 @@ impl Supervisor {
                     } else {
                         interrupted = Some(signal);
                         send(signal, false, guardian_gone);
+                        waiting(Notice::Interrupted(signal));
                     }
                     deadline = None;
                 }
@@ -509,7 +593,7 @@ impl Supervisor {
                     if deadline.is_some_and(|at| at <= now) {
                         timed_out = true;
                         deadline = None;
-                        send(libc::SIGTERM, true, guardian_gone);
+                        send(spec.timeout_signal, true, guardian_gone);
                         kill_at = Some(now + spec.kill_after);
                     } else if kill_at.is_some_and(|at| at <= now) {
                         send(libc::SIGKILL, false, guardian_gone);
@@ -532,6 +616,54 @@ impl Supervisor {
             (None, _) => End::Exited(exit::IDEM_FAILED.into()),
         };
         Ok((end, timed_out, interrupted))
+    }
+}
+
+/// A pseudo-terminal for the command's output, sized and set as the real
+/// one, except that output is not post-processed (no `\n` to `\r\n`): the
+/// real terminal does that for what idem copies to it.
+fn pseudo_terminal() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::termios::{tcgetattr, OutputFlags};
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes a winsize into the struct we own.
+    let sized = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &raw mut size) } == 0;
+    let mut modes = tcgetattr(std::io::stdin()).map_err(io::Error::from)?;
+    modes.output_flags.remove(OutputFlags::OPOST);
+    let size = nix::pty::Winsize {
+        ws_row: size.ws_row,
+        ws_col: size.ws_col,
+        ws_xpixel: size.ws_xpixel,
+        ws_ypixel: size.ws_ypixel,
+    };
+    let pty = nix::pty::openpty(sized.then_some(&size), &modes).map_err(io::Error::from)?;
+    for fd in [&pty.master, &pty.slave] {
+        nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(io::Error::from)?;
+    }
+    Ok((pty.master, pty.slave))
+}
+
+/// Makes idem's group the terminal's foreground again, as a shell does
+/// after a job (the guardian does it first; this covers a killed one).
+fn take_the_terminal_back() {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    // From the background, tcsetpgrp raises SIGTTOU unless it is blocked.
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None);
+    let _ = nix::unistd::tcsetpgrp(std::io::stdin(), nix::unistd::getpgrp());
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&ttou), None);
+}
+
+/// Raises its flag when dropped.
+struct RaiseOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -596,6 +728,15 @@ fn spawn_failure(spec: &Spec<'_>, error: &io::Error) -> (u8, String) {
             exit::CANNOT_EXECUTE,
             format!("cannot execute {program}: {}", exit::io_words(error)),
         ),
+    }
+}
+
+/// Whether two streams are one open file or pipe (`cmd >log 2>&1`, `2>&1 |`).
+pub fn same_file(a: &impl AsFd, b: &impl AsFd) -> bool {
+    use nix::sys::stat::fstat;
+    match (fstat(a.as_fd()), fstat(b.as_fd())) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
     }
 }
 

@@ -22,6 +22,7 @@ mod decide;
 mod lease;
 mod report;
 
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -32,7 +33,7 @@ use crate::exit::{self, Failure};
 use crate::host;
 use crate::key::{self, Template};
 use crate::ledger::{self, Attempt, Claim, Ledger, Location, NewRun, Outcome, Plan, Status};
-use crate::process::{AttemptEnd, End, Sink, Spec, Supervisor};
+use crate::process::{self, AttemptEnd, End, Notice, Sink, Spec, Supervisor};
 use decide::{decide, Decision, Rules, Verdict};
 pub use report::Reporter;
 
@@ -51,13 +52,30 @@ const RECORD_FOR: Duration = Duration::from_secs(300);
 pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
     let key = Template::parse(&args.key)?.expand_now()?;
     check(args)?;
+    let merged = process::same_file(&std::io::stdout(), &std::io::stderr());
     // Made before the claim: a claim whose output cannot be held would be
     // left `running` with nothing run.
-    let sinks = if args.quiet_success {
-        Some((Sink::held()?, Sink::held()?))
+    let held = if args.quiet_success {
+        let stdout = Sink::held()?;
+        // One file for both when idem's two are one, so the order is kept.
+        let stderr = if merged {
+            stdout.alias()?
+        } else {
+            Sink::held()?
+        };
+        Some((stdout, stderr))
     } else {
         None
     };
+    // stdin that is not a terminal is kept, so that a retry gets it whole.
+    let spool = if args.retries > 0 && !std::io::stdin().is_terminal() && stdin_is_open() {
+        Some(process::Spool::new()?)
+    } else {
+        None
+    };
+    if let Some(splay) = args.splay {
+        splay_wait(&key, splay.into(), reporter);
+    }
     let mut ledger = ledger::open(location)?;
     let (claim, recovered) = match acquire(args, &key, ledger.as_mut(), reporter)? {
         Acquired::Claimed(claim, recovered) => (claim, recovered),
@@ -67,29 +85,77 @@ pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u
     let lease = ledger
         .leased()
         .then(|| (location, Into::<Duration>::into(args.lease)));
-    let (stdout, stderr) = match sinks {
+    let (stdout, stderr) = match held {
         Some(held) => held,
         None => (
             Sink::live(std::io::stdout())?,
             Sink::live(std::io::stderr())?,
         ),
     };
-    let sinks = Sinks { stdout, stderr };
+    let streams = Streams {
+        stdout,
+        stderr,
+        merged,
+        spool,
+    };
     execute(
         args,
         &claim,
         recovered,
         ledger.as_mut(),
         lease,
-        sinks,
+        streams,
         reporter,
     )
 }
 
-/// Where the command's output goes: through, or held (`--quiet-success`).
-struct Sinks {
+/// The command's streams: output through or held (`--quiet-success`), stdin
+/// as it is or kept for retries.
+struct Streams {
     stdout: Sink,
     stderr: Sink,
+    /// idem's stdout and stderr are one file (see `Spec::merged`).
+    merged: bool,
+    /// stdin kept for retries.
+    spool: Option<process::Spool>,
+}
+
+/// Whether idem runs in the foreground of the terminal that is its stdin
+/// and its output, as a command typed at a shell does.
+fn at_the_terminal() -> bool {
+    let stdin = std::io::stdin();
+    stdin.is_terminal()
+        && std::io::stdout().is_terminal()
+        && nix::unistd::tcgetpgrp(&stdin).is_ok_and(|group| group == nix::unistd::getpgrp())
+}
+
+/// Whether idem was started with a stdin at all (a closed descriptor 0 is
+/// left to the command as it is).
+fn stdin_is_open() -> bool {
+    nix::fcntl::fcntl(std::io::stdin(), nix::fcntl::FcntlArg::F_GETFD).is_ok()
+}
+
+/// `--splay`: a random wait before the claim, so that a fleet started by
+/// one clock does not reach a shared ledger at one instant.
+fn splay_wait(key: &str, splay: Duration, reporter: &Reporter) {
+    let until = Instant::now() + splay.mul_f64(fastrand::f64());
+    let spinner = reporter.spinner();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if let Some(bar) = &spinner {
+            bar.set_message(format!(
+                "{key}: --splay, claiming in {}",
+                report::short(left)
+            ));
+        }
+        std::thread::sleep(left.min(WAIT_POLL));
+    }
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
 }
 
 fn check(args: &RunArgs) -> Result<()> {
@@ -289,19 +355,22 @@ fn execute(
     recovered: bool,
     ledger: &mut dyn Ledger,
     lease: Option<(&Location, Duration)>,
-    sinks: Sinks,
+    streams: Streams,
     reporter: &Reporter,
 ) -> Result<u8> {
     let supervisor = Supervisor::new()?;
     let heartbeat = lease
         .map(|(location, lease)| lease::Lease::start(location, claim, lease, supervisor.stopper()));
     let max_attempts = args.retries.saturating_add(1);
-    let Sinks {
+    let Streams {
         mut stdout,
         mut stderr,
-    } = sinks;
+        merged,
+        spool,
+    } = streams;
     let key = &claim.key;
     let still_held = claim.hold.as_ref().map(|hold| || hold.others_hold());
+
     let mut spec = Spec {
         argv: &args.command,
         shell: args.shell,
@@ -311,6 +380,10 @@ fn execute(
         kill_after: args.kill_after.into(),
         capture: args.capture.0 as usize,
         still_held: still_held.as_ref().map(|held| held as &dyn Fn() -> bool),
+        timeout_signal: args.timeout_signal.0,
+        merged,
+        stdin: spool.as_ref(),
+        terminal: merged && at_the_terminal(),
     };
     let mut attempt_number = 1;
     let (code, outcome, last) = loop {
@@ -364,13 +437,20 @@ fn execute(
                     .attempt_started(claim, attempt_number, pgid)
                     .inspect_err(|_| unrecorded = true)
             },
-            &mut |count, pids| {
-                let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
-                let more = if count as usize > pids.len() { ", ..." } else { "" };
-                let line = format!(
-                    "{key}: the command exited; waiting for {count} process(es) it left running: pid {}{more}",
-                    pids.join(", ")
-                );
+            &mut |notice| {
+                let line = match notice {
+                    Notice::LeftRunning { count, pids } => {
+                        let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+                        let more = if count as usize > pids.len() { ", ..." } else { "" };
+                        format!(
+                            "{key}: the command exited; waiting for {count} process(es) it left running: pid {}{more}",
+                            pids.join(", ")
+                        )
+                    }
+                    Notice::Interrupted(signal) => format!(
+                        "{key}: passed signal {signal} on to the command; a second signal kills it"
+                    ),
+                };
                 if args.quiet_success {
                     reporter.info(|| line);
                 } else {
@@ -393,6 +473,13 @@ fn execute(
                 return Err(error.context("the command did not run"));
             }
         };
+        if let End::Signaled(signal @ (nix::libc::SIGINT | nix::libc::SIGQUIT)) = end.end {
+            // At the terminal a Ctrl-C reaches the command, not idem; it
+            // is the operator's all the same: never retried.
+            if spec.terminal && end.interrupted.is_none() {
+                end.interrupted = Some(signal);
+            }
+        }
         if let End::NotStarted { reason, .. } = &end.end {
             reporter.notice(stderr.writer(), &format!("{key}: {reason}"));
         }

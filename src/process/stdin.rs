@@ -1,0 +1,111 @@
+//! stdin that is not a terminal, kept for retries: what idem reads of it
+//! goes, as it is read, to a private temporary file, and each attempt is fed
+//! the whole of it from the start, then whatever still comes, as `retry(1)`
+//! does. Memory stays bounded (one buffer per thread) whatever its size.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+const CHUNK: usize = 64 * 1024;
+
+/// How much of stdin is in the spool, and whether it has ended.
+#[derive(Default)]
+struct Spooled {
+    bytes: u64,
+    ended: bool,
+}
+
+pub struct Spool {
+    file: Arc<File>,
+    state: Arc<(Mutex<Spooled>, Condvar)>,
+    reading: std::sync::Once,
+}
+
+impl Spool {
+    /// Makes the spool's file (before the claim, so that a failure leaves
+    /// nothing claimed); stdin is read from the first attempt on.
+    pub fn new() -> Result<Spool> {
+        let file = Arc::new(
+            tempfile::tempfile()
+                .context("could not create a temporary file to keep stdin for retries")?,
+        );
+        Ok(Spool {
+            file,
+            state: Arc::default(),
+            reading: std::sync::Once::new(),
+        })
+    }
+
+    /// Starts spooling idem's stdin. The reader thread lives as long as
+    /// stdin does; it never holds idem up at exit.
+    fn start_reading(&self) {
+        let (spool, shared) = (Arc::clone(&self.file), Arc::clone(&self.state));
+        std::thread::spawn(move || {
+            let mut stdin = io::stdin().lock();
+            let mut buffer = vec![0u8; CHUNK];
+            let mut at = 0u64;
+            loop {
+                let read = match stdin.read(&mut buffer) {
+                    Ok(0) | Err(_) => 0,
+                    Ok(read) => read,
+                };
+                // A spool that cannot be written ends stdin for the command
+                // rather than feed it a gap.
+                let kept = read > 0 && spool.write_all_at(&buffer[..read], at).is_ok();
+                let (lock, changed) = &*shared;
+                if let Ok(mut spooled) = lock.lock() {
+                    if kept {
+                        at += read as u64;
+                        spooled.bytes = at;
+                    } else {
+                        spooled.ended = true;
+                    }
+                }
+                changed.notify_all();
+                if !kept {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Feeds one attempt through `to` (the write end of its stdin pipe)
+    /// from the start, until stdin ends, the command closes its end, or
+    /// `stop` is set.
+    pub fn feed(&self, mut to: File, stop: &AtomicBool) {
+        self.reading.call_once(|| self.start_reading());
+        let mut buffer = vec![0u8; CHUNK];
+        let mut at = 0u64;
+        let (lock, changed) = &*self.state;
+        loop {
+            let (available, ended) = {
+                let Ok(mut spooled) = lock.lock() else { return };
+                while spooled.bytes <= at && !spooled.ended && !stop.load(Ordering::Relaxed) {
+                    spooled = match changed.wait_timeout(spooled, Duration::from_millis(100)) {
+                        Ok((spooled, _)) => spooled,
+                        Err(_) => return,
+                    };
+                }
+                (spooled.bytes, spooled.ended)
+            };
+            if at < available {
+                let want = ((available - at) as usize).min(CHUNK);
+                let Ok(read) = self.file.read_at(&mut buffer[..want], at) else {
+                    return;
+                };
+                if read == 0 || to.write_all(&buffer[..read]).is_err() {
+                    return; // the command closed its stdin
+                }
+                at += read as u64;
+            } else if ended || stop.load(Ordering::Relaxed) {
+                return; // dropping `to` ends the command's stdin
+            }
+        }
+    }
+}
