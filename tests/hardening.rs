@@ -871,17 +871,7 @@ fn a_clock_before_1970_is_a_clear_125() {
         "--",
         &env.count_cmd("count"),
     ]);
-    let mut command = Command::new("faketime");
-    command
-        .arg("1969-12-31 00:00:00")
-        .arg(template.get_program())
-        .args(template.get_args())
-        .current_dir(env.dir.path());
-    for (name, value) in template.get_envs() {
-        if let Some(value) = value {
-            command.env(name, value);
-        }
-    }
+    let mut command = crate::util::wrapped(&template, &["faketime", "1969-12-31 00:00:00"]);
     let output = command.output().unwrap();
     assert_code(&output, 125);
     assert!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, text, trials, Env};
+use crate::util::{assert_code, guarded, text, trials, wait_for_count, wrapped, Env};
 
 /// Fails under CI, and says why outside it, when `ok` is false: a test
 /// that did not run did not pass.
@@ -52,52 +52,8 @@ pub fn in_pid_namespace(template: &Command) -> Command {
     )
 }
 
-/// `template` under `prefix` (a command that runs the rest of its argv),
-/// with the template's environment and folder.
-fn wrapped(template: &Command, prefix: &[&str]) -> Command {
-    let mut command = Command::new(prefix[0]);
-    command
-        .args(&prefix[1..])
-        .arg(template.get_program())
-        .args(template.get_args())
-        .stdin(Stdio::null());
-    if let Some(dir) = template.get_current_dir() {
-        command.current_dir(dir);
-    }
-    for (name, value) in template.get_envs() {
-        match value {
-            Some(value) => command.env(name, value),
-            None => command.env_remove(name),
-        };
-    }
-    command
-}
-
-/// Runs `body` in a shell with the counter and the overlap detector:
-/// `guarded SECONDS` counts one execution and holds the lock that long.
-fn guarded(env: &Env, seconds: u32) -> String {
-    format!(
-        "flock -n '{lock}' sh -c 'echo x >> {count}; sleep {seconds}' || echo overlap >> '{overlaps}'",
-        lock = env.path("lock").display(),
-        count = env.path("count").display(),
-        overlaps = env.path("overlaps").display(),
-    )
-}
-
 fn overlaps(env: &Env) -> usize {
     env.count("overlaps")
-}
-
-/// Waits (bounded) until the counter file holds `n` lines.
-fn wait_for_count(env: &Env, n: usize, child: &mut Child) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while env.count("count") < n {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the first run ended early: {status}");
-        }
-        assert!(Instant::now() < until, "the command never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn finish(child: Child) -> Output {

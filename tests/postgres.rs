@@ -981,15 +981,8 @@ fn postgres_url_gaps_are_filled_from_libpq_variables() {
     assert!(text(&listed.stdout).contains("succeeded"));
 }
 
-/// A command that counts an execution in `count` and, holding `lock` for
-/// `seconds`, writes `overlap` when another execution holds it.
 fn guarded(pg: &Pg, seconds: u32) -> String {
-    format!(
-        "flock -n '{lock}' sh -c 'echo x >> {count}; sleep {seconds}' || echo overlap >> '{overlaps}'",
-        lock = pg.env.path("lock").display(),
-        count = pg.env.path("count").display(),
-        overlaps = pg.env.path("overlaps").display(),
-    )
+    crate::util::guarded(&pg.env, seconds)
 }
 
 #[test]
@@ -1006,11 +999,7 @@ fn postgres_a_frozen_idem_has_its_run_stopped_before_the_lease_ends() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while pg.count("count") < 1 {
-        assert!(Instant::now() < until, "the command never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::util::wait_for_count(&pg.env, 1, &mut owner);
     wait_for_attempt(&pg);
     // idem alone is frozen: its guardian must stop the command by itself,
     // before another host may take the key over.
@@ -1043,11 +1032,7 @@ fn postgres_a_killed_idem_takes_its_whole_run_with_it() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while pg.count("count") < 1 {
-        assert!(Instant::now() < until, "the command never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::util::wait_for_count(&pg.env, 1, &mut owner);
     wait_for_attempt(&pg);
     owner.kill().unwrap();
     owner.wait().unwrap();
@@ -1135,11 +1120,7 @@ fn postgres_a_lease_counts_from_when_the_claim_is_written() {
         .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     tx.commit().unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while pg.count("count") < 1 {
-        assert!(Instant::now() < until, "the command never started");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    crate::util::wait_for_count(&pg.env, 1, &mut owner);
     let second = guarded(&pg, 0);
     let output = pg.run(["run", "--key", "k", "--force", "--shell", "--", &second]);
     assert_code(&output, 75);

@@ -137,3 +137,54 @@ pub fn trials(default: usize) -> usize {
         .and_then(|value| value.parse().ok())
         .unwrap_or(default)
 }
+
+/// A shell command that counts one execution in the counter file `count`
+/// while holding the lock file `lock` for `seconds`, and writes `overlap`
+/// to `overlaps` when another execution holds it: the "never at once"
+/// detector (`flock -n`).
+pub fn guarded(env: &Env, seconds: u32) -> String {
+    format!(
+        "flock -n '{lock}' sh -c 'echo x >> {count}; sleep {seconds}' || echo overlap >> '{overlaps}'",
+        lock = env.path("lock").display(),
+        count = env.path("count").display(),
+        overlaps = env.path("overlaps").display(),
+    )
+}
+
+/// Waits (bounded) until the counter file holds `n` lines, failing if
+/// `child` ends first.
+pub fn wait_for_count(env: &Env, n: usize, child: &mut std::process::Child) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while env.count("count") < n {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the first run ended early: {status}");
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// `template` run under `prefix` (a command that runs the rest of its
+/// argv: `unshare ...`, `faketime T`, `bash -c ...`), with the template's
+/// environment and folder.
+pub fn wrapped(template: &Command, prefix: &[&str]) -> Command {
+    let mut command = Command::new(prefix[0]);
+    command
+        .args(&prefix[1..])
+        .arg(template.get_program())
+        .args(template.get_args())
+        .stdin(Stdio::null());
+    if let Some(dir) = template.get_current_dir() {
+        command.current_dir(dir);
+    }
+    for (name, value) in template.get_envs() {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    command
+}
