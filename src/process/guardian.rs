@@ -337,56 +337,7 @@ unsafe fn spawn(
             0 => {
                 libc::close(read_end);
                 libc::close(door);
-                libc::setpgid(0, 0);
-                if let Some(terminal) = terminal {
-                    // In the terminal's foreground, as a shell puts a job:
-                    // it reads the terminal and gets its Ctrl-C. (Signals are
-                    // still blocked, so SIGTTOU does not stop this.)
-                    libc::tcsetpgrp(terminal, libc::getpid());
-                    libc::close(terminal);
-                }
-                // Should the guardian be killed, the command is told to stop.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
-                if libc::getppid() != me {
-                    libc::_exit(125);
-                }
-                if let Some(hold) = hold {
-                    // The command keeps the lock too (as under flock(1)):
-                    // were the guardian killed, what the command left
-                    // running still holds the key.
-                    libc::fcntl(hold, libc::F_SETFD, 0);
-                }
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-                let mut none: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut none);
-                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-                let mut failure = libc::ENOENT;
-                let mut denied = false;
-                for candidate in &prepared.candidates {
-                    libc::execve(
-                        candidate.as_ptr(),
-                        prepared.argv.as_ptr(),
-                        prepared.envp.as_ptr(),
-                    );
-                    match errno() {
-                        libc::EACCES => denied = true,
-                        libc::ENOENT
-                        | libc::ENOTDIR
-                        | libc::ESTALE
-                        | libc::ELOOP
-                        | libc::ENAMETOOLONG => {}
-                        other => {
-                            failure = other;
-                            break;
-                        }
-                    }
-                }
-                if denied && failure == libc::ENOENT {
-                    failure = libc::EACCES;
-                }
-                let bytes = failure.to_le_bytes();
-                libc::write(write_end, bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(127);
+                execute(prepared, hold, me, terminal, write_end)
             }
             pid => {
                 libc::close(write_end);
@@ -394,30 +345,98 @@ unsafe fn spawn(
                     // Both sides, so neither waits on the other's timing.
                     libc::tcsetpgrp(terminal, pid);
                 }
-                let mut bytes = [0u8; 4];
-                let mut got = 0usize;
-                while got < 4 {
-                    let read = libc::read(read_end, bytes.as_mut_ptr().add(got).cast(), 4 - got);
-                    if read > 0 {
-                        got += read as usize;
-                    } else if read < 0 && errno() == libc::EINTR {
-                        continue;
-                    } else {
-                        break;
-                    }
-                }
-                libc::close(read_end);
-                if got == 4 {
-                    // Not executed: reap it here, so it is not taken for
-                    // the command's end.
-                    let mut status = 0;
-                    libc::waitpid(pid, &mut status, 0);
-                    Err(i32::from_le_bytes(bytes))
-                } else {
-                    Ok(pid)
+                executed(pid, read_end)
+            }
+        }
+    }
+}
+
+/// In the command's process: its group, its terminal, its signals, then
+/// exec; on failure the errno goes to `report` (close-on-exec, so success
+/// closes it).
+unsafe fn execute(
+    prepared: &Prepared,
+    hold: Option<RawFd>,
+    guardian: pid_t,
+    terminal: Option<RawFd>,
+    report: RawFd,
+) -> ! {
+    unsafe {
+        libc::setpgid(0, 0);
+        if let Some(terminal) = terminal {
+            // In the terminal's foreground, as a shell puts a job: it reads
+            // the terminal and gets its Ctrl-C. (Signals are still blocked,
+            // so SIGTTOU does not stop this.)
+            libc::tcsetpgrp(terminal, libc::getpid());
+            libc::close(terminal);
+        }
+        // Should the guardian be killed, the command is told to stop.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+        if libc::getppid() != guardian {
+            libc::_exit(125);
+        }
+        if let Some(hold) = hold {
+            // The command keeps the lock too (as under flock(1)): were the
+            // guardian killed, what the command left running still holds
+            // the key.
+            libc::fcntl(hold, libc::F_SETFD, 0);
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // As execvp: try each place in turn, and tell "not executable"
+        // from "not found".
+        let mut failure = libc::ENOENT;
+        let mut denied = false;
+        for candidate in &prepared.candidates {
+            libc::execve(
+                candidate.as_ptr(),
+                prepared.argv.as_ptr(),
+                prepared.envp.as_ptr(),
+            );
+            match errno() {
+                libc::EACCES => denied = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ELOOP | libc::ENAMETOOLONG => {}
+                other => {
+                    failure = other;
+                    break;
                 }
             }
         }
+        if denied && failure == libc::ENOENT {
+            failure = libc::EACCES;
+        }
+        let bytes = failure.to_le_bytes();
+        libc::write(report, bytes.as_ptr().cast(), bytes.len());
+        libc::_exit(127);
+    }
+}
+
+/// Whether command `pid` was executed: end of file on `report` says so;
+/// an errno says it was not (it is reaped here then, so that it is not
+/// taken for the command's end).
+unsafe fn executed(pid: pid_t, report: RawFd) -> Result<pid_t, i32> {
+    unsafe {
+        let mut bytes = [0u8; 4];
+        let mut got = 0usize;
+        while got < 4 {
+            let read = libc::read(report, bytes.as_mut_ptr().add(got).cast(), 4 - got);
+            if read > 0 {
+                got += read as usize;
+            } else if read < 0 && errno() == libc::EINTR {
+                continue;
+            } else {
+                break;
+            }
+        }
+        libc::close(report);
+        if got < 4 {
+            return Ok(pid);
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        Err(i32::from_le_bytes(bytes))
     }
 }
 
@@ -427,104 +446,39 @@ unsafe fn spawn(
 unsafe fn watch(
     door: RawFd,
     command: pid_t,
-    mut deadline: i64,
+    deadline: i64,
     grace: i64,
     foreground: Option<(RawFd, pid_t)>,
 ) -> ! {
-    // The terminal goes back to idem once the command's main process ends;
-    // what it left running is in the background then, as under a shell.
-    let give_back = || {
-        if let Some((terminal, group)) = foreground {
-            unsafe { libc::tcsetpgrp(terminal, group) };
-        }
+    let mut watch = Watch {
+        door,
+        command,
+        foreground,
+        deadline,
+        grace,
+        lease_grace: grace,
+        kill_at: 0,
+        again_at: 0,
+        seen: Seen {
+            pids: [0; 1024],
+            len: 0,
+        },
+        main_ended: command == 0,
+        told_left: false,
+        suspended: false,
+        frame: [0u8; FROM_GUARDIAN],
     };
     unsafe {
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         let children = libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
-        let mut door = door;
-        let mut lease_grace = grace;
-        let mut kill_at: i64 = 0;
-        // While stopping the run, SIGTERM again now and then: a process
-        // whose parent was dying as the tree was walked had not yet moved
-        // under the guardian, and was missed.
-        let mut again_at: i64 = 0;
-        let mut seen = Seen {
-            pids: [0; 1024],
-            len: 0,
-        };
-        let mut main_ended = command == 0;
-        let mut suspended = false;
-        let mut told_left = false;
-        let mut frame = [0u8; FROM_GUARDIAN];
         loop {
-            loop {
-                let mut status = 0;
-                let reaped = libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED);
-                if reaped > 0 && libc::WIFSTOPPED(status) {
-                    // Ctrl-Z at the terminal: stop idem too, so that its
-                    // shell sees the job stopped and takes the terminal.
-                    if let (true, Some((terminal, group))) = (reaped == command, foreground) {
-                        libc::tcsetpgrp(terminal, group);
-                        libc::kill(-group, libc::SIGTSTP);
-                        suspended = true;
-                    }
-                    continue;
-                }
-                if reaped > 0 {
-                    if reaped == command {
-                        main_ended = true;
-                        give_back();
-                        put(&mut frame, EXITED, status, 0);
-                        send(door, &frame);
-                    }
-                    continue;
-                }
-                if reaped == 0 {
-                    break;
-                }
-                if errno() == libc::EINTR {
-                    continue;
-                }
-                // ECHILD: nothing of the run is left.
-                give_back();
-                libc::_exit(0);
-            }
-            if main_ended && !told_left && door >= 0 {
-                told_left = true;
-                let mut pids = [0 as pid_t; 8];
-                let count = walk(0, &mut pids);
-                if count > 0 {
-                    put(&mut frame, LEFT_RUNNING, count, 0);
-                    for (index, pid) in pids.iter().enumerate() {
-                        let at = 1 + 4 * (index + 2);
-                        if let Some(slot) = frame.get_mut(at..at + 4) {
-                            slot.copy_from_slice(&pid.to_le_bytes());
-                        }
-                    }
-                    send(door, &frame);
-                }
-            }
+            watch.reap();
+            watch.tell_what_is_left();
             let now = monotonic_ms();
-            if deadline != 0 && now >= deadline {
-                deadline = 0;
-                put(&mut frame, LEASE_RAN_OUT, 0, 0);
-                send(door, &frame);
-                signal_run(command, libc::SIGTERM, true, &mut seen);
-                kill_at = earliest(kill_at, now + lease_grace);
-                again_at = now + 200;
-            }
-            if again_at != 0 && now >= again_at {
-                signal_the_missed(&mut seen);
-                again_at = now + 200;
-            }
-            if kill_at != 0 && now >= kill_at {
-                signal_run(command, libc::SIGKILL, false, &mut seen);
-                // Again soon: a process may have forked meanwhile.
-                kill_at = now + 100;
-            }
-            let wake = earliest(earliest(deadline, kill_at), again_at);
+            watch.on_time(now);
+            let wake = earliest(earliest(watch.deadline, watch.kill_at), watch.again_at);
             let timeout = if wake == 0 {
                 -1
             } else {
@@ -532,7 +486,7 @@ unsafe fn watch(
             };
             let mut polled = [
                 libc::pollfd {
-                    fd: door,
+                    fd: watch.door,
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -547,37 +501,159 @@ unsafe fn watch(
                 let mut info = [0u8; 128];
                 while libc::read(children, info.as_mut_ptr().cast(), info.len()) > 0 {}
             }
-            if door >= 0 && polled[0].revents != 0 {
-                match receive(door) {
-                    Some((SIGNAL, signal, cont)) => {
-                        signal_run(command, signal as c_int, cont == 1, &mut seen);
-                        if signal == i64::from(libc::SIGTERM) && cont == 1 {
-                            again_at = monotonic_ms() + 200;
-                        }
+            if watch.door >= 0 && polled[0].revents != 0 {
+                watch.on_message(receive(watch.door));
+            }
+        }
+    }
+}
+
+/// What the guardian keeps track of while the run goes on.
+struct Watch {
+    /// Its end of the control socket; -1 once idem is gone.
+    door: RawFd,
+    /// The command's main process (and group); 0 if it never ran.
+    command: pid_t,
+    foreground: Option<(RawFd, pid_t)>,
+    /// Monotonic ms to stop the run at (a shared ledger's lease), or 0.
+    deadline: i64,
+    /// Grace before SIGKILL when idem dies, and when the lease runs out.
+    grace: i64,
+    lease_grace: i64,
+    /// When to SIGKILL what is left, or 0.
+    kill_at: i64,
+    /// While stopping the run, SIGTERM again now and then: a process
+    /// whose parent was dying as the tree was walked had not yet moved
+    /// under the guardian, and was missed.
+    again_at: i64,
+    seen: Seen,
+    main_ended: bool,
+    told_left: bool,
+    /// Stopped by Ctrl-Z, waiting for idem to be continued.
+    suspended: bool,
+    frame: [u8; FROM_GUARDIAN],
+}
+
+impl Watch {
+    fn tell(&mut self, kind: u8, a: i32) {
+        put(&mut self.frame, kind, a, 0);
+        unsafe { send(self.door, &self.frame) };
+    }
+
+    /// The terminal goes back to idem once the command's main process
+    /// ends; what it left running is in the background then, as under a
+    /// shell.
+    fn give_back(&self) {
+        if let Some((terminal, group)) = self.foreground {
+            unsafe { libc::tcsetpgrp(terminal, group) };
+        }
+    }
+
+    /// Reaps every process that ended; exits once none is left.
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            let reaped = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+            if reaped > 0 && libc::WIFSTOPPED(status) {
+                // Ctrl-Z at the terminal: stop idem too, so that its shell
+                // sees the job stopped and takes the terminal.
+                if let (true, Some((terminal, group))) = (reaped == self.command, self.foreground) {
+                    unsafe {
+                        libc::tcsetpgrp(terminal, group);
+                        libc::kill(-group, libc::SIGTSTP);
                     }
-                    Some((RESUME, _, _)) => {
-                        // After Ctrl-Z, idem was continued (`fg`): so is
-                        // the command, in the terminal's foreground.
-                        if let (true, Some((terminal, _))) = (suspended, foreground) {
-                            libc::tcsetpgrp(terminal, command);
-                            libc::kill(-command, libc::SIGCONT);
-                            suspended = false;
-                        }
-                    }
-                    Some((DEADLINE, at, after)) => {
-                        deadline = at;
-                        lease_grace = after;
-                    }
-                    Some(_) => {}
-                    None => {
-                        // idem is gone: the run must not go on unowned.
-                        libc::close(door);
-                        door = -1;
-                        signal_run(command, libc::SIGTERM, true, &mut seen);
-                        kill_at = earliest(kill_at, monotonic_ms() + grace);
-                        again_at = monotonic_ms() + 200;
-                    }
+                    self.suspended = true;
                 }
+            } else if reaped > 0 {
+                if reaped == self.command {
+                    self.main_ended = true;
+                    self.give_back();
+                    self.tell(EXITED, status);
+                }
+            } else if reaped == 0 {
+                return;
+            } else if errno() != libc::EINTR {
+                // ECHILD: nothing of the run is left.
+                self.give_back();
+                unsafe { libc::_exit(0) };
+            }
+        }
+    }
+
+    /// Once the main process has ended, says (once) what it left running.
+    fn tell_what_is_left(&mut self) {
+        if !self.main_ended || self.told_left || self.door < 0 {
+            return;
+        }
+        self.told_left = true;
+        let mut pids = [0 as pid_t; 8];
+        let count = unsafe { walk(0, &mut pids) };
+        if count == 0 {
+            return;
+        }
+        put(&mut self.frame, LEFT_RUNNING, count, 0);
+        for (index, pid) in pids.iter().enumerate() {
+            let at = 1 + 4 * (index + 2);
+            if let Some(slot) = self.frame.get_mut(at..at + 4) {
+                slot.copy_from_slice(&pid.to_le_bytes());
+            }
+        }
+        unsafe { send(self.door, &self.frame) };
+    }
+
+    /// Stops the run: SIGTERM to all of it, SIGKILL `grace` ms later.
+    fn stop(&mut self, now: i64, grace: i64) {
+        unsafe { signal_run(self.command, libc::SIGTERM, true, &mut self.seen) };
+        self.kill_at = earliest(self.kill_at, now + grace);
+        self.again_at = now + 200;
+    }
+
+    fn on_time(&mut self, now: i64) {
+        if self.deadline != 0 && now >= self.deadline {
+            self.deadline = 0;
+            self.tell(LEASE_RAN_OUT, 0);
+            self.stop(now, self.lease_grace);
+        }
+        if self.again_at != 0 && now >= self.again_at {
+            unsafe { signal_the_missed(&mut self.seen) };
+            self.again_at = now + 200;
+        }
+        if self.kill_at != 0 && now >= self.kill_at {
+            unsafe { signal_run(self.command, libc::SIGKILL, false, &mut self.seen) };
+            // Again soon: a process may have forked meanwhile.
+            self.kill_at = now + 100;
+        }
+    }
+
+    fn on_message(&mut self, message: Option<(u8, i64, i64)>) {
+        match message {
+            Some((SIGNAL, signal, cont)) => {
+                unsafe { signal_run(self.command, signal as c_int, cont == 1, &mut self.seen) };
+                if signal == i64::from(libc::SIGTERM) && cont == 1 {
+                    self.again_at = monotonic_ms() + 200;
+                }
+            }
+            Some((RESUME, _, _)) => {
+                // After Ctrl-Z, idem was continued (`fg`): so is the
+                // command, in the terminal's foreground.
+                if let (true, Some((terminal, _))) = (self.suspended, self.foreground) {
+                    unsafe {
+                        libc::tcsetpgrp(terminal, self.command);
+                        libc::kill(-self.command, libc::SIGCONT);
+                    }
+                    self.suspended = false;
+                }
+            }
+            Some((DEADLINE, at, after)) => {
+                self.deadline = at;
+                self.lease_grace = after;
+            }
+            Some(_) => {}
+            None => {
+                // idem is gone: the run must not go on unowned.
+                unsafe { libc::close(self.door) };
+                self.door = -1;
+                self.stop(monotonic_ms(), self.grace);
             }
         }
     }

@@ -208,6 +208,20 @@ pub struct AttemptEnd {
 }
 
 impl AttemptEnd {
+    fn not_started(started_at: Timestamp, code: u8, reason: String) -> AttemptEnd {
+        AttemptEnd {
+            started_at,
+            finished_at: Timestamp::now(),
+            end: End::NotStarted { code, reason },
+            timed_out: false,
+            interrupted: None,
+            stopped: None,
+            stdout_tail: Vec::new(),
+            stderr_tail: Vec::new(),
+            reader_gone: false,
+        }
+    }
+
     /// The exit code this attempt stands for, by the SPEC's table.
     pub fn code(&self) -> u8 {
         if self.timed_out {
@@ -336,17 +350,7 @@ impl Supervisor {
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd> {
         let started_at = Timestamp::now();
-        let not_started = |code, reason| AttemptEnd {
-            started_at,
-            finished_at: Timestamp::now(),
-            end: End::NotStarted { code, reason },
-            timed_out: false,
-            interrupted: None,
-            stopped: None,
-            stdout_tail: Vec::new(),
-            stderr_tail: Vec::new(),
-            reader_gone: false,
-        };
+        let not_started = |code, reason| AttemptEnd::not_started(started_at, code, reason);
         let (argv, env) = command_line(spec);
         let prepared = match guardian::Prepared::new(&argv, &env, &spec.env_remove) {
             Ok(prepared) => prepared,
@@ -355,25 +359,11 @@ impl Supervisor {
                 return Ok(not_started(code, reason));
             }
         };
-        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
-        let (out_read, out_write) = if spec.terminal {
-            pseudo_terminal().context("could not open a pseudo-terminal for the command")?
-        } else {
-            pipe().context("could not create a pipe for the command")?
-        };
-        let (err_read, err_write) = if spec.merged {
-            (None, None)
-        } else {
-            let (read, write) = pipe().context("could not create a pipe for the command")?;
-            (Some(read), Some(write))
-        };
-        let (stdin_read, stdin_write) = match spec.stdin {
-            Some(_) => {
-                let (read, write) = pipe().context("could not create a pipe for the command")?;
-                (Some(read), Some(write))
-            }
-            None => (None, None),
-        };
+        let Pipes {
+            out: (out_read, out_write),
+            err: (err_read, err_write),
+            stdin: (stdin_read, stdin_write),
+        } = Pipes::open(spec)?;
         let (mut gate, door) =
             UnixStream::pair().context("could not create a socket pair to start the command")?;
         let fds = guardian::Fds {
@@ -506,15 +496,7 @@ impl Supervisor {
     ) -> Result<(End, bool, Option<i32>)> {
         let mut guardian_gone = false;
         let send = |signal: i32, cont: bool, guardian_gone: bool| {
-            if guardian_gone {
-                // Without the guardian only the command's group is reached.
-                if command > 0 {
-                    // SAFETY: kill has no memory effects.
-                    unsafe { libc::kill(-command, signal) };
-                }
-            } else if let Ok(mut link) = self.link.lock() {
-                link.tell(guardian::SIGNAL, signal.into(), cont.into());
-            }
+            self.signal_attempt(command, guardian_gone, signal, cont)
         };
         let held = || spec.still_held.is_some_and(|held| held());
         let mut deadline = spec.timeout.map(|timeout| Instant::now() + timeout);
@@ -527,16 +509,7 @@ impl Supervisor {
             // With the guardian gone, look again at the lock now and then.
             let look = gone.map(|_| Instant::now() + Duration::from_millis(50));
             let next = [deadline, kill_at, look].into_iter().flatten().min();
-            let event = match next {
-                Some(at) => self
-                    .events
-                    .recv_timeout(at.saturating_duration_since(Instant::now())),
-                None => self
-                    .events
-                    .recv()
-                    .map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match event {
+            match self.next_event(next) {
                 Ok(Event::Ended(status)) => {
                     // A guardian that ended while processes of the attempt
                     // still hold the run's lock was killed: the attempt is
@@ -552,18 +525,7 @@ impl Supervisor {
                         break status;
                     }
                 }
-                Ok(Event::Told(report)) => match report.kind {
-                    guardian::EXITED => main = Some(report.a),
-                    guardian::LEFT_RUNNING => waiting(Notice::LeftRunning {
-                        count: report.a,
-                        pids: &report.pids,
-                    }),
-                    guardian::LEASE_RAN_OUT => self.note_stop(
-                        "the lease was not renewed in time (idem was frozen or cut off from the ledger), so the command's guardian stopped it so that it does not run unowned"
-                            .to_owned(),
-                    ),
-                    _ => {}
-                },
+                Ok(Event::Told(report)) => self.on_report(&report, &mut main, waiting),
                 Ok(Event::Continued) => {
                     if let Ok(mut link) = self.link.lock() {
                         link.tell(guardian::RESUME, 0, 0);
@@ -606,16 +568,100 @@ impl Supervisor {
                 }
             }
         };
-        // The main process's status, as a shell reports it; if the guardian
-        // itself was killed before it could tell, its own death stands in.
-        let end = match (main, guardian) {
-            (Some(status), _) if libc::WIFSIGNALED(status) => End::Signaled(libc::WTERMSIG(status)),
-            (Some(status), _) => End::Exited(libc::WEXITSTATUS(status)),
-            (None, WaitStatus::Signaled(_, signal, _)) => End::Signaled(signal as i32),
-            (None, WaitStatus::Exited(_, code)) => End::Exited(code),
-            (None, _) => End::Exited(exit::IDEM_FAILED.into()),
+        Ok((end_of(main, guardian), timed_out, interrupted))
+    }
+
+    /// The next event, waiting until `at` at the most (`Timeout` then).
+    fn next_event(&self, at: Option<Instant>) -> Result<Event, RecvTimeoutError> {
+        match at {
+            Some(at) => self
+                .events
+                .recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => self
+                .events
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    }
+
+    /// Sends `signal` to every process of the attempt, through its
+    /// guardian; without it (killed), only the command's group is reached.
+    fn signal_attempt(&self, command: i32, guardian_gone: bool, signal: i32, cont: bool) {
+        if !guardian_gone {
+            if let Ok(mut link) = self.link.lock() {
+                link.tell(guardian::SIGNAL, signal.into(), cont.into());
+            }
+        } else if command > 0 {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(-command, signal) };
+        }
+    }
+
+    fn on_report(
+        &self,
+        report: &guardian::Report,
+        main: &mut Option<i32>,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) {
+        match report.kind {
+            guardian::EXITED => *main = Some(report.a),
+            guardian::LEFT_RUNNING => waiting(Notice::LeftRunning {
+                count: report.a,
+                pids: &report.pids,
+            }),
+            guardian::LEASE_RAN_OUT => self.note_stop(
+                "the lease was not renewed in time (idem was frozen or cut off from the ledger), so the command's guardian stopped it so that it does not run unowned"
+                    .to_owned(),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The main process's status (`main`, as the guardian told it), as a shell
+/// reports it; if the guardian itself was killed before it could tell, its
+/// own death stands in.
+fn end_of(main: Option<i32>, guardian: WaitStatus) -> End {
+    match (main, guardian) {
+        (Some(status), _) if libc::WIFSIGNALED(status) => End::Signaled(libc::WTERMSIG(status)),
+        (Some(status), _) => End::Exited(libc::WEXITSTATUS(status)),
+        (None, WaitStatus::Signaled(_, signal, _)) => End::Signaled(signal as i32),
+        (None, WaitStatus::Exited(_, code)) => End::Exited(code),
+        (None, _) => End::Exited(exit::IDEM_FAILED.into()),
+    }
+}
+
+/// The command's ends and idem's: stdout (a pseudo-terminal at a terminal),
+/// stderr unless merged into stdout, stdin when fed from the spool.
+struct Pipes {
+    out: (OwnedFd, OwnedFd),
+    err: (Option<OwnedFd>, Option<OwnedFd>),
+    stdin: (Option<OwnedFd>, Option<OwnedFd>),
+}
+
+impl Pipes {
+    fn open(spec: &Spec<'_>) -> Result<Pipes> {
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(io::Error::from)
+                .context("could not create a pipe for the command")
         };
-        Ok((end, timed_out, interrupted))
+        let out = if spec.terminal {
+            pseudo_terminal().context("could not open a pseudo-terminal for the command")?
+        } else {
+            pipe()?
+        };
+        let split = |(read, write): (OwnedFd, OwnedFd)| (Some(read), Some(write));
+        let err = if spec.merged {
+            (None, None)
+        } else {
+            split(pipe()?)
+        };
+        let stdin = match spec.stdin {
+            Some(_) => split(pipe()?),
+            None => (None, None),
+        };
+        Ok(Pipes { out, err, stdin })
     }
 }
 
