@@ -131,7 +131,7 @@ _idem() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --help --version run ledger doctor completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -139,6 +139,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -149,7 +153,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__completions)
-            opts="-q -v -h -V --db --quiet --verbose --help --version bash elvish fish powershell zsh"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -157,6 +161,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -167,7 +175,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__doctor)
-            opts="-q -v -h -V --json --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --json --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -175,6 +183,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -381,7 +393,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --help --version list show forget prune export import path metrics help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import path metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -389,6 +401,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -399,7 +415,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__export)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -407,6 +423,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -417,7 +437,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__forget)
-            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -425,6 +445,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -575,7 +599,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__import)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -583,6 +607,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -593,7 +621,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__list)
-            opts="-q -v -h -V --key --status --since --limit --json --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --key --status --since --limit --json --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -619,6 +647,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -627,7 +659,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__metrics)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -635,6 +667,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -645,7 +681,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__path)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -653,6 +689,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -663,7 +703,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__prune)
-            opts="-q -v -h -V --older-than --dry-run --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --older-than --dry-run --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -677,6 +717,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -685,7 +729,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__show)
-            opts="-q -v -h -V --json --limit --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --json --limit --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -699,6 +743,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -707,7 +755,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --help --version"
+            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -783,6 +831,10 @@ _idem() {
                     ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)

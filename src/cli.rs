@@ -48,6 +48,17 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub verbose: bool,
 
+    /// Colour in tables: auto (at a terminal, unless NO_COLOR is set or
+    /// TERM is dumb), always or never
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN"
+    )]
+    pub color: ColorChoice,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -280,7 +291,8 @@ pub struct RunArgs {
     )]
     pub replay: bool,
 
-    /// Spinner for waits: auto (when stderr is a terminal) or never
+    /// Spinner for waits (backoff, --wait): auto (when stderr is a
+    /// terminal) or never; a bad IDEM_PROGRESS is a warning, not an error
     #[arg(
         long,
         value_enum,
@@ -288,7 +300,7 @@ pub struct RunArgs {
         hide_env_values = true,
         help_heading = OUTPUT,
         default_value_t = Progress::Auto,
-        hide = true
+        value_name = "WHEN"
     )]
     pub progress: Progress,
 
@@ -322,6 +334,16 @@ pub enum Progress {
     /// A spinner when stderr is a terminal
     Auto,
     /// Plain lines only
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// At a terminal, unless NO_COLOR is set or TERM is dumb
+    Auto,
+    /// Always, even into a pipe
+    Always,
+    /// Never
     Never,
 }
 
@@ -549,8 +571,11 @@ Exit codes:
 Environment:
   IDEM_DB        the ledger, as --db
   IDEM_<OPTION>  a run option's default: IDEM_RETRIES=5, IDEM_QUIET_SUCCESS=1; a flag wins
+  IDEM_PROGRESS  auto or never: the spinner of waits (a bad value is a warning)
+  CI             when set, skips are told as at a terminal (a CI log says why a step did nothing)
   TZ             time zone of key templates
   NO_COLOR       no colour in tables
+  TERM           dumb: no colour
   PGHOST, PGPORT, PGUSER, PGDATABASE  what a postgres:// URL leaves out
   PGPASSWORD, PGPASSFILE, PGSSLROOTCERT  a shared ledger's password and TLS roots
 The command gets IDEM_KEY, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS, and
@@ -570,5 +595,6 @@ Environment:
   IDEM_DB   the ledger, as --db
   TZ        time zone of the times shown
   NO_COLOR  no colour in tables
+  TERM      dumb: no colour
   COLUMNS   the width of tables when stdout is not a terminal
   PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD  as for idem run";

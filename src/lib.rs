@@ -27,7 +27,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             let reporter = run::Reporter::new(cli.quiet, cli.verbose, args.progress);
             run::run(args, &location()?, &reporter)
         }
-        Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet),
+        Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet, cli.color),
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "idem", &mut std::io::stdout());

@@ -17,3 +17,4 @@ mod pg;
 mod postgres;
 mod recipes;
 mod run;
+mod wrapper_ux;
