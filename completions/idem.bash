@@ -1,4 +1,4 @@
-_idem() {
+_idem_clap() {
     local i cur prev opts cmd
     COMPREPLY=()
     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -845,6 +845,43 @@ _idem() {
             return 0
             ;;
     esac
+}
+
+# After `run ... --`, the command's own completion (bash-completion's
+# _command_offset); keys from the ledger after `run --key` and for
+# `ledger show` and `ledger forget`; all else as above.
+_idem() {
+    local i word db="" path=()
+    for (( i = 1; i < COMP_CWORD; i++ )); do
+        word=${COMP_WORDS[i]}
+        if [[ $word == -- ]]; then
+            [[ ${path[0]} == run ]] || break
+            if declare -F _command_offset >/dev/null; then
+                _command_offset $(( i + 1 ))
+            elif (( COMP_CWORD == i + 1 )); then
+                COMPREPLY=( $(compgen -c -- "$2") )
+            else
+                COMPREPLY=( $(compgen -f -- "$2") )
+            fi
+            return 0
+        fi
+        case $word in
+            --db) (( i++ )); db=${COMP_WORDS[i]} ;;
+            --db=*) db=${word#--db=} ;;
+            -*) ;;
+            *) (( ${#path[@]} < 2 )) && path+=( "$word" ) ;;
+        esac
+    done
+    if [[ $2 != -* ]] && {
+        [[ ${path[0]} == run && ( $3 == --key || $3 == -k ) ]] ||
+        [[ ${path[0]} == ledger && ( ${path[1]} == show || ${path[1]} == forget ) &&
+           $3 != --limit && $3 != --db && $3 != --color ]]
+    }; then
+        local IFS=$'\n'
+        COMPREPLY=( $("$1" ${db:+--db "$db"} __complete keys "$2" 2>/dev/null) )
+        return 0
+    fi
+    _idem_clap "$@"
 }
 
 if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then

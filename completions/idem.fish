@@ -202,3 +202,23 @@ complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcomma
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+
+# After `run ... --`, the command's own completion; keys from the ledger
+# after `run --key` and for `ledger show` and `ledger forget`.
+function __fish_idem_after_dashes
+    set -l tokens (commandline -opc) (commandline -ct)
+    set -l at (contains -i -- -- $tokens)
+    or return
+    __fish_complete_subcommand --commandline $tokens[(math $at + 1)..-1]
+end
+function __fish_idem_keys
+    set -l tokens (commandline -opc)
+    set -l db
+    if set -l at (contains -i -- --db $tokens)
+        set db --db $tokens[(math $at + 1)]
+    end
+    $tokens[1] $db __complete keys (commandline -ct) 2>/dev/null
+end
+complete -c idem -n "__fish_idem_using_subcommand run; and contains -- -- (commandline -opc)" -f -a "(__fish_idem_after_dashes)"
+complete -c idem -n "__fish_idem_using_subcommand run; and not contains -- -- (commandline -opc)" -s k -l key -f -r -a "(__fish_idem_keys)"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show forget" -f -a "(__fish_idem_keys)"

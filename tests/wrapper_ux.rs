@@ -3,6 +3,7 @@
 //! and the man pages' extra sections.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -81,6 +82,14 @@ sys.stdout.buffer.write(out)
         .write_all(spec.to_string().as_bytes())
         .unwrap();
     text(&child.wait_with_output().unwrap().stdout)
+}
+
+/// The folder of the idem under test, for a PATH that finds it.
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_idem"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 // ---- 1. skip lines under CI -------------------------------------------------
@@ -454,4 +463,225 @@ fn the_wait_spinner_is_cleared_when_the_wait_ends() {
     let after = &shown[last..];
     let skipped = after.find("idem: skipped w").expect("the skip line");
     assert!(after[..skipped].contains("\r\x1b[2K"), "{shown:?}");
+}
+// ---- 3. completions ----------------------------------------------------------
+
+/// An interactive bash with bash-completion and idem's script loaded.
+fn bash_completes(env: &Env, typed: &str) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let rc = env.path("bashrc");
+    std::fs::write(
+        &rc,
+        format!(
+            "PS1='$ '\nsource /usr/share/bash-completion/bash_completion\n\
+             source {root}/completions/idem.bash\nbind 'set show-all-if-ambiguous on'\n\
+             bind 'set completion-query-items 0'\nbind 'set page-completions off'\n"
+        ),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let db = env.db();
+    in_pty(
+        &[
+            "bash",
+            "--noprofile",
+            "--rcfile",
+            rc.to_str().unwrap(),
+            "-i",
+        ],
+        &[
+            ("PATH", &path),
+            ("IDEM_DB", db.to_str().unwrap()),
+            ("TERM", "dumb"),
+            ("HOME", env.dir.path().to_str().unwrap()),
+        ],
+        &[typed, "\t", "\t"],
+        Duration::from_millis(1500),
+    )
+}
+
+#[test]
+fn bash_hands_the_words_after_double_dash_to_the_command() {
+    if !have("bash") || !have("git") || !have("python3") {
+        return;
+    }
+    assert!(
+        Path::new("/usr/share/bash-completion/bash_completion").exists()
+            || std::env::var_os("CI").is_none(),
+        "bash-completion is not installed (.ci/run installs it)"
+    );
+    if !Path::new("/usr/share/bash-completion/bash_completion").exists() {
+        return;
+    }
+    let env = Env::new();
+    let shown = bash_completes(&env, "idem run --key k -- git ch");
+    assert!(
+        shown.contains("checkout") && shown.contains("cherry-pick"),
+        "{shown}"
+    );
+    let shown = bash_completes(&env, "idem run --key k -- ech");
+    assert!(shown.contains("idem run --key k -- echo "), "{shown}");
+}
+
+#[test]
+fn bash_completes_keys_from_the_ledger() {
+    if !have("bash") || !have("python3") {
+        return;
+    }
+    if !Path::new("/usr/share/bash-completion/bash_completion").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "bash-completion is missing"
+        );
+        return;
+    }
+    let env = Env::new();
+    for key in ["backup-2026-12-01", "backup-2026-12-02", "report"] {
+        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+    }
+    let shown = bash_completes(&env, "idem ledger show back");
+    assert!(
+        shown.contains("backup-2026-12-01") && shown.contains("backup-2026-12-02"),
+        "{shown}"
+    );
+    assert!(!shown.contains("report"), "{shown}");
+    let shown = bash_completes(&env, "idem ledger forget rep");
+    assert!(shown.contains("idem ledger forget report "), "{shown}");
+    let shown = bash_completes(&env, "idem run --key rep");
+    assert!(shown.contains("idem run --key report "), "{shown}");
+}
+
+#[test]
+fn the_key_helper_answers_fast_at_a_million_runs() {
+    if !have("sqlite3") {
+        return;
+    }
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "seed", "--", "true"]), 0);
+    let filled = Command::new("sqlite3")
+        .arg(env.db())
+        .arg(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
+             INSERT INTO keys (key) SELECT printf('job-%07d', i) FROM n;",
+        )
+        .status()
+        .unwrap();
+    assert!(filled.success());
+    let ask = |prefix: &str| env.run(["__complete", "keys", prefix]);
+    let output = ask("job-000012");
+    assert_code(&output, 0);
+    let keys: Vec<String> = text(&output.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(keys.len(), 10, "{keys:?}");
+    assert_eq!(keys[0], "job-0000120");
+    assert_eq!(text(&ask("se").stdout), "seed\n");
+    assert_eq!(text(&ask("nothing").stdout), "");
+    let fastest = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            assert_code(&ask("job-09"), 0);
+            start.elapsed()
+        })
+        .min()
+        .unwrap();
+    assert!(fastest < Duration::from_millis(50), "took {fastest:?}");
+    // No ledger yet: nothing, quietly.
+    let empty = Env::new();
+    let output = empty.run(["__complete", "keys", ""]);
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "");
+    assert!(!empty.db().exists(), "completing creates no ledger");
+}
+
+#[test]
+fn zsh_and_fish_scripts_hand_over_and_complete_keys() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let zsh = std::fs::read_to_string(format!("{root}/completions/_idem")).unwrap();
+    assert!(zsh.contains("_normal"), "zsh hands over with _normal");
+    assert!(zsh.contains("__complete keys"), "zsh completes keys");
+    let fish = std::fs::read_to_string(format!("{root}/completions/idem.fish")).unwrap();
+    assert!(fish.contains("__fish_complete_subcommand"));
+    assert!(fish.contains("__complete keys"));
+    if have("zsh") {
+        let check = Command::new("zsh")
+            .args(["-n", &format!("{root}/completions/_idem")])
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{}", text(&check.stderr));
+    }
+    if have("fish") {
+        let env = Env::new();
+        assert_code(&env.run(["run", "--key", "report", "--", "true"]), 0);
+        let path = format!(
+            "{}:{}",
+            bin_dir().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let complete = |line: &str| {
+            let output = Command::new("fish")
+                .args([
+                    "--no-config",
+                    "-c",
+                    &format!("source {root}/completions/idem.fish; complete -C '{line}'"),
+                ])
+                .env("PATH", &path)
+                .env("IDEM_DB", env.db())
+                .env("HOME", env.dir.path())
+                .output()
+                .unwrap();
+            text(&output.stdout)
+        };
+        let keys = complete("idem ledger show rep");
+        assert!(
+            keys.lines().any(|line| line.starts_with("report")),
+            "{keys}"
+        );
+        let commands = complete("idem run --key k -- ech");
+        assert!(
+            commands.lines().any(|line| line.starts_with("echo")),
+            "{commands}"
+        );
+    }
+}
+
+// ---- 6. man pages ------------------------------------------------------------
+
+#[test]
+fn the_run_man_page_has_examples_files_see_also_and_formats() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/man/idem-run.1")).unwrap();
+    for needed in [
+        ".SH EXAMPLES",
+        ".SH FILES",
+        ".SH \"SEE ALSO\"",
+        "ledger.db\\-wal",
+        "ledger.db\\-shm",
+        "ledger.db\\-lock",
+        "flock(1)",
+        "timeout(1)",
+        "chronic(1)",
+        "crontab(5)",
+        "systemd.timer(5)",
+        "2026\\-12\\-01T08",
+        "2026\\-W49",
+        "IDEM_PROGRESS",
+        "\\fIKEY\\fR",
+    ] {
+        assert!(page.contains(needed), "idem-run.1 lacks {needed}");
+    }
+    let synopsis = page
+        .split(".SH SYNOPSIS")
+        .nth(1)
+        .and_then(|rest| rest.split(".SH").next())
+        .unwrap();
+    assert!(synopsis.contains("\\fIDUR\\fR"), "{synopsis}");
+    assert!(synopsis.contains("\\fIN\\fR"), "{synopsis}");
+    assert!(synopsis.contains("\\-\\-"), "{synopsis}");
+    let top = std::fs::read_to_string(format!("{root}/man/idem.1")).unwrap();
+    for needed in [".SH EXAMPLES", ".SH FILES", ".SH \"SEE ALSO\""] {
+        assert!(top.contains(needed), "idem.1 lacks {needed}");
+    }
 }

@@ -1,5 +1,7 @@
 //! Subcommands other than `run`.
 
+pub mod complete;
+pub mod completions;
 pub mod doctor;
 pub mod ledger;
 
