@@ -22,6 +22,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
     $completions = @(switch ($command) {
         'idem' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -55,9 +56,10 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')
             [CompletionResult]::new('--capture', '--capture', [CompletionResultType]::ParameterName, 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger')
-            [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Spinner for waits: auto (when stderr is a terminal) or never')
+            [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error')
             [CompletionResult]::new('--lease', '--lease', [CompletionResultType]::ParameterName, 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run the words after -- as one /bin/sh -c script')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Run even though the key succeeded (or its command changed)')
             [CompletionResult]::new('--quiet-success', '--quiet-success', [CompletionResultType]::ParameterName, 'Hold the command''s output and print it only if the run fails')
@@ -74,6 +76,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;ledger' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -99,6 +102,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only runs started within DUR, or since an RFC 3339 time')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'At most N runs')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
@@ -113,6 +117,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         'idem;ledger;show' {
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'The latest N runs (their output is read one attempt at a time)')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
@@ -126,6 +131,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;ledger;forget' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--purge', '--purge', [CompletionResultType]::ParameterName, 'Remove the keys'' history too')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Say what would change, change nothing')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten')
@@ -142,6 +148,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         'idem;ledger;prune' {
             [CompletionResult]::new('--older-than', '--older-than', [CompletionResultType]::ParameterName, 'Drop runs that finished longer ago than DUR')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Say what would be dropped, change nothing')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
@@ -155,6 +162,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;ledger;export' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -167,6 +175,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;ledger;import' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -179,6 +188,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;ledger;path' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -191,6 +201,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;ledger;metrics' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -242,6 +253,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;doctor' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
@@ -255,12 +267,13 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;completions' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break

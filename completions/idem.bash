@@ -1,4 +1,4 @@
-_idem() {
+_idem_clap() {
     local i cur prev opts cmd
     COMPREPLY=()
     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -131,7 +131,7 @@ _idem() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --help --version run ledger doctor completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -139,6 +139,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -149,7 +153,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__completions)
-            opts="-q -v -h -V --db --quiet --verbose --help --version bash elvish fish powershell zsh"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -157,6 +161,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -167,7 +175,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__doctor)
-            opts="-q -v -h -V --json --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --json --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -175,6 +183,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -381,7 +393,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --help --version list show forget prune export import path metrics help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import path metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -389,6 +401,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -399,7 +415,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__export)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -407,6 +423,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -417,7 +437,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__forget)
-            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -425,6 +445,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -575,7 +599,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__import)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -583,6 +607,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -593,7 +621,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__list)
-            opts="-q -v -h -V --key --status --since --limit --json --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --key --status --since --limit --json --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -619,6 +647,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -627,7 +659,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__metrics)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -635,6 +667,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -645,7 +681,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__path)
-            opts="-q -v -h -V --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -653,6 +689,10 @@ _idem() {
             case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -663,7 +703,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__prune)
-            opts="-q -v -h -V --older-than --dry-run --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --older-than --dry-run --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -677,6 +717,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -685,7 +729,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__show)
-            opts="-q -v -h -V --json --limit --db --quiet --verbose --help --version"
+            opts="-q -v -h -V --json --limit --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -699,6 +743,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -707,7 +755,7 @@ _idem() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --help --version"
+            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -793,6 +841,10 @@ _idem() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -801,6 +853,43 @@ _idem() {
             return 0
             ;;
     esac
+}
+
+# After `run ... --`, the command's own completion (bash-completion's
+# _command_offset); keys from the ledger after `run --key` and for
+# `ledger show` and `ledger forget`; all else as above.
+_idem() {
+    local i word db="" path=()
+    for (( i = 1; i < COMP_CWORD; i++ )); do
+        word=${COMP_WORDS[i]}
+        if [[ $word == -- ]]; then
+            [[ ${path[0]} == run ]] || break
+            if declare -F _command_offset >/dev/null; then
+                _command_offset $(( i + 1 ))
+            elif (( COMP_CWORD == i + 1 )); then
+                COMPREPLY=( $(compgen -c -- "$2") )
+            else
+                COMPREPLY=( $(compgen -f -- "$2") )
+            fi
+            return 0
+        fi
+        case $word in
+            --db) (( i++ )); db=${COMP_WORDS[i]} ;;
+            --db=*) db=${word#--db=} ;;
+            -*) ;;
+            *) (( ${#path[@]} < 2 )) && path+=( "$word" ) ;;
+        esac
+    done
+    if [[ $2 != -* ]] && {
+        [[ ${path[0]} == run && ( $3 == --key || $3 == -k ) ]] ||
+        [[ ${path[0]} == ledger && ( ${path[1]} == show || ${path[1]} == forget ) &&
+           $3 != --limit && $3 != --db && $3 != --color ]]
+    }; then
+        local IFS=$'\n'
+        COMPREPLY=( $("$1" ${db:+--db "$db"} __complete keys "$2" 2>/dev/null) )
+        return 0
+    fi
+    _idem_clap "$@"
 }
 
 if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then

@@ -19,6 +19,7 @@ set edit:completion:arg-completer[idem] = {|@words|
     var completions = [
         &'idem'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -51,9 +52,10 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'
             cand --capture 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger'
-            cand --progress 'Spinner for waits: auto (when stderr is a terminal) or never'
+            cand --progress 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error'
             cand --lease 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --shell 'Run the words after -- as one /bin/sh -c script'
             cand --force 'Run even though the key succeeded (or its command changed)'
             cand --quiet-success 'Hold the command''s output and print it only if the run fails'
@@ -69,6 +71,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -93,6 +96,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --since 'Only runs started within DUR, or since an RFC 3339 time'
             cand --limit 'At most N runs'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --json 'Print a JSON array'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
@@ -106,6 +110,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;ledger;show'= {
             cand --limit 'The latest N runs (their output is read one attempt at a time)'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --json 'Print JSON'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
@@ -118,6 +123,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger;forget'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --purge 'Remove the keys'' history too'
             cand --dry-run 'Say what would change, change nothing'
             cand --force 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten'
@@ -133,6 +139,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;ledger;prune'= {
             cand --older-than 'Drop runs that finished longer ago than DUR'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --dry-run 'Say what would be dropped, change nothing'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
@@ -145,6 +152,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger;export'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -156,6 +164,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger;import'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -167,6 +176,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger;path'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -178,6 +188,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger;metrics'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -218,6 +229,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;doctor'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --json 'Print JSON'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
@@ -230,12 +242,13 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;completions'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
             cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
         }

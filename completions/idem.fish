@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_idem_global_optspecs
-    string join \n db= q/quiet v/verbose h/help V/version
+    string join \n db= q/quiet v/verbose color= h/help V/version
 end
 
 function __fish_idem_needs_command
@@ -25,6 +25,9 @@ function __fish_idem_using_subcommand
 end
 
 complete -c idem -n "__fish_idem_needs_command" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_needs_command" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_needs_command" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_needs_command" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -51,10 +54,13 @@ fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l conflict-exit-code -d 'Exit code when the key is running elsewhere' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits: auto (when stderr is a terminal) or never' -r -f -a "auto\t'A spinner when stderr is a terminal'
+complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error' -r -f -a "auto\t'A spinner when stderr is a terminal'
 never\t'Plain lines only'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l lease -d 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l shell -d 'Run the words after -- as one /bin/sh -c script'
 complete -c idem -n "__fish_idem_using_subcommand run" -l force -d 'Run even though the key succeeded (or its command changed)'
 complete -c idem -n "__fish_idem_using_subcommand run" -l quiet-success -d 'Hold the command\'s output and print it only if the run fails'
@@ -64,6 +70,9 @@ complete -c idem -n "__fish_idem_using_subcommand run" -s v -l verbose -d 'Also 
 complete -c idem -n "__fish_idem_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand run" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -85,6 +94,9 @@ abandoned\t''"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l since -d 'Only runs started within DUR, or since an RFC 3339 time' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l limit -d 'At most N runs' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -92,12 +104,18 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l limit -d 'The latest N runs (their output is read one attempt at a time)' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l json -d 'Print JSON'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l purge -d 'Remove the keys\' history too'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l dry-run -d 'Say what would change, change nothing'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l force -d 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten'
@@ -107,27 +125,42 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l older-than -d 'Drop runs that finished longer ago than DUR' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l dry-run -d 'Say what would be dropped, change nothing'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -142,15 +175,21 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand doctor" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l json -d 'Print JSON'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand completions" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand completions" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
-complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
@@ -165,3 +204,23 @@ complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcomma
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+
+# After `run ... --`, the command's own completion; keys from the ledger
+# after `run --key` and for `ledger show` and `ledger forget`.
+function __fish_idem_after_dashes
+    set -l tokens (commandline -opc) (commandline -ct)
+    set -l at (contains -i -- -- $tokens)
+    or return
+    __fish_complete_subcommand --commandline $tokens[(math $at + 1)..-1]
+end
+function __fish_idem_keys
+    set -l tokens (commandline -opc)
+    set -l db
+    if set -l at (contains -i -- --db $tokens)
+        set db --db $tokens[(math $at + 1)]
+    end
+    $tokens[1] $db __complete keys (commandline -ct) 2>/dev/null
+end
+complete -c idem -n "__fish_idem_using_subcommand run; and contains -- -- (commandline -opc)" -f -a "(__fish_idem_after_dashes)"
+complete -c idem -n "__fish_idem_using_subcommand run; and not contains -- -- (commandline -opc)" -s k -l key -f -r -a "(__fish_idem_keys)"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show forget" -f -a "(__fish_idem_keys)"

@@ -27,7 +27,7 @@ const FLEET: &str = "Fleet";
 /// key overlap.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, propagate_version = true, max_term_width = 100)]
-#[command(after_long_help = EXIT_CODES_HELP)]
+#[command(after_long_help = RUN_NOTES)]
 pub struct Cli {
     /// Ledger: a SQLite file path, or a postgres:// URL for a shared ledger
     /// [default: <data dir>/idem/ledger.db]
@@ -48,6 +48,17 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub verbose: bool,
 
+    /// Colour in tables: auto (at a terminal, unless NO_COLOR is set or
+    /// TERM is dumb), always or never
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN"
+    )]
+    pub color: ColorChoice,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -55,7 +66,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run COMMAND under KEY unless KEY already succeeded
-    #[command(after_long_help = EXIT_CODES_HELP)]
+    #[command(after_long_help = RUN_NOTES)]
     Run(RunArgs),
     /// Inspect and maintain the ledger
     #[command(subcommand, after_long_help = LEDGER_EXIT_CODES_HELP)]
@@ -72,10 +83,30 @@ pub enum Command {
     /// 1 when not.
     Doctor(DoctorArgs),
     /// Print a shell completion script
+    ///
+    /// After --, the scripts complete a command name, then hand over to
+    /// that command's own completion; `ledger show`, `ledger forget` and
+    /// `run --key` complete keys from the ledger (of --db or IDEM_DB).
     Completions {
         /// The shell to complete for
         shell: clap_complete::Shell,
     },
+    /// What the completion scripts ask the ledger: keys starting with PREFIX
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// What to list
+        what: Completable,
+        /// Only what starts with this
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+}
+
+/// What `idem __complete` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Completable {
+    /// Keys of the ledger, in order
+    Keys,
 }
 
 #[derive(Debug, Args)]
@@ -303,7 +334,8 @@ pub struct RunArgs {
     )]
     pub replay: bool,
 
-    /// Spinner for waits: auto (when stderr is a terminal) or never
+    /// Spinner for waits (backoff, --wait): auto (when stderr is a
+    /// terminal) or never; a bad IDEM_PROGRESS is a warning, not an error
     #[arg(
         long,
         value_enum,
@@ -311,7 +343,7 @@ pub struct RunArgs {
         hide_env_values = true,
         help_heading = OUTPUT,
         default_value_t = Progress::Auto,
-        hide = true
+        value_name = "WHEN"
     )]
     pub progress: Progress,
 
@@ -328,7 +360,12 @@ pub struct RunArgs {
     pub lease: humantime::Duration,
 
     /// The command and its arguments, after --
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "COMMAND",
+        value_hint = clap::ValueHint::CommandWithArguments
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -345,6 +382,16 @@ pub enum Progress {
     /// A spinner when stderr is a terminal
     Auto,
     /// Plain lines only
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// At a terminal, unless NO_COLOR is set or TERM is dumb
+    Auto,
+    /// Always, even into a pipe
+    Always,
+    /// Never
     Never,
 }
 
@@ -578,7 +625,9 @@ impl FromStr for ByteSize {
 }
 
 /// The exit-code table, shown by `--help` and in the man pages.
-pub const EXIT_CODES_HELP: &str = "\
+macro_rules! exit_codes_help {
+    () => {
+        "\
 Exit codes:
   0        the command succeeded, or the key had already succeeded (skipped)
   N        the command's own exit code on its final attempt
@@ -594,12 +643,41 @@ Exit codes:
 Environment:
   IDEM_DB        the ledger, as --db
   IDEM_<OPTION>  a run option's default: IDEM_RETRIES=5, IDEM_QUIET_SUCCESS=1; a flag wins
+  IDEM_PROGRESS  auto or never: the spinner of waits (a bad value is a warning)
+  CI             when set, skips are told as at a terminal (a CI log says why a step did nothing)
   TZ             time zone of key templates
   NO_COLOR       no colour in tables
+  TERM           dumb: no colour
   PGHOST, PGPORT, PGUSER, PGDATABASE  what a postgres:// URL leaves out
   PGPASSWORD, PGPASSFILE, PGSSLROOTCERT  a shared ledger's password and TLS roots
 The command gets IDEM_KEY, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS, and
-IDEM_RECOVERED=1 when the previous run of its key was abandoned.";
+IDEM_RECOVERED=1 when the previous run of its key was abandoned."
+    };
+}
+pub const EXIT_CODES_HELP: &str = exit_codes_help!();
+
+/// Where the ledger lives, for the man pages.
+macro_rules! files_help {
+    () => {
+        "\
+Files:
+  ~/.local/share/idem/ledger.db       the ledger: <data dir>/idem/ledger.db, or --db, or IDEM_DB
+  ~/.local/share/idem/ledger.db-wal   its write-ahead log, while a connection is open
+  ~/.local/share/idem/ledger.db-shm   the log's index, beside it
+  ~/.local/share/idem/ledger.db-lock  the runs' kernel locks: a run holds its key's byte while it lives"
+    };
+}
+pub const FILES_HELP: &str = files_help!();
+
+/// Related manual pages.
+macro_rules! see_also_help {
+    () => {
+        "\
+See also:
+flock(1), timeout(1), chronic(1), crontab(5), systemd.timer(5)"
+    };
+}
+pub const SEE_ALSO_HELP: &str = see_also_help!();
 
 /// The exit codes and environment of `idem ledger`, shown by `--help` and
 /// in the man pages.
@@ -615,5 +693,56 @@ Environment:
   IDEM_DB   the ledger, as --db
   TZ        time zone of the times shown
   NO_COLOR  no colour in tables
+  TERM      dumb: no colour
   COLUMNS   the width of tables when stdout is not a terminal
-  PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD  as for idem run";
+  PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD  as for idem run
+
+Files:
+  ~/.local/share/idem/ledger.db  the ledger, unless --db or IDEM_DB names another (and its -wal, -shm and -lock)
+
+See also:
+idem-run(1), flock(1), crontab(5), systemd.timer(5)";
+
+/// `idem run --help` and the man pages of idem and idem run: the exit
+/// codes, the environment, the key templates' formats, examples, files.
+pub const RUN_NOTES: &str = concat!(
+    "\
+Key templates:
+In local time (TZ honoured), as they read on 1 December 2026 at 08:30:
+  {date}    2026-12-01
+  {hour}    2026-12-01T08
+  {minute}  2026-12-01T08:30
+  {week}    2026-W49 (the ISO week and its year)
+  {month}   2026-12
+  {year}    2026
+  {host}    the host's name
+  {{ }}     a literal { or }
+
+",
+    exit_codes_help!(),
+    "
+
+Examples:
+A crontab line: the backup runs once a day, however often cron calls it; a
+failure is retried, and cron mails only what went wrong.
+    0 * * * * idem run --key backup-{date} --quiet-success -- /usr/local/bin/backup
+A CI step that a rerun of the pipeline skips once it succeeded (the skip is
+told in the log, since CI is set):
+    idem run --key deploy-$CI_COMMIT_SHA --retries 2 -- ./deploy.sh
+A fleet on a shared ledger: one host of many runs the report each hour, the
+others skip or wait for its outcome.
+    idem --db postgres://idem@db.example/idem run --key report-{hour} --wait 10m -- ./report
+Catching up: called every hour, a daily job whose day was missed (the host
+was down at 03:00) runs at the first call that finds its key unfinished.
+    0 * * * * idem run --key rotate-{date} -- /usr/local/bin/rotate
+See what ran, and make a key run again:
+    idem ledger list --since 1d
+    idem ledger forget backup-2026-12-01
+
+",
+    files_help!(),
+    "
+
+",
+    see_also_help!(),
+);

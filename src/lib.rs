@@ -14,7 +14,6 @@ pub mod render;
 pub mod run;
 
 use anyhow::Result;
-use clap::CommandFactory;
 
 use cli::{Cli, Command};
 use ledger::Location;
@@ -27,11 +26,15 @@ pub fn run(cli: Cli) -> Result<u8> {
             let reporter = run::Reporter::new(cli.quiet, cli.verbose, args.progress);
             run::run(args, &location()?, &reporter)
         }
-        Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet),
+        Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet, cli.color),
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
         Command::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "idem", &mut std::io::stdout());
+            use std::io::Write;
+            std::io::stdout().write_all(&cmd::completions::script(*shell))?;
             Ok(exit::SUCCESS)
+        }
+        Command::Complete { what, prefix } => {
+            Ok(cmd::complete::run(*what, prefix, cli.db.as_deref()))
         }
     }
 }

@@ -1,11 +1,9 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = match idem::cli::Cli::try_parse() {
+    let cli = match idem::cmd::parse() {
         Ok(cli) => cli,
-        Err(error) => return ExitCode::from(idem::cmd::usage_error(&error)),
+        Err(code) => return ExitCode::from(code),
     };
     match idem::run(cli) {
         Ok(code) => ExitCode::from(code),

@@ -9,7 +9,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use anyhow::{anyhow, bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use comfy_table::{presets, Cell, Color, ColumnConstraint, ContentArrangement, Row, Table};
+use comfy_table::{presets, Cell, Color, ContentArrangement, Row, Table};
 use jiff::Timestamp;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -104,7 +104,7 @@ pub fn attempt_json(attempt: &Attempt) -> Value {
 
 /// A word as a POSIX shell would need it: quoted when it holds anything
 /// but plain characters.
-fn shell_word(word: &str) -> String {
+pub fn shell_word(word: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
     if !word.is_empty() && word.chars().all(plain) {
         return word.to_owned();
@@ -159,8 +159,8 @@ pub fn local(time: Timestamp, zone: &jiff::tz::TimeZone) -> String {
         .to_string()
 }
 
-/// How a table is drawn: colour only on a terminal and never with
-/// `NO_COLOR`; the width of the terminal, else `$COLUMNS`, else unbounded.
+/// How a table is drawn: its colour and its width (the terminal's, else
+/// `$COLUMNS`, else unbounded).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Style {
     pub colour: bool,
@@ -168,26 +168,46 @@ pub struct Style {
 }
 
 impl Style {
-    pub fn for_stdout() -> Style {
+    /// `--color`: `auto` colours a terminal unless `NO_COLOR` is set or
+    /// `TERM` is `dumb`; `always` and `never` say so whatever stdout is.
+    pub fn for_stdout(choice: crate::cli::ColorChoice) -> Style {
+        use crate::cli::ColorChoice;
         let tty = std::io::stdout().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+        let dumb = std::env::var_os("TERM").is_some_and(|term| term == "dumb");
         // A pseudo-terminal may report a width of 0: no width then.
         let width = if tty { Table::new().width() } else { None }
+            .filter(|width| *width > 0)
             .or_else(|| {
                 std::env::var("COLUMNS")
                     .ok()
-                    .and_then(|columns| columns.parse().ok())
+                    .and_then(|columns| columns.trim().parse().ok())
             })
             .filter(|width| *width > 0);
-        Style {
-            colour: tty && !no_color,
-            width,
-        }
+        let colour = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => tty && !no_color && !dumb,
+        };
+        Style { colour, width }
     }
 }
 
 /// The longest command shown when the width is unknown.
 const COMMAND_WIDTH: usize = 60;
+
+/// The columns of `ledger list`, and the order in which they give way when
+/// the width is short, after the command has shrunk to its header: the
+/// host first, the key and status never.
+const HEADERS: [&str; 8] = [
+    "KEY", "STATUS", "EXIT", "ATTEMPTS", "STARTED", "DURATION", "HOST", "COMMAND",
+];
+const KEY: usize = 0;
+const COMMAND: usize = 7;
+const GIVE_WAY: [usize; 6] = [6, 3, 5, 2, COMMAND, 4];
+
+/// Blanks between two columns.
+const GAP: usize = 2;
 
 fn status_colour(status: Status) -> Color {
     match status {
@@ -198,58 +218,107 @@ fn status_colour(status: Status) -> Color {
     }
 }
 
-/// `ledger list` for people: every column as wide as its content, but the
-/// command, which is shortened to what is left of the width.
+/// `text` cut to `width` characters, the last one an ellipsis when cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Which columns show, and how wide each may be, for `width`: every
+/// column as wide as its content; when that is too wide the command
+/// shrinks first (down to its header), then whole columns give way
+/// (`GIVE_WAY`), then the key is cut. A header is never cut.
+fn fit(content: &[usize; 8], width: Option<usize>) -> Vec<(usize, usize)> {
+    let mut shown: Vec<usize> = (0..HEADERS.len()).collect();
+    let mut widths: [usize; 8] = std::array::from_fn(|at| content[at].max(HEADERS[at].len()));
+    let Some(width) = width else {
+        widths[COMMAND] = widths[COMMAND].min(COMMAND_WIDTH.max(HEADERS[COMMAND].len()));
+        return shown.iter().map(|&at| (at, widths[at])).collect();
+    };
+    let total = |shown: &[usize], widths: &[usize; 8]| {
+        shown.iter().map(|&at| widths[at]).sum::<usize>() + GAP * shown.len().saturating_sub(1)
+    };
+    let mut giving_way = GIVE_WAY.iter();
+    while total(&shown, &widths) > width {
+        let over = total(&shown, &widths) - width;
+        if shown.contains(&COMMAND) && widths[COMMAND] > HEADERS[COMMAND].len() {
+            let room = widths[COMMAND] - HEADERS[COMMAND].len();
+            widths[COMMAND] -= over.min(room);
+            continue;
+        }
+        match giving_way.next() {
+            Some(&column) => {
+                shown.retain(|&at| at != column);
+                // What the column left, the command may take back.
+                if shown.contains(&COMMAND) {
+                    widths[COMMAND] = content[COMMAND].max(HEADERS[COMMAND].len());
+                }
+            }
+            None => {
+                let room = widths[KEY].saturating_sub(HEADERS[KEY].len());
+                widths[KEY] -= over.min(room);
+                break;
+            }
+        }
+    }
+    shown.iter().map(|&at| (at, widths[at])).collect()
+}
+
+/// `ledger list` for people: see [`fit`] for how it meets the width.
 pub fn runs_table(runs: &[Run], style: Style) -> Table {
     let zone = jiff::tz::TimeZone::system();
+    let rows: Vec<[String; 8]> = runs
+        .iter()
+        .map(|run| {
+            [
+                printable(&run.key).into_owned(),
+                run.status.as_str().to_owned(),
+                run.exit_code.map_or("-".into(), |code| code.to_string()),
+                run.attempts.to_string(),
+                local(run.started_at, &zone),
+                human_ms(duration_ms(run)),
+                printable(&run.host).into_owned(),
+                short_command(run, usize::MAX),
+            ]
+        })
+        .collect();
+    let content: [usize; 8] = std::array::from_fn(|at| {
+        rows.iter()
+            .map(|row| row[at].chars().count())
+            .max()
+            .unwrap_or(0)
+    });
+    let columns = fit(&content, style.width.map(usize::from));
     let mut table = Table::new();
     table.load_preset(presets::NOTHING).force_no_tty();
     if style.colour {
         table.enforce_styling();
     }
-    table.set_header([
-        "KEY", "STATUS", "EXIT", "ATTEMPTS", "STARTED", "DURATION", "HOST", "COMMAND",
-    ]);
-    for run in runs {
-        let mut status = Cell::new(run.status.as_str());
-        if style.colour {
-            status = status.fg(status_colour(run.status));
-        }
-        let command = match style.width {
-            Some(_) => short_command(run, usize::MAX),
-            None => short_command(run, COMMAND_WIDTH),
-        };
-        let mut row = Row::from(vec![
-            Cell::new(printable(&run.key)),
-            status,
-            Cell::new(run.exit_code.map_or("-".into(), |code| code.to_string())),
-            Cell::new(run.attempts),
-            Cell::new(local(run.started_at, &zone)),
-            Cell::new(human_ms(duration_ms(run))),
-            Cell::new(printable(&run.host)),
-            Cell::new(command),
-        ]);
+    table.set_content_arrangement(ContentArrangement::Disabled);
+    table.set_header(columns.iter().map(|&(at, _)| HEADERS[at]));
+    for (run, cells) in runs.iter().zip(&rows) {
+        let row: Vec<Cell> = columns
+            .iter()
+            .map(|&(at, width)| {
+                let cell = Cell::new(cut(&cells[at], width));
+                if at == 1 && style.colour {
+                    cell.fg(status_colour(run.status))
+                } else {
+                    cell
+                }
+            })
+            .collect();
+        let mut row = Row::from(row);
         row.max_height(1);
         table.add_row(row);
     }
-    match style.width {
-        Some(width) => {
-            table
-                .set_width(width)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_truncation_indicator("…");
-            let mut constraints = vec![ColumnConstraint::ContentWidth; 7];
-            constraints.push(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
-                12,
-            )));
-            table.set_constraints(constraints);
-        }
-        None => {
-            table.set_content_arrangement(ContentArrangement::Disabled);
-        }
-    }
-    for column in table.column_iter_mut() {
-        column.set_padding((0, 2));
+    let last = columns.len().saturating_sub(1);
+    for (at, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, if at == last { 0 } else { GAP as u16 }));
     }
     table
 }

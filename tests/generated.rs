@@ -25,8 +25,9 @@ fn expected() -> BTreeMap<PathBuf, Vec<u8>> {
         (Shell::Elvish, "idem.elv"),
         (Shell::PowerShell, "_idem.ps1"),
     ] {
-        let mut script = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), "idem", &mut script);
+        // The same function as `idem completions`: clap's script with the
+        // hand-over after -- and the keys of the ledger.
+        let script = idem::cmd::completions::script(shell);
         files.insert(Path::new("completions").join(name), script);
     }
     let mut command = Cli::command().disable_help_subcommand(true);
@@ -52,18 +53,82 @@ fn man_pages(
     }
     // clap_mangen would print the notes as one filled paragraph; they are
     // rendered below as proper EXIT STATUS and ENVIRONMENT sections.
+    let synopsis_of = command.clone();
     let man = clap_mangen::Man::new(command.after_long_help(None::<&str>))
         .source(format!("idem {}", env!("CARGO_PKG_VERSION")))
         .manual("idem manual");
     let mut page = Vec::new();
     man.render(&mut page).expect("a man page renders");
     let mut page = String::from_utf8(page).expect("roff is UTF-8");
+    // clap_mangen's synopsis names the options but not their values.
+    let name = synopsis_of
+        .get_bin_name()
+        .unwrap_or(synopsis_of.get_name())
+        .to_owned();
+    if let Some(start) = page.find(".SH SYNOPSIS\n") {
+        let body = start + ".SH SYNOPSIS\n".len();
+        let end = page[body..]
+            .find("\n.SH ")
+            .map_or(page.len(), |end| body + end + 1);
+        page.replace_range(body..end, &synopsis(&synopsis_of, &name));
+    }
     if let Some(notes) = &notes {
         let sections = notes_roff(notes);
         let at = page.find("\n.SH VERSION").map_or(page.len(), |at| at + 1);
         page.insert_str(at, &sections);
     }
     files.insert(Path::new("man").join(man.get_filename()), page.into_bytes());
+}
+
+/// `idem run [--retries N] ... -- COMMAND...`: every visible argument with
+/// the name of its value, optional ones in brackets; an argument and its
+/// value are never broken across lines (`\ ` is roff's unbreakable space).
+fn synopsis(command: &clap::Command, name: &str) -> String {
+    let escape = |text: &str| text.replace('\\', "\\e").replace('-', "\\-");
+    let bold = |text: &str| format!("\\fB{}\\fR", escape(text));
+    let italic = |text: &str| format!("\\fI{}\\fR", escape(text));
+    let mut parts = vec![bold(name).replace(' ', "\\ ")];
+    // Options first, then what follows them, the words after -- last.
+    let mut arguments: Vec<&clap::Arg> = command.get_arguments().collect();
+    arguments.sort_by_key(|arg| (arg.is_positional(), arg.is_last_set()));
+    for arg in arguments {
+        if arg.is_hide_set() || matches!(arg.get_id().as_str(), "help" | "version") {
+            continue;
+        }
+        let value = arg
+            .get_value_names()
+            .and_then(|names| names.first())
+            .map_or_else(|| arg.get_id().as_str().to_uppercase(), ToString::to_string);
+        let mut words = Vec::new();
+        if arg.is_positional() {
+            if arg.is_last_set() {
+                words.push(bold("--"));
+            }
+            let many = matches!(arg.get_num_args(), Some(range) if range.max_values() > 1);
+            words.push(italic(&value) + if many { "..." } else { "" });
+        } else {
+            let flag = match (arg.get_short(), arg.get_long()) {
+                (Some(short), Some(long)) => format!("-{short}|--{long}"),
+                (None, Some(long)) => format!("--{long}"),
+                (Some(short), None) => format!("-{short}"),
+                (None, None) => continue,
+            };
+            words.push(bold(&flag));
+            if arg.get_action().takes_values() {
+                words.push(italic(&value));
+            }
+        }
+        let words = words.join("\\ ");
+        parts.push(if arg.is_required_set() {
+            words
+        } else {
+            format!("[{words}]")
+        });
+    }
+    if command.has_subcommands() {
+        parts.push(italic("COMMAND"));
+    }
+    format!(".nh\n{}\n.hy\n", parts.join(" "))
 }
 
 /// `Heading:` blocks of indented `TERM  meaning` lines become man sections
@@ -82,7 +147,15 @@ fn notes_roff(notes: &str) -> String {
         roff.control("SH", [title.as_str()]);
         let mut in_paragraph = false;
         for line in lines {
-            if let Some(entry) = line.strip_prefix("  ") {
+            if let Some(example) = line.strip_prefix("    ") {
+                // An example command: set apart, one line as typed.
+                roff.control("RS", ["4"]);
+                roff.control("nf", []);
+                roff.text([roman(example)]);
+                roff.control("fi", []);
+                roff.control("RE", []);
+                in_paragraph = false;
+            } else if let Some(entry) = line.strip_prefix("  ") {
                 let (term, meaning) = entry.split_once("  ").unwrap_or((entry, ""));
                 roff.control("TP", []);
                 roff.text([bold(term.trim())]);

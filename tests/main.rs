@@ -18,3 +18,4 @@ mod postgres;
 mod recipes;
 mod run;
 mod wrapper;
+mod wrapper_ux;

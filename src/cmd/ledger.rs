@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::cli::{LedgerCommand, ListArgs};
+use crate::cli::{ColorChoice, LedgerCommand, ListArgs};
 use crate::exit::{self, Failure};
 use crate::ledger::{self, Attempt, ForgottenKey, Ledger, ListFilter, Location, Status};
 use crate::render;
@@ -26,13 +26,18 @@ const MAX_LINE: usize = 16 << 20;
 
 /// `quiet` (`-q`) silences the summaries of forget, prune and import, which
 /// are idem's own lines; data (list, show, export, metrics) always prints.
-pub fn run(command: &LedgerCommand, location: &Location, quiet: bool) -> Result<u8> {
+pub fn run(
+    command: &LedgerCommand,
+    location: &Location,
+    quiet: bool,
+    colour: ColorChoice,
+) -> Result<u8> {
     match command {
         LedgerCommand::Path => {
             println!("{}", location.display());
             Ok(exit::SUCCESS)
         }
-        LedgerCommand::List(args) => list(args, location),
+        LedgerCommand::List(args) => list(args, location, colour),
         LedgerCommand::Show { key, json, limit } => show(key, *json, *limit, location),
         LedgerCommand::Forget {
             keys,
@@ -50,7 +55,7 @@ pub fn run(command: &LedgerCommand, location: &Location, quiet: bool) -> Result<
     }
 }
 
-fn list(args: &ListArgs, location: &Location) -> Result<u8> {
+fn list(args: &ListArgs, location: &Location, colour: ColorChoice) -> Result<u8> {
     let filter = ListFilter {
         key_glob: args.key.clone(),
         statuses: args.status.clone(),
@@ -66,7 +71,7 @@ fn list(args: &ListArgs, location: &Location) -> Result<u8> {
         let array: Vec<_> = runs.iter().map(render::run_json).collect();
         writeln!(out, "{}", serde_json::to_string_pretty(&array)?)?;
     } else if !runs.is_empty() {
-        let table = render::runs_table(&runs, render::Style::for_stdout());
+        let table = render::runs_table(&runs, render::Style::for_stdout(colour));
         writeln!(out, "{}", render::table_text(&table))?;
     }
     Ok(exit::SUCCESS)

@@ -254,10 +254,17 @@ fn acquire(
                 claim => claim?,
             };
             if let Some(claim) = claim {
+                drop(spinner.take());
+                if recovered {
+                    reporter.aside(|| format!("{key}: the last run was abandoned (its outcome is unknown); running it again with IDEM_RECOVERED=1"));
+                }
                 return Ok(Acquired::Claimed(claim, recovered));
             }
         }
         let Decision { verdict, .. } = decision;
+        if !matches!(verdict, Verdict::Busy { .. } | Verdict::Lingering) {
+            drop(spinner.take());
+        }
         let code = match verdict {
             Verdict::Run { .. } => unreachable!("a run verdict always claims"),
             Verdict::Skip { finished_at } => skip(args, key, finished_at, ledger, reporter)?,
@@ -278,8 +285,8 @@ fn acquire(
             Verdict::Busy { .. } | Verdict::Lingering => {
                 let holder = match &verdict {
                     Verdict::Busy { owner, since } => format!(
-                        "is running elsewhere: pid {} on {} since {}",
-                        owner.pid,
+                        "is running elsewhere: {} on {} since {}",
+                        report::holder(owner),
                         owner.host,
                         local_time(*since)
                     ),
@@ -296,6 +303,7 @@ fn acquire(
                     std::thread::sleep(WAIT_POLL.min(until - Instant::now()));
                     continue;
                 }
+                drop(spinner.take());
                 let line = || format!(
                     "{key} {holder}; {}",
                     if args.wait.is_some() { "--wait ran out" } else { "--wait DUR waits for it" }

@@ -1,8 +1,9 @@
 //! idem's own lines on stderr, kept apart from the command's output.
 //!
 //! Silence is golden under cron, which mails any output: a skip is told only
-//! at a terminal or with `-v`; failures, retries and refusals always are
-//! (unless `-q`). Waits show a spinner at a terminal, else nothing.
+//! at a terminal, when `CI` is set (a CI log should say why a step did
+//! nothing) or with `-v`; failures, retries and refusals always are (unless
+//! `-q`). Waits show a spinner at a terminal, else nothing.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -10,11 +11,13 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::Progress;
+use crate::ledger::Owner;
 
 pub struct Reporter {
     quiet: bool,
     verbose: bool,
     terminal: bool,
+    ci: bool,
 }
 
 impl Reporter {
@@ -23,10 +26,13 @@ impl Reporter {
             Progress::Never => false,
             Progress::Auto => std::io::stderr().is_terminal(),
         };
+        // CI services set CI (to `true`, or `1`); an empty one is unset.
+        let ci = std::env::var_os("CI").is_some_and(|value| !value.is_empty());
         Reporter {
             quiet,
             verbose,
             terminal,
+            ci,
         }
     }
 
@@ -40,25 +46,66 @@ impl Reporter {
         }
     }
 
-    /// A line that prints only at a terminal or with `-v`: skips. Made
-    /// only when shown, since it may need the time-zone database.
+    /// A line that prints only at a terminal, under CI or with `-v`:
+    /// skips, and conflicts made skips. Made only when shown, since it may
+    /// need the time-zone database.
     pub fn info(&self, text: impl FnOnce() -> String) {
+        if !self.quiet && (self.terminal || self.ci || self.verbose) {
+            crate::exit::say(&text());
+        }
+    }
+
+    /// A line for a person watching, at a terminal or with `-v` only:
+    /// recovering an abandoned run, which the ledger records anyway.
+    pub fn aside(&self, text: impl FnOnce() -> String) {
         if !self.quiet && (self.terminal || self.verbose) {
             crate::exit::say(&text());
         }
     }
 
-    /// A spinner for a wait, at a terminal only.
-    pub fn spinner(&self) -> Option<ProgressBar> {
+    /// A spinner for a wait, at a terminal only; it erases itself when
+    /// dropped, so the line idem prints next starts on a clean line.
+    pub fn spinner(&self) -> Option<Spinner> {
         if self.quiet || !self.terminal {
             return None;
         }
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template("{spinner} idem: {msg}") {
+        // `wide_msg` cuts the message to the terminal's width: a line that
+        // wrapped would leave its first half behind at each redraw.
+        if let Ok(style) = ProgressStyle::with_template("{spinner} idem: {wide_msg}") {
             bar.set_style(style);
         }
         bar.enable_steady_tick(Duration::from_millis(100));
-        Some(bar)
+        Some(Spinner(bar))
+    }
+}
+
+/// A wait's spinner, cleared from the screen when the wait ends.
+pub struct Spinner(ProgressBar);
+
+impl std::ops::Deref for Spinner {
+    type Target = ProgressBar;
+
+    fn deref(&self) -> &ProgressBar {
+        &self.0
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Who holds a running key, for a conflict's line: the process group of
+/// the command's attempt when it is not idem's own pid (idem may be gone
+/// while the command it started still runs), else idem's pid.
+pub fn holder(owner: &Owner) -> String {
+    match owner.pgid {
+        Some(pgid) if pgid != owner.pid => {
+            format!("process group {pgid} (started by idem pid {})", owner.pid)
+        }
+        _ => format!("pid {}", owner.pid),
     }
 }
 

@@ -119,7 +119,39 @@ pub fn connect(config: &Config) -> Result<Client, String> {
         // does when it was built without TLS.
         _ => config.connect(NoTls),
     };
-    connected.map_err(|error| describe(&error))
+    connected.map_err(|error| match error.as_db_error() {
+        // The server answered: where it is was not the problem.
+        Some(_) => describe(&error),
+        None => format!("{} (tried {})", describe(&error), tried(config)),
+    })
+}
+
+/// Where a connection was tried, as libpq would go: each host with its
+/// port, a Unix socket folder as the socket file in it.
+fn tried(config: &Config) -> String {
+    let ports = config.get_ports();
+    let port = |at: usize| ports.get(at).or(ports.first()).copied().unwrap_or(5432);
+    let mut places: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(at, host)| match host {
+            Host::Tcp(name) => format!("{name} port {}", port(at)),
+            Host::Unix(folder) => format!(
+                "socket {}",
+                folder.join(format!(".s.PGSQL.{}", port(at))).display()
+            ),
+        })
+        .collect();
+    if places.is_empty() {
+        places = config
+            .get_hostaddrs()
+            .iter()
+            .enumerate()
+            .map(|(at, addr)| format!("{addr} port {}", port(at)))
+            .collect();
+    }
+    places.join(", ")
 }
 
 fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect, rustls::Error> {

@@ -1,0 +1,105 @@
+//! `idem __complete`: what the completion scripts ask of the ledger, at
+//! each press of TAB. It answers at once or not at all: it reads the
+//! SQLite file read-only by a range of the keys' unique index (a million
+//! keys cost one index seek), creates nothing, and prints nothing but
+//! candidates, so a missing or broken ledger only means no candidates.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::cli::Completable;
+use crate::ledger::Location;
+
+/// At most this many candidates: a shell shows no more usefully.
+const LIMIT: u32 = 200;
+
+/// Prints the candidates, one a line; always exits 0.
+pub fn run(what: Completable, prefix: &str, db: Option<&OsStr>) -> u8 {
+    let found = match (what, Location::resolve(db)) {
+        (Completable::Keys, Ok(Location::Sqlite(path))) => keys(&path, prefix),
+        // A shared ledger is a network round trip away: no candidates
+        // rather than a pause at every TAB.
+        _ => Vec::new(),
+    };
+    let mut text = String::new();
+    for key in found {
+        text.push_str(&key);
+        text.push('\n');
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    crate::exit::SUCCESS
+}
+
+/// Keys starting with `prefix`, in order. Keys holding a line break or a
+/// hidden character are left out: a shell would break them in two.
+fn keys(path: &Path, prefix: &str) -> Vec<String> {
+    let Some(connection) = open(path) else {
+        return Vec::new();
+    };
+    // [prefix, prefix + U+10FFFF): the keys' unique index compares bytes,
+    // and no UTF-8 character sorts after the largest one.
+    let upper = format!("{prefix}\u{10FFFF}");
+    let rows = connection
+        .prepare("SELECT key FROM keys WHERE key >= ?1 AND key < ?2 ORDER BY key LIMIT ?3")
+        .and_then(|mut statement| {
+            statement
+                .query_map(rusqlite::params![prefix, upper, LIMIT], |row| {
+                    row.get::<_, String>(0)
+                })?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    rows.unwrap_or_default()
+        .into_iter()
+        .filter(|key| !key.chars().any(crate::key::is_hidden))
+        .collect()
+}
+
+/// The ledger read-only, creating no file: without a write-ahead log the
+/// main file holds every commit and `immutable=1` reads it as it is; with
+/// one, `mode=ro` reads through the log's index.
+fn open(path: &Path) -> Option<Connection> {
+    if std::fs::symlink_metadata(path).map_or(true, |meta| !meta.is_file()) {
+        return None;
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let query = if std::fs::metadata(&wal).map_or(true, |wal| wal.len() == 0) {
+        "immutable=1"
+    } else {
+        "mode=ro"
+    };
+    let uri = format!("file:{}?{query}", percent(path));
+    let connection = Connection::open_with_flags(
+        uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )
+    .ok()?;
+    // A writer holding the file: give up quickly rather than stall TAB.
+    connection
+        .busy_timeout(std::time::Duration::from_millis(20))
+        .ok()?;
+    Some(connection)
+}
+
+/// `path` for a `file:` URI: every byte but the unreserved ones encoded.
+fn percent(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut text = String::new();
+    if path.is_absolute() {
+        text.push_str("//");
+    }
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            text.push(byte as char);
+        } else {
+            text.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    text
+}

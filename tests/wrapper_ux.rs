@@ -1,0 +1,687 @@
+//! idem's own words: skip lines under CI, usage errors that help, tables
+//! that fit the width, completions that hand over to the wrapped command,
+//! and the man pages' extra sections.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{assert_code, text, Env};
+
+/// Whether a tool is on PATH; under CI a missing one fails the test.
+fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found && std::env::var_os("CI").is_some() {
+        panic!("{tool} is not installed (.ci/run installs it)");
+    }
+    found
+}
+
+/// Runs `argv` in a fresh pseudo-terminal of `columns` columns, typing
+/// each of `keys` after `pause`; returns everything the terminal showed.
+fn in_pty(argv: &[&str], env: &[(&str, &str)], keys: &[&str], pause: Duration) -> String {
+    const SCRIPT: &str = r#"
+import json, os, pty, select, sys, time, fcntl, termios, struct
+spec = json.load(sys.stdin)
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ.update(spec["env"])
+    os.execvp(spec["argv"][0], spec["argv"])
+fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+out = b""
+def drain(seconds):
+    global out
+    end = time.time() + seconds
+    while time.time() < end:
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return False
+            if not data:
+                return False
+            out += data
+    return True
+alive = drain(spec["pause"])
+for key in spec["keys"]:
+    if not alive:
+        break
+    os.write(fd, key.encode())
+    alive = drain(spec["pause"])
+if alive:
+    drain(spec["pause"])
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+"#;
+    let spec = serde_json::json!({
+        "argv": argv,
+        "env": env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "keys": keys,
+        "pause": pause.as_secs_f64(),
+    });
+    let mut child = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(spec.to_string().as_bytes())
+        .unwrap();
+    text(&child.wait_with_output().unwrap().stdout)
+}
+
+/// The folder of the idem under test, for a PATH that finds it.
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_idem"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+// ---- 1. skip lines under CI -------------------------------------------------
+
+#[test]
+fn a_skip_is_told_when_ci_is_set() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    let cron = env.run(["run", "--key", "k", "--", "true"]);
+    assert_code(&cron, 0);
+    assert_eq!(text(&cron.stderr), "", "silent under cron");
+    let ci = env
+        .idem(["run", "--key", "k", "--", "true"])
+        .env("CI", "true")
+        .output()
+        .unwrap();
+    assert_code(&ci, 0);
+    let stderr = text(&ci.stderr);
+    assert!(
+        stderr.starts_with("idem: skipped k: succeeded at ")
+            && stderr.trim_end().ends_with("--force runs it again")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let quiet = env
+        .idem(["-q", "run", "--key", "k", "--", "true"])
+        .env("CI", "true")
+        .output()
+        .unwrap();
+    assert_eq!(text(&quiet.stderr), "", "-q wins over CI");
+}
+
+#[test]
+fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
+    let env = Env::new();
+    let pgid_file = env.path("pgid");
+    let script = format!(
+        "ps -o ppid= $$ | tr -d ' ' > '{}.tmp'; mv '{0}.tmp' '{0}'; sleep 5",
+        pgid_file.display()
+    );
+    let mut holder = env
+        .idem(["run", "--key", "busy", "--shell", "--", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !pgid_file.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pgid = std::fs::read_to_string(&pgid_file).unwrap();
+    let pgid = pgid.trim();
+    let cron = env.run([
+        "run",
+        "--key",
+        "busy",
+        "--conflict-exit-code",
+        "0",
+        "--",
+        "true",
+    ]);
+    assert_code(&cron, 0);
+    assert_eq!(text(&cron.stderr), "");
+    let ci = env
+        .idem([
+            "run",
+            "--key",
+            "busy",
+            "--conflict-exit-code",
+            "0",
+            "--",
+            "true",
+        ])
+        .env("CI", "1")
+        .output()
+        .unwrap();
+    assert_code(&ci, 0);
+    let stderr = text(&ci.stderr);
+    assert!(stderr.contains("busy is running elsewhere"), "{stderr}");
+    // The process group of the run's guardian (the command's parent, which
+    // holds every process of the run), not idem's pid, holds the key.
+    assert!(
+        stderr.contains(&format!("process group {pgid}")),
+        "{stderr} (pgid {pgid}, idem {})",
+        holder.id()
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holder.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    holder.wait().unwrap();
+}
+
+#[test]
+fn recovering_an_abandoned_run_is_told_with_verbose() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let started = env.path("started");
+    let script = format!("echo x > '{}'; exec sleep 30", started.display());
+    let mut first = env
+        .idem(["run", "--key", "a", "--shell", "--", &script])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while !started.exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    first.wait().unwrap();
+    let output = env.run(["-v", "run", "--key", "a", "--wait", "10s", "--", "true"]);
+    assert_code(&output, 0);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("idem: a: the last run was abandoned")
+            && stderr.contains("IDEM_RECOVERED=1"),
+        "{stderr}"
+    );
+}
+
+// ---- 2. usage errors that help ---------------------------------------------
+
+/// The one line of a usage error (exit 2).
+fn usage_line(env: &Env, args: &[&str]) -> String {
+    let output = env.run(args);
+    assert_code(&output, 2);
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("idem: "), "{stderr}");
+    let first = stderr.trim_start_matches("idem: ").chars().next().unwrap();
+    assert!(!first.is_uppercase(), "lowercase: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_missing_double_dash_is_named_with_the_corrected_line() {
+    let env = Env::new();
+    let line = usage_line(&env, &["run", "--key", "k", "echo", "hi"]);
+    assert!(line.contains("put -- before the command"), "{line}");
+    assert!(line.contains("idem run --key k -- echo hi"), "{line}");
+    assert!(line.contains("idem run --help"), "{line}");
+    assert!(!line.contains("(see idem --help)"), "{line}");
+}
+
+#[test]
+fn suggestions_match_what_was_meant() {
+    let env = Env::new();
+    let line = usage_line(&env, &["run", "--key", "k", "--retry", "3", "--", "true"]);
+    assert!(line.contains("--retries"), "{line}");
+    assert!(!line.contains("--retry-on"), "{line}");
+    assert!(line.contains("idem run --help"), "{line}");
+    let line = usage_line(&env, &["ledger", "list", "--limt", "3"]);
+    assert!(line.contains("--limit"), "{line}");
+    assert!(line.contains("idem ledger list --help"), "{line}");
+    let line = usage_line(
+        &env,
+        &["run", "--key", "k", "--timeout", "soon", "--", "true"],
+    );
+    assert!(line.contains("idem run --help"), "{line}");
+}
+
+#[test]
+fn a_bad_idem_progress_is_a_warning_not_a_failed_job() {
+    let env = Env::new();
+    let output = env
+        .idem(["run", "--key", "k", "--", "echo", "ran"])
+        .env("IDEM_PROGRESS", "sometimes")
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "ran\n");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with("idem: warning: ")
+            && stderr.contains("IDEM_PROGRESS")
+            && stderr.contains("auto")
+            && stderr.contains("never")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let help = env.run(["run", "--help"]);
+    assert!(text(&help.stdout).contains("IDEM_PROGRESS"));
+    assert!(text(&help.stdout).contains("--progress"));
+}
+
+// ---- 4. tables that fit ----------------------------------------------------
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn table_env() -> Env {
+    let env = Env::new();
+    let long = "echo a-long-command-line-that-would-never-fit-in-a-narrow-terminal-at-all";
+    for key in ["nightly-backup-2026-12-01", "k"] {
+        assert_code(&env.run(["run", "--key", key, "--shell", "--", long]), 0);
+    }
+    env
+}
+
+#[test]
+fn the_list_table_fits_the_width_and_never_splits_a_header() {
+    let env = table_env();
+    for columns in [40usize, 60, 100, 200] {
+        let output = env
+            .idem(["ledger", "list", "--color", "always"])
+            .env("COLUMNS", columns.to_string())
+            .output()
+            .unwrap();
+        assert_code(&output, 0);
+        let table = strip_ansi(&text(&output.stdout));
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines.len(),
+            3,
+            "a header and two rows at {columns}:\n{table}"
+        );
+        for line in &lines {
+            assert!(
+                line.chars().count() <= columns,
+                "{} > {columns}:\n{table}",
+                line.chars().count()
+            );
+        }
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        for word in &header {
+            assert!(
+                ["KEY", "STATUS", "EXIT", "ATTEMPTS", "STARTED", "DURATION", "HOST", "COMMAND"]
+                    .contains(word),
+                "a split header {word:?} at {columns}:\n{table}"
+            );
+        }
+        assert!(header.contains(&"KEY") && header.contains(&"STATUS"));
+        if columns >= 100 {
+            assert_eq!(header.len(), 8, "every column at {columns}:\n{table}");
+            // The command shrinks first: the key is whole.
+            assert!(lines[2].contains("nightly-backup-2026-12-01"), "{table}");
+        }
+        if columns == 200 {
+            assert!(table.contains("narrow-terminal-at-all"), "{table}");
+        }
+    }
+}
+
+#[test]
+fn colour_follows_color_term_and_no_color() {
+    let env = table_env();
+    let list = |args: &[&str], vars: &[(&str, &str)]| {
+        let mut command = env.idem(args);
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        text(&command.output().unwrap().stdout)
+    };
+    assert!(list(&["ledger", "list", "--color", "always"], &[]).contains('\x1b'));
+    assert!(list(&["--color", "always", "ledger", "list"], &[]).contains('\x1b'));
+    assert!(!list(&["ledger", "list", "--color", "never"], &[]).contains('\x1b'));
+    assert!(
+        !list(&["ledger", "list"], &[]).contains('\x1b'),
+        "not a terminal"
+    );
+    let bad = env.run(["ledger", "list", "--color", "sometimes"]);
+    assert_code(&bad, 2);
+    if !have("python3") {
+        return;
+    }
+    let idem = env!("CARGO_BIN_EXE_idem");
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    let at_terminal = |term: &str, no_color: &str| {
+        let mut vars = vec![("IDEM_DB", db), ("TERM", term), ("TZ", "UTC")];
+        if !no_color.is_empty() {
+            vars.push(("NO_COLOR", no_color));
+        }
+        in_pty(
+            &[idem, "ledger", "list"],
+            &vars,
+            &[],
+            Duration::from_millis(500),
+        )
+    };
+    assert!(
+        at_terminal("xterm", "").contains("\x1b["),
+        "colour at a terminal"
+    );
+    assert!(
+        !at_terminal("dumb", "").contains("\x1b["),
+        "none for TERM=dumb"
+    );
+    assert!(
+        !at_terminal("xterm", "1").contains("\x1b["),
+        "none with NO_COLOR"
+    );
+}
+
+// ---- 5. small things ---------------------------------------------------------
+
+#[test]
+fn an_unreachable_postgres_names_the_host_port_or_socket_tried() {
+    let env = Env::new();
+    let output = env
+        .idem(["--db", "postgres:///x", "ledger", "list"])
+        .env("PGHOST", "/nonexistent/pg")
+        .env_remove("PGPORT")
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("/nonexistent/pg/.s.PGSQL.5432"), "{stderr}");
+    let output = env
+        .idem(["--db", "postgres:///x", "ledger", "list"])
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", "1")
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("127.0.0.1 port 1"), "{stderr}");
+}
+
+#[test]
+fn the_wait_spinner_is_cleared_when_the_wait_ends() {
+    if !have("python3") {
+        return;
+    }
+    let env = Env::new();
+    let started = env.path("started");
+    let script = format!("echo x > '{}'; sleep 1.5", started.display());
+    let mut holder = env
+        .idem(["run", "--key", "w", "--shell", "--", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while !started.exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let idem = env!("CARGO_BIN_EXE_idem");
+    let db = env.db();
+    let shown = in_pty(
+        &[
+            idem, "run", "--key", "w", "--wait", "10s", "--shell", "--", &script,
+        ],
+        &[("IDEM_DB", db.to_str().unwrap()), ("TERM", "xterm")],
+        &[],
+        Duration::from_secs(3),
+    );
+    holder.wait().unwrap();
+    let last = shown.rfind("waiting for w").expect("the spinner showed");
+    // One line that fits the terminal (no cursor moves between lines),
+    // erased after its last frame, before idem's next line.
+    assert!(!shown.contains("\x1b[1B"), "the spinner wrapped: {shown:?}");
+    let after = &shown[last..];
+    let skipped = after.find("idem: skipped w").expect("the skip line");
+    assert!(after[..skipped].contains("\r\x1b[2K"), "{shown:?}");
+}
+// ---- 3. completions ----------------------------------------------------------
+
+/// An interactive bash with bash-completion and idem's script loaded.
+fn bash_completes(env: &Env, typed: &str) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let rc = env.path("bashrc");
+    std::fs::write(
+        &rc,
+        format!(
+            "PS1='$ '\nsource /usr/share/bash-completion/bash_completion\n\
+             source {root}/completions/idem.bash\nbind 'set show-all-if-ambiguous on'\n\
+             bind 'set completion-query-items 0'\nbind 'set page-completions off'\n"
+        ),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let db = env.db();
+    in_pty(
+        &[
+            "bash",
+            "--noprofile",
+            "--rcfile",
+            rc.to_str().unwrap(),
+            "-i",
+        ],
+        &[
+            ("PATH", &path),
+            ("IDEM_DB", db.to_str().unwrap()),
+            ("TERM", "dumb"),
+            ("HOME", env.dir.path().to_str().unwrap()),
+        ],
+        &[typed, "\t", "\t"],
+        Duration::from_millis(1500),
+    )
+}
+
+#[test]
+fn bash_hands_the_words_after_double_dash_to_the_command() {
+    if !have("bash") || !have("git") || !have("python3") {
+        return;
+    }
+    assert!(
+        Path::new("/usr/share/bash-completion/bash_completion").exists()
+            || std::env::var_os("CI").is_none(),
+        "bash-completion is not installed (.ci/run installs it)"
+    );
+    if !Path::new("/usr/share/bash-completion/bash_completion").exists() {
+        return;
+    }
+    let env = Env::new();
+    let shown = bash_completes(&env, "idem run --key k -- git ch");
+    assert!(
+        shown.contains("checkout") && shown.contains("cherry-pick"),
+        "{shown}"
+    );
+    let shown = bash_completes(&env, "idem run --key k -- ech");
+    assert!(shown.contains("idem run --key k -- echo "), "{shown}");
+}
+
+#[test]
+fn bash_completes_keys_from_the_ledger() {
+    if !have("bash") || !have("python3") {
+        return;
+    }
+    if !Path::new("/usr/share/bash-completion/bash_completion").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "bash-completion is missing"
+        );
+        return;
+    }
+    let env = Env::new();
+    for key in ["backup-2026-12-01", "backup-2026-12-02", "report"] {
+        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+    }
+    let shown = bash_completes(&env, "idem ledger show back");
+    assert!(
+        shown.contains("backup-2026-12-01") && shown.contains("backup-2026-12-02"),
+        "{shown}"
+    );
+    assert!(!shown.contains("report"), "{shown}");
+    let shown = bash_completes(&env, "idem ledger forget rep");
+    assert!(shown.contains("idem ledger forget report "), "{shown}");
+    let shown = bash_completes(&env, "idem run --key rep");
+    assert!(shown.contains("idem run --key report "), "{shown}");
+}
+
+#[test]
+fn the_key_helper_answers_fast_at_a_million_runs() {
+    if !have("sqlite3") {
+        return;
+    }
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "seed", "--", "true"]), 0);
+    let filled = Command::new("sqlite3")
+        .arg(env.db())
+        .arg(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
+             INSERT INTO keys (key) SELECT printf('job-%07d', i) FROM n;",
+        )
+        .status()
+        .unwrap();
+    assert!(filled.success());
+    let ask = |prefix: &str| env.run(["__complete", "keys", prefix]);
+    let output = ask("job-000012");
+    assert_code(&output, 0);
+    let keys: Vec<String> = text(&output.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(keys.len(), 10, "{keys:?}");
+    assert_eq!(keys[0], "job-0000120");
+    assert_eq!(text(&ask("se").stdout), "seed\n");
+    assert_eq!(text(&ask("nothing").stdout), "");
+    let fastest = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            assert_code(&ask("job-09"), 0);
+            start.elapsed()
+        })
+        .min()
+        .unwrap();
+    assert!(fastest < Duration::from_millis(50), "took {fastest:?}");
+    // No ledger yet: nothing, quietly.
+    let empty = Env::new();
+    let output = empty.run(["__complete", "keys", ""]);
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "");
+    assert!(!empty.db().exists(), "completing creates no ledger");
+}
+
+#[test]
+fn zsh_and_fish_scripts_hand_over_and_complete_keys() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let zsh = std::fs::read_to_string(format!("{root}/completions/_idem")).unwrap();
+    assert!(zsh.contains("_normal"), "zsh hands over with _normal");
+    assert!(zsh.contains("__complete keys"), "zsh completes keys");
+    let fish = std::fs::read_to_string(format!("{root}/completions/idem.fish")).unwrap();
+    assert!(fish.contains("__fish_complete_subcommand"));
+    assert!(fish.contains("__complete keys"));
+    if have("zsh") {
+        let check = Command::new("zsh")
+            .args(["-n", &format!("{root}/completions/_idem")])
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{}", text(&check.stderr));
+    }
+    if have("fish") {
+        let env = Env::new();
+        assert_code(&env.run(["run", "--key", "report", "--", "true"]), 0);
+        let path = format!(
+            "{}:{}",
+            bin_dir().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let complete = |line: &str| {
+            let output = Command::new("fish")
+                .args([
+                    "--no-config",
+                    "-c",
+                    &format!("source {root}/completions/idem.fish; complete -C '{line}'"),
+                ])
+                .env("PATH", &path)
+                .env("IDEM_DB", env.db())
+                .env("HOME", env.dir.path())
+                .output()
+                .unwrap();
+            text(&output.stdout)
+        };
+        let keys = complete("idem ledger show rep");
+        assert!(
+            keys.lines().any(|line| line.starts_with("report")),
+            "{keys}"
+        );
+        let commands = complete("idem run --key k -- ech");
+        assert!(
+            commands.lines().any(|line| line.starts_with("echo")),
+            "{commands}"
+        );
+    }
+}
+
+// ---- 6. man pages ------------------------------------------------------------
+
+#[test]
+fn the_run_man_page_has_examples_files_see_also_and_formats() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/man/idem-run.1")).unwrap();
+    for needed in [
+        ".SH EXAMPLES",
+        ".SH FILES",
+        ".SH \"SEE ALSO\"",
+        "ledger.db\\-wal",
+        "ledger.db\\-shm",
+        "ledger.db\\-lock",
+        "flock(1)",
+        "timeout(1)",
+        "chronic(1)",
+        "crontab(5)",
+        "systemd.timer(5)",
+        "2026\\-12\\-01T08",
+        "2026\\-W49",
+        "IDEM_PROGRESS",
+        "\\fIKEY\\fR",
+    ] {
+        assert!(page.contains(needed), "idem-run.1 lacks {needed}");
+    }
+    let synopsis = page
+        .split(".SH SYNOPSIS")
+        .nth(1)
+        .and_then(|rest| rest.split(".SH").next())
+        .unwrap();
+    assert!(synopsis.contains("\\fIDUR\\fR"), "{synopsis}");
+    assert!(synopsis.contains("\\fIN\\fR"), "{synopsis}");
+    assert!(synopsis.contains("\\-\\-"), "{synopsis}");
+    let top = std::fs::read_to_string(format!("{root}/man/idem.1")).unwrap();
+    for needed in [".SH EXAMPLES", ".SH FILES", ".SH \"SEE ALSO\""] {
+        assert!(top.contains(needed), "idem.1 lacks {needed}");
+    }
+}
