@@ -241,6 +241,25 @@ impl Server {
         }
     }
 
+    /// Makes the server listen on `address` too (trusting clients on its
+    /// subnets),
+    /// restarting it; returns the port.
+    pub fn listen_on(&mut self, address: &str) -> u16 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let hba = self.data().join("pg_hba.conf");
+        let mut rules = std::fs::read_to_string(&hba).unwrap();
+        rules.push_str("host all all samenet trust\n");
+        std::fs::write(&hba, rules).unwrap();
+        self.extra = format!("-c listen_addresses={address} -p {port}");
+        // The Unix socket takes the port's number too.
+        self.port = Some(port);
+        self.restart();
+        port
+    }
+
     /// Restarts the server, cutting every connection.
     pub fn restart(&self) {
         self.pg_ctl("restart");

@@ -1127,3 +1127,164 @@ fn postgres_a_lease_counts_from_when_the_claim_is_written() {
     assert!(owner.wait().unwrap().success());
     assert_eq!(pg.count("overlaps"), 0);
 }
+
+/// A network namespace holding a veth link to this one, so that a test can
+/// cut the network between idem and the server; gone when dropped.
+struct Link {
+    namespace: String,
+    outside: String,
+}
+
+impl Link {
+    /// `10.N.0.1` here, `10.N.0.2` inside; `None` (or a failure under CI)
+    /// when namespaces cannot be made.
+    fn new(n: u8) -> Option<Link> {
+        let pid = std::process::id();
+        let link = Link {
+            namespace: format!("idem-part-{pid}"),
+            outside: format!("idp{}a", pid % 100_000),
+        };
+        let inside = format!("idp{}b", pid % 100_000);
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|status| status.success())
+        };
+        let made = ip(&["netns", "add", &link.namespace])
+            && ip(&[
+                "link",
+                "add",
+                &link.outside,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &inside,
+            ])
+            && ip(&["link", "set", &inside, "netns", &link.namespace])
+            && ip(&[
+                "addr",
+                "add",
+                &format!("10.{n}.0.1/24"),
+                "dev",
+                &link.outside,
+            ])
+            && ip(&["link", "set", &link.outside, "up"])
+            && ip(&[
+                "netns",
+                "exec",
+                &link.namespace,
+                "ip",
+                "addr",
+                "add",
+                &format!("10.{n}.0.2/24"),
+                "dev",
+                &inside,
+            ])
+            && ip(&[
+                "netns",
+                "exec",
+                &link.namespace,
+                "ip",
+                "link",
+                "set",
+                &inside,
+                "up",
+            ]);
+        if !crate::liveness::require(made, "`ip netns` and veth links (root, iproute2)") {
+            return None;
+        }
+        Some(link)
+    }
+
+    fn cut(&self) {
+        let status = Command::new("ip")
+            .args(["link", "set", &self.outside, "down"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.outside])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.namespace])
+            .status();
+    }
+}
+
+#[test]
+fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
+    let Some(mut pg) =
+        Pg::new("postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time")
+    else {
+        return;
+    };
+    let Some(link) = Link::new(77) else {
+        return;
+    };
+    let port = pg.server.listen_on("10.77.0.1");
+    let url = format!("postgresql://postgres@10.77.0.1:{port}/idem");
+    let pid_file = pg.env.path("pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+    let template = pg.idem([
+        "run", "--key", "p", "--lease", "3s", "--shell", "--", &script,
+    ]);
+    let mut owner = crate::util::wrapped(&template, &["ip", "netns", "exec", &link.namespace])
+        .env("IDEM_DB", &url)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !pid_file.exists() {
+        if owner.try_wait().unwrap().is_some() {
+            let output = owner.wait_with_output().unwrap();
+            panic!("idem ended early: {}", text(&output.stderr));
+        }
+        assert!(Instant::now() < until, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for_attempt(&pg);
+    let command: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cut = Instant::now();
+    link.cut();
+    // The command is stopped before its lease ends, by idem or its guardian.
+    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(command), None).is_ok() {
+        assert!(
+            cut.elapsed() < Duration::from_secs(30),
+            "the command ran on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped = cut.elapsed();
+    while owner.try_wait().unwrap().is_none() {
+        if cut.elapsed() > Duration::from_secs(90) {
+            owner.kill().unwrap();
+            panic!("idem still waits for a partitioned server after 90s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let exited = cut.elapsed();
+    let output = owner.wait_with_output().unwrap();
+    eprintln!("partitioned: command stopped after {stopped:?}, idem exited after {exited:?}");
+    assert!(
+        stopped < Duration::from_secs(3),
+        "stopped after {stopped:?}"
+    );
+    assert!(exited < Duration::from_secs(60), "exited after {exited:?}");
+    assert_code(&output, 125);
+    assert!(
+        text(&output.stderr).contains("does not run unowned"),
+        "{}",
+        text(&output.stderr)
+    );
+}
