@@ -29,6 +29,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet),
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
+        Command::Status(args) => cmd::status::run(args, &location()?),
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "idem", &mut std::io::stdout());
             Ok(exit::SUCCESS)

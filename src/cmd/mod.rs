@@ -2,6 +2,7 @@
 
 pub mod doctor;
 pub mod ledger;
+pub mod status;
 
 use clap::error::ErrorKind;
 
