@@ -1139,8 +1139,8 @@ impl Ledger for SqliteLedger {
             // their owners are asked of the kernel.
             let mut running = self.conn.prepare(
                 "SELECT r.job_id, k.id, k.owner_lock, k.owner_boot FROM runs r
-                 JOIN keys k ON k.head = r.id
-                 WHERE r.status = 'running' AND r.status <> 'succeeded'",
+                 CROSS JOIN keys k ON k.id = r.key_id
+                 WHERE r.status = 'running' AND r.status <> 'succeeded' AND k.head = r.id",
             )?;
             let rows = running.query_map([], |row| {
                 Ok((
