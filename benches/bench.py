@@ -75,6 +75,44 @@ def make_big_ledger(db, env, runs, keys):
     sh(str(IDEM), "run", "--key", "bench", "--", "true", env=env)
 
 
+def make_jobs_ledger(db, env, runs, jobs):
+    """A ledger of `runs` runs of `jobs` daily jobs (`job-N-{date}`), a key
+    per job and day, with the jobs' figures as idem keeps them."""
+    sh(str(IDEM), "run", "--key", "seed", "--", "true", env=env)
+    sql = f"""
+    PRAGMA journal_mode = WAL;
+    BEGIN;
+    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {jobs})
+    INSERT INTO jobs (id, job, template, zone, host, command, shell)
+    SELECT 1000 + i, 'job-' || i || '-{{date}}', 'job-' || i || '-{{date}}', 'UTC', 'bench-host',
+           CAST('/usr/local/bin/backup' || x'00' || '--all' AS BLOB), 0 FROM n;
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {runs} - 1)
+    INSERT INTO keys (id, key)
+    SELECT 1000000 + i, 'job-' || (1 + i % {jobs}) || '-' || date(1700000000 + (i / {jobs}) * 86400, 'unixepoch')
+    FROM n;
+    INSERT INTO runs (id, run_id, key_id, job_id, status, exit_code, signal, attempts, started_at,
+                      finished_at, host, pid, command, shell, recovered)
+    SELECT k.id, randomblob(16), k.id, 1000 + 1 + (k.id - 1000000) % {jobs},
+           CASE WHEN k.id % 10 = 0 THEN 'failed' ELSE 'succeeded' END,
+           CASE WHEN k.id % 10 = 0 THEN 1 ELSE 0 END, NULL, 1,
+           (1700000000 + ((k.id - 1000000) / {jobs}) * 86400) * 1000 + 7200000,
+           (1700000000 + ((k.id - 1000000) / {jobs}) * 86400) * 1000 + 7201500,
+           'bench-host', 1000, CAST('/usr/local/bin/backup' || x'00' || '--all' AS BLOB), 0, 0
+    FROM keys k WHERE k.id >= 1000000;
+    UPDATE keys SET head = id WHERE id >= 1000000;
+    UPDATE jobs SET (first_run, last_run, checked_at, succeeded, failed, last_success) =
+        (SELECT min(started_at), max(started_at), max(started_at), sum(status = 'succeeded'),
+                sum(status = 'failed'), max(CASE WHEN status = 'succeeded' THEN finished_at END)
+         FROM runs WHERE job_id = jobs.id)
+    WHERE id > 1000;
+    UPDATE jobs SET last_status = 'succeeded', last_exit = 0, strip = 'sssssssssfsssssssss',
+        ok_keys = '' WHERE id > 1000;
+    COMMIT;
+    PRAGMA wal_checkpoint(TRUNCATE);
+    """
+    sh("sqlite3", str(db), input=sql.encode(), stdout=subprocess.DEVNULL)
+
+
 def ledger_bytes(db):
     """Bytes the ledger holds, WAL folded in."""
     sh("sqlite3", str(db), "PRAGMA wal_checkpoint(TRUNCATE);", stdout=subprocess.DEVNULL)
@@ -175,6 +213,17 @@ def main():
                                           f"{IDEM} --db {big} ledger list --limit 50"], runs, env)
         table.add(f"ledger list --limit 50, {big_runs} runs / 10 runs", f"{list_big / list_small:.2f}x",
                   "<= 1.2x", list_big <= 1.2 * list_small)
+
+        jobs = 20 if quick else 1000
+        print(f"status and metrics, {big_runs} runs of {jobs} daily jobs", flush=True)
+        by_job = work / "jobs" / "ledger.db"
+        make_jobs_ledger(by_job, idem_env(work, by_job), big_runs, jobs)
+        status, metrics = hyperfine([f"sh -c '{IDEM} --db {by_job} status > /dev/null; true'",
+                                     f"{IDEM} --db {by_job} ledger metrics"], max(10, runs // 10), env)
+        table.add(f"idem status, {big_runs} runs of {jobs} jobs", f"{status * 1e3:.1f} ms", "< 50 ms",
+                  status < 0.05)
+        table.add(f"ledger metrics, {big_runs} runs of {jobs} jobs", f"{metrics * 1e3:.1f} ms", "< 50 ms",
+                  metrics < 0.05)
 
         print("storage per run", flush=True)
         n = 200 if quick else 2000

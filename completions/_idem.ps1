@@ -33,6 +33,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND under KEY unless KEY already succeeded')
             [CompletionResult]::new('ledger', 'ledger', [CompletionResultType]::ParameterValue, 'Inspect and maintain the ledger')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check a ledger for problems without changing anything')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -41,6 +42,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         'idem;run' {
             [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces')
             [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces')
+            [CompletionResult]::new('--job', '--job', [CompletionResultType]::ParameterName, 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]')
             [CompletionResult]::new('--retries', '--retries', [CompletionResultType]::ParameterName, 'Further attempts after a failed one; 0 = one attempt')
             [CompletionResult]::new('--backoff', '--backoff', [CompletionResultType]::ParameterName, 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))')
             [CompletionResult]::new('--max-backoff', '--max-backoff', [CompletionResultType]::ParameterName, 'Cap on one delay between attempts')
@@ -51,7 +53,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--timeout-signal', '--timeout-signal', [CompletionResultType]::ParameterName, 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)')
             [CompletionResult]::new('--splay', '--splay', [CompletionResultType]::ParameterName, 'Wait a random time in [0, DUR] before claiming (spreads a fleet''s load)')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'A success counts for DUR; after that the key runs again [default: forever]')
+            [CompletionResult]::new('--catch-up', '--catch-up', [CompletionResultType]::ParameterName, 'First run, oldest first, the earlier periods of the key''s template within the last N whose key never succeeded, back to the job''s first run (each its own key, IDEM_SLOT set)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, wait up to DUR and adopt its outcome')
+            [CompletionResult]::new('--lock', '--lock', [CompletionResultType]::ParameterName, 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)')
             [CompletionResult]::new('--on-abandoned', '--on-abandoned', [CompletionResultType]::ParameterName, 'What to do when the last run died without an outcome')
             [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')
@@ -92,14 +96,16 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('export', 'export', [CompletionResultType]::ParameterValue, 'Every run with its attempts, as JSON Lines')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Read an export stream from stdin into this ledger (idempotent)')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
-            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-key metrics in the Prometheus text format')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'idem;ledger;list' {
             [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Only keys matching this glob (* ? [..])')
+            [CompletionResult]::new('--job', '--job', [CompletionResultType]::ParameterName, 'Only runs of jobs matching this glob (* ? [..])')
             [CompletionResult]::new('--status', '--status', [CompletionResultType]::ParameterName, 'Only runs with this status (repeatable)')
-            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only runs started within DUR, or since an RFC 3339 time')
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only runs started within DUR, or since a time: 2026-12-01, "2026-12-01 08:15", or RFC 3339 (local time unless it says)')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'Only runs started before DUR ago, or up to a time (as --since)')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'At most N runs')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
@@ -202,6 +208,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         'idem;ledger;metrics' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('--per-key', '--per-key', [CompletionResultType]::ParameterName, 'Also the per-key families (idem_key_*), a series set per key')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -220,7 +227,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('export', 'export', [CompletionResultType]::ParameterValue, 'Every run with its attempts, as JSON Lines')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Read an export stream from stdin into this ledger (idempotent)')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
-            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-key metrics in the Prometheus text format')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -249,6 +256,21 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;ledger;help;help' {
+            break
+        }
+        'idem;status' {
+            [CompletionResult]::new('--job', '--job', [CompletionResultType]::ParameterName, 'Only jobs matching this glob (* ? [..])')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'idem;doctor' {
@@ -281,6 +303,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         'idem;help' {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND under KEY unless KEY already succeeded')
             [CompletionResult]::new('ledger', 'ledger', [CompletionResultType]::ParameterValue, 'Inspect and maintain the ledger')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check a ledger for problems without changing anything')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -297,7 +320,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('export', 'export', [CompletionResultType]::ParameterValue, 'Every run with its attempts, as JSON Lines')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Read an export stream from stdin into this ledger (idempotent)')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
-            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-key metrics in the Prometheus text format')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
             break
         }
         'idem;help;ledger;list' {
@@ -322,6 +345,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;help;ledger;metrics' {
+            break
+        }
+        'idem;help;status' {
             break
         }
         'idem;help;doctor' {

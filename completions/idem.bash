@@ -31,6 +31,9 @@ _idem_clap() {
             idem,run)
                 cmd="idem__subcmd__run"
                 ;;
+            idem,status)
+                cmd="idem__subcmd__status"
+                ;;
             idem__subcmd__help,completions)
                 cmd="idem__subcmd__help__subcmd__completions"
                 ;;
@@ -45,6 +48,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__help,run)
                 cmd="idem__subcmd__help__subcmd__run"
+                ;;
+            idem__subcmd__help,status)
+                cmd="idem__subcmd__help__subcmd__status"
                 ;;
             idem__subcmd__help__subcmd__ledger,export)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__export"
@@ -131,7 +137,7 @@ _idem_clap() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger doctor completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -197,7 +203,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help)
-            opts="run ledger doctor completions help"
+            opts="run ledger status doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -379,6 +385,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__run)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__status)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -621,7 +641,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__list)
-            opts="-q -v -h -V --key --status --since --limit --json --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --key --job --status --since --until --limit --json --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -631,11 +651,19 @@ _idem_clap() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --job)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --status)
                     COMPREPLY=($(compgen -W "running succeeded failed abandoned" -- "${cur}"))
                     return 0
                     ;;
                 --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -659,7 +687,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__metrics)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --per-key --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -755,7 +783,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --force --wait --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -766,6 +794,10 @@ _idem_clap() {
                     return 0
                     ;;
                 -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --job)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -809,7 +841,15 @@ _idem_clap() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --catch-up)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lock)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -834,6 +874,32 @@ _idem_clap() {
                     return 0
                     ;;
                 --lease)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__status)
+            opts="-q -v -h -V --job --json --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --job)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

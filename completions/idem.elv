@@ -30,6 +30,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --version 'Print version'
             cand run 'Run COMMAND under KEY unless KEY already succeeded'
             cand ledger 'Inspect and maintain the ledger'
+            cand status 'One line per job: its state, last run and success, failures in a row'
             cand doctor 'Check a ledger for problems without changing anything'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -37,6 +38,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;run'= {
             cand -k 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces'
             cand --key 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces'
+            cand --job 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]'
             cand --retries 'Further attempts after a failed one; 0 = one attempt'
             cand --backoff 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))'
             cand --max-backoff 'Cap on one delay between attempts'
@@ -47,7 +49,9 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --timeout-signal 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)'
             cand --splay 'Wait a random time in [0, DUR] before claiming (spreads a fleet''s load)'
             cand --ttl 'A success counts for DUR; after that the key runs again [default: forever]'
+            cand --catch-up 'First run, oldest first, the earlier periods of the key''s template within the last N whose key never succeeded, back to the job''s first run (each its own key, IDEM_SLOT set)'
             cand --wait 'If the key is running elsewhere, wait up to DUR and adopt its outcome'
+            cand --lock 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)'
             cand --on-abandoned 'What to do when the last run died without an outcome'
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'
@@ -87,13 +91,15 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand export 'Every run with its attempts, as JSON Lines'
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
             cand path 'Print the resolved ledger location'
-            cand metrics 'Per-key metrics in the Prometheus text format'
+            cand metrics 'Per-job metrics in the Prometheus text format'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;list'= {
             cand --key 'Only keys matching this glob (* ? [..])'
+            cand --job 'Only runs of jobs matching this glob (* ? [..])'
             cand --status 'Only runs with this status (repeatable)'
-            cand --since 'Only runs started within DUR, or since an RFC 3339 time'
+            cand --since 'Only runs started within DUR, or since a time: 2026-12-01, "2026-12-01 08:15", or RFC 3339 (local time unless it says)'
+            cand --until 'Only runs started before DUR ago, or up to a time (as --since)'
             cand --limit 'At most N runs'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
@@ -189,6 +195,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;ledger;metrics'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand --per-key 'Also the per-key families (idem_key_*), a series set per key'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -206,7 +213,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand export 'Every run with its attempts, as JSON Lines'
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
             cand path 'Print the resolved ledger location'
-            cand metrics 'Per-key metrics in the Prometheus text format'
+            cand metrics 'Per-job metrics in the Prometheus text format'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;help;list'= {
@@ -226,6 +233,20 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;ledger;help;metrics'= {
         }
         &'idem;ledger;help;help'= {
+        }
+        &'idem;status'= {
+            cand --job 'Only jobs matching this glob (* ? [..])'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand --json 'Print a JSON array'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
         }
         &'idem;doctor'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
@@ -255,6 +276,7 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help'= {
             cand run 'Run COMMAND under KEY unless KEY already succeeded'
             cand ledger 'Inspect and maintain the ledger'
+            cand status 'One line per job: its state, last run and success, failures in a row'
             cand doctor 'Check a ledger for problems without changing anything'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -269,7 +291,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand export 'Every run with its attempts, as JSON Lines'
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
             cand path 'Print the resolved ledger location'
-            cand metrics 'Per-key metrics in the Prometheus text format'
+            cand metrics 'Per-job metrics in the Prometheus text format'
         }
         &'idem;help;ledger;list'= {
         }
@@ -286,6 +308,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;ledger;path'= {
         }
         &'idem;help;ledger;metrics'= {
+        }
+        &'idem;help;status'= {
         }
         &'idem;help;doctor'= {
         }

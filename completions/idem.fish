@@ -34,10 +34,12 @@ complete -c idem -n "__fish_idem_needs_command" -s h -l help -d 'Print help (see
 complete -c idem -n "__fish_idem_needs_command" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_needs_command" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
 complete -c idem -n "__fish_idem_needs_command" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_needs_command" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
 complete -c idem -n "__fish_idem_needs_command" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
 complete -c idem -n "__fish_idem_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c idem -n "__fish_idem_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand run" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l job -d 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l retries -d 'Further attempts after a failed one; 0 = one attempt' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l backoff -d 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l max-backoff -d 'Cap on one delay between attempts' -r
@@ -48,7 +50,9 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l kill-after -d 'Grace b
 complete -c idem -n "__fish_idem_using_subcommand run" -l timeout-signal -d 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l splay -d 'Wait a random time in [0, DUR] before claiming (spreads a fleet\'s load)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
@@ -84,14 +88,16 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_su
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "path" -d 'Print the resolved ledger location'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l key -d 'Only keys matching this glob (* ? [..])' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l job -d 'Only runs of jobs matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l status -d 'Only runs with this status (repeatable)' -r -f -a "running\t''
 succeeded\t''
 failed\t''
 abandoned\t''"
-complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l since -d 'Only runs started within DUR, or since an RFC 3339 time' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l since -d 'Only runs started within DUR, or since a time: 2026-12-01, "2026-12-01 08:15", or RFC 3339 (local time unless it says)' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l until -d 'Only runs started before DUR ago, or up to a time (as --since)' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l limit -d 'At most N runs' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
@@ -161,6 +167,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l per-key -d 'Also the per-key families (idem_key_*), a series set per key'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -172,8 +179,18 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "path" -d 'Print the resolved ledger location'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand status" -l job -d 'Only jobs matching this glob (* ? [..])' -r
+complete -c idem -n "__fish_idem_using_subcommand status" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand status" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand status" -l json -d 'Print a JSON array'
+complete -c idem -n "__fish_idem_using_subcommand status" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand status" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand status" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
@@ -191,11 +208,12 @@ complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 
 complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "list" -d 'Runs, newest first'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
@@ -203,7 +221,7 @@ complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcomma
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
-complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-key metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
 
 # After `run ... --`, the command's own completion; keys from the ledger
 # after `run --key` and for `ledger show` and `ledger forget`.

@@ -71,6 +71,17 @@ pub enum Command {
     /// Inspect and maintain the ledger
     #[command(subcommand, after_long_help = LEDGER_EXIT_CODES_HELP)]
     Ledger(LedgerCommand),
+    /// One line per job: its state, last run and success, failures in a row
+    ///
+    /// A job is what a crontab line is: its runs under every key its
+    /// template made (`--job`, else the key as typed). Jobs that need a
+    /// person come first: failing (its latest run failed), overdue (a
+    /// periodic job whose last finished period has no success, or that
+    /// nothing called in its current period by the time it used to be
+    /// called), then running and ok. Exit 0 when every job is ok or
+    /// running, 1 otherwise, so it can serve as a check.
+    #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
+    Status(StatusArgs),
     /// Check a ledger for problems without changing anything
     ///
     /// Checks the ledger of --db. A SQLite file: schema version, PRAGMA
@@ -117,6 +128,13 @@ pub struct RunArgs {
     // idem must not take its parent's key for its own.
     #[arg(short, long, value_name = "KEY")]
     pub key: String,
+
+    /// The job this run belongs to, for `idem status` and metrics
+    /// [default: the key as typed, before expansion]
+    // No environment twin: the command itself gets IDEM_JOB, and a nested
+    // idem must not take its parent's job for its own.
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
 
     /// Run the words after -- as one /bin/sh -c script
     #[arg(
@@ -244,6 +262,18 @@ pub struct RunArgs {
     )]
     pub ttl: Option<humantime::Duration>,
 
+    /// First run, oldest first, the earlier periods of the key's template
+    /// within the last N whose key never succeeded, back to the job's first
+    /// run (each its own key, IDEM_SLOT set)
+    #[arg(
+        long,
+        env = "IDEM_CATCH_UP",
+        hide_env_values = true,
+        help_heading = TIME,
+        value_name = "N"
+    )]
+    pub catch_up: Option<u32>,
+
     /// Run even though the key succeeded (or its command changed)
     #[arg(
         long,
@@ -264,6 +294,18 @@ pub struct RunArgs {
         value_parser = duration
     )]
     pub wait: Option<humantime::Duration>,
+
+    /// A named lock held while the command runs: runs of different keys
+    /// sharing it never overlap (repeatable; the variable takes a list, a,b)
+    #[arg(
+        long,
+        env = "IDEM_LOCK",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub lock: Vec<String>,
 
     /// What to do when the last run died without an outcome
     #[arg(
@@ -403,7 +445,7 @@ pub enum LedgerCommand {
     /// A key's state, its runs and attempts, with captured output
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Show {
-        /// The key (as expanded, without placeholders)
+        /// The key, or a template (daily-{date}) expanded now
         key: String,
         /// Print JSON
         #[arg(long)]
@@ -415,7 +457,7 @@ pub enum LedgerCommand {
     /// Make keys run again next time; history stays unless --purge
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Forget {
-        /// Keys to forget
+        /// Keys to forget, or globs (* ? [..]) matching keys
         #[arg(required = true)]
         keys: Vec<String>,
         /// Remove the keys' history too
@@ -452,9 +494,23 @@ pub enum LedgerCommand {
     /// Print the resolved ledger location
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Path,
-    /// Per-key metrics in the Prometheus text format
+    /// Per-job metrics in the Prometheus text format
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
-    Metrics,
+    Metrics {
+        /// Also the per-key families (idem_key_*), a series set per key
+        #[arg(long)]
+        per_key: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only jobs matching this glob (* ? [..])
+    #[arg(long, value_name = "GLOB")]
+    pub job: Option<String>,
+    /// Print a JSON array
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -462,12 +518,19 @@ pub struct ListArgs {
     /// Only keys matching this glob (* ? [..])
     #[arg(long, value_name = "GLOB")]
     pub key: Option<String>,
+    /// Only runs of jobs matching this glob (* ? [..])
+    #[arg(long, value_name = "GLOB")]
+    pub job: Option<String>,
     /// Only runs with this status (repeatable)
     #[arg(long, value_enum, value_name = "S")]
     pub status: Vec<Status>,
-    /// Only runs started within DUR, or since an RFC 3339 time
+    /// Only runs started within DUR, or since a time: 2026-12-01,
+    /// "2026-12-01 08:15", or RFC 3339 (local time unless it says)
     #[arg(long, value_name = "DUR|TIME")]
     pub since: Option<String>,
+    /// Only runs started before DUR ago, or up to a time (as --since)
+    #[arg(long, value_name = "DUR|TIME")]
+    pub until: Option<String>,
     /// At most N runs
     #[arg(
         long,
@@ -650,8 +713,9 @@ Environment:
   TERM           dumb: no colour
   PGHOST, PGPORT, PGUSER, PGDATABASE  what a postgres:// URL leaves out
   PGPASSWORD, PGPASSFILE, PGSSLROOTCERT  a shared ledger's password and TLS roots
-The command gets IDEM_KEY, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS, and
-IDEM_RECOVERED=1 when the previous run of its key was abandoned."
+The command gets IDEM_KEY, IDEM_JOB, IDEM_RUN_ID, IDEM_ATTEMPT, IDEM_MAX_ATTEMPTS,
+IDEM_FENCE, IDEM_SLOT (with --catch-up), and IDEM_RECOVERED=1 when the previous
+run of its key was abandoned."
     };
 }
 pub const EXIT_CODES_HELP: &str = exit_codes_help!();
@@ -678,6 +742,20 @@ flock(1), timeout(1), chronic(1), crontab(5), systemd.timer(5)"
     };
 }
 pub const SEE_ALSO_HELP: &str = see_also_help!();
+
+/// The exit codes of `idem status`, shown by `--help` and in the man pages.
+pub const STATUS_EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    every job is ok or running (or there are none)
+  1    a job is failing or overdue
+  2    usage error: bad flag or glob
+  125  idem itself failed (ledger unreadable, corrupt or newer)
+
+Environment:
+  IDEM_DB   the ledger, as --db
+  TZ        time zone of the times shown
+  NO_COLOR  no colour in the strip of latest runs
+  COLUMNS   the width of the table when stdout is not a terminal";
 
 /// The exit codes and environment of `idem ledger`, shown by `--help` and
 /// in the man pages.

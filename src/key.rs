@@ -89,8 +89,24 @@ impl Template {
         Ok(Template(pieces))
     }
 
+    /// The job's period: the template's finest time placeholder.
+    pub fn period(&self) -> Option<Period> {
+        self.0
+            .iter()
+            .filter_map(|piece| match piece {
+                Piece::Field(Placeholder::Minute) => Some(Period::Minute),
+                Piece::Field(Placeholder::Hour) => Some(Period::Hour),
+                Piece::Field(Placeholder::Date) => Some(Period::Day),
+                Piece::Field(Placeholder::Week) => Some(Period::Week),
+                Piece::Field(Placeholder::Month) => Some(Period::Month),
+                Piece::Field(Placeholder::Year) => Some(Period::Year),
+                _ => None,
+            })
+            .min()
+    }
+
     /// True when expansion needs the clock (and so the time-zone database).
-    fn needs_time(&self) -> bool {
+    pub fn needs_time(&self) -> bool {
         self.0
             .iter()
             .any(|piece| matches!(piece, Piece::Field(field) if *field != Placeholder::Host))
@@ -133,6 +149,84 @@ impl Template {
         }
         validate(&key)?;
         Ok(key)
+    }
+}
+
+/// How often a periodic template makes a new key, finest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Period {
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Period {
+    /// The placeholder's name, as `status --json` says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Period::Minute => "minute",
+            Period::Hour => "hour",
+            Period::Day => "date",
+            Period::Week => "week",
+            Period::Month => "month",
+            Period::Year => "year",
+        }
+    }
+
+    /// The start of the period holding `time`, in its zone (a day starts
+    /// at its first instant, even when a DST change skips midnight).
+    pub fn start(self, time: &jiff::Zoned) -> jiff::Zoned {
+        let day = || time.start_of_day().unwrap_or_else(|_| time.clone());
+        let on = |date: jiff::civil::Date| {
+            date.to_zoned(time.time_zone().clone())
+                .unwrap_or_else(|_| time.clone())
+        };
+        match self {
+            Period::Minute => time
+                .with()
+                .second(0)
+                .subsec_nanosecond(0)
+                .build()
+                .unwrap_or_else(|_| time.clone()),
+            Period::Hour => time
+                .with()
+                .minute(0)
+                .second(0)
+                .subsec_nanosecond(0)
+                .build()
+                .unwrap_or_else(|_| time.clone()),
+            Period::Day => day(),
+            Period::Week => {
+                let back = i64::from(time.weekday().to_monday_zero_offset());
+                on(time
+                    .date()
+                    .checked_sub(jiff::Span::new().days(back))
+                    .unwrap_or(time.date()))
+            }
+            Period::Month => on(time.date().first_of_month()),
+            Period::Year => on(time.date().first_of_year()),
+        }
+    }
+
+    /// The start of the period `count` periods after the one holding
+    /// `time` (before it when negative).
+    pub fn shift(self, time: &jiff::Zoned, count: i64) -> Option<jiff::Zoned> {
+        let start = self.start(time);
+        let span = match self {
+            Period::Minute => jiff::Span::new().try_minutes(count),
+            Period::Hour => jiff::Span::new().try_hours(count),
+            Period::Day => jiff::Span::new().try_days(count),
+            Period::Week => jiff::Span::new().try_weeks(count),
+            Period::Month => jiff::Span::new().try_months(count),
+            Period::Year => jiff::Span::new().try_years(count),
+        }
+        .ok()?;
+        // Calendar units keep the wall clock; a start is re-found after,
+        // in case a DST change moved it.
+        Some(self.start(&start.checked_add(span).ok()?))
     }
 }
 
@@ -245,6 +339,30 @@ mod tests {
             .expand(&now, "h")
             .unwrap();
         assert_eq!(key, "2026-W53");
+    }
+
+    #[test]
+    fn periods_start_and_shift() {
+        let now = at("2026-03-04T23:05:09+01:00[Europe/Paris]");
+        let period = |text: &str| Template::parse(text).unwrap().period();
+        assert_eq!(period("b-{date}-{hour}"), Some(Period::Hour));
+        assert_eq!(period("b-{month}"), Some(Period::Month));
+        assert_eq!(period("b-{host}"), None);
+        let text = |time: jiff::Zoned| time.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string();
+        assert_eq!(text(Period::Day.start(&now)), "2026-03-04T00:00:00+01:00");
+        assert_eq!(text(Period::Week.start(&now)), "2026-03-02T00:00:00+01:00");
+        assert_eq!(text(Period::Month.start(&now)), "2026-03-01T00:00:00+01:00");
+        assert_eq!(text(Period::Hour.start(&now)), "2026-03-04T23:00:00+01:00");
+        assert_eq!(
+            text(Period::Day.shift(&now, -4).unwrap()),
+            "2026-02-28T00:00:00+01:00"
+        );
+        // Across the change to summer time, a day still starts at midnight.
+        let summer = at("2026-03-30T12:00:00+02:00[Europe/Paris]");
+        assert_eq!(
+            text(Period::Day.shift(&summer, -1).unwrap()),
+            "2026-03-29T00:00:00+01:00"
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet, cli.color),
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
+        Command::Status(args) => cmd::status::run(args, &location()?, cli.color),
         Command::Completions { shell } => {
             use std::io::Write;
             std::io::stdout().write_all(&cmd::completions::script(*shell))?;

@@ -14,7 +14,7 @@ use jiff::Timestamp;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::ledger::{Attempt, ExportedRun, KeyMetrics, Run, Status};
+use crate::ledger::{Attempt, ExportedRun, JobState, KeyMetrics, Run, Status};
 
 /// Text for a person's terminal: every character that would act on the
 /// terminal or on the text around it rather than be seen (escape
@@ -71,6 +71,8 @@ pub fn duration_ms(run: &Run) -> Option<i64> {
 pub fn run_json(run: &Run) -> Value {
     json!({
         "key": run.key,
+        "job": run.job,
+        "head": run.head,
         "run_id": run.run_id.to_string(),
         "status": run.status.as_str(),
         "exit_code": run.exit_code,
@@ -116,11 +118,16 @@ pub fn shell_word(word: &str) -> String {
 /// shortened to `width` characters; characters that would act on the
 /// terminal are escaped (see [`printable`]).
 pub fn short_command(run: &Run, width: usize) -> String {
-    let words: Vec<String> = command_words(run)
+    short_argv(&run.command, run.shell, width)
+}
+
+/// [`short_command`] of an argv and its `--shell` flag.
+pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
+    let words: Vec<String> = command
         .iter()
-        .map(|word| printable(word).into_owned())
+        .map(|arg| printable(&String::from_utf8_lossy(arg.as_bytes())).into_owned())
         .collect();
-    let mut text = if run.shell {
+    let mut text = if shell {
         format!("sh -c {}", shell_word(&words.join(" ")))
     } else {
         words
@@ -503,8 +510,17 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
         // A TTL counts from the finish: without it the success is fresh forever.
         bail!("a succeeded run needs its finished_at");
     }
+    // Lines of an idem before jobs carry none: each key was its own job.
+    let job = match object.get("job") {
+        None | Some(Value::Null) => key.clone(),
+        Some(Value::String(job)) if !job.is_empty() => job.clone(),
+        Some(_) => bail!("job is not a non-empty string"),
+    };
+    let head = boolean(&object, "head")?;
     let run = Run {
         key,
+        job,
+        head,
         run_id,
         status,
         exit_code: int(&object, "exit_code")?,
@@ -550,7 +566,7 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
     Ok(ExportedRun {
         run,
         attempts,
-        head: boolean(&object, "head")?,
+        head,
     })
 }
 
@@ -576,7 +592,118 @@ fn seconds(time: Timestamp) -> String {
     format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
 }
 
-/// Per-key metrics for node_exporter's textfile collector.
+/// Per-job metrics for node_exporter's textfile collector: bounded by the
+/// number of jobs, not of periods, so a `{date}` key adds no series.
+pub fn job_metrics_text(jobs: &[JobState]) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        lines(&mut out);
+    };
+    let label = |job: &JobState| label_value(&job.job);
+    family(
+        "idem_last_success_timestamp_seconds",
+        "When the job's latest successful run finished, in Unix seconds.",
+        &mut |out| {
+            for job in jobs {
+                if let Some(time) = job.last_success {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_success_timestamp_seconds{{job=\"{}\"}} {}",
+                        label(job),
+                        seconds(time)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_last_run_status",
+        "The status of the job's latest run: 1 for that status, 0 for the others.",
+        &mut |out| {
+            for job in jobs {
+                let Some(last) = job.last_status else {
+                    continue;
+                };
+                for status in Status::ALL {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_run_status{{job=\"{}\",status=\"{}\"}} {}",
+                        label(job),
+                        status.as_str(),
+                        u8::from(last == status)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_last_run_timestamp_seconds",
+        "When the job's latest run started, in Unix seconds.",
+        &mut |out| {
+            for job in jobs {
+                if let Some(time) = job.last_run {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_run_timestamp_seconds{{job=\"{}\"}} {}",
+                        label(job),
+                        seconds(time)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_last_run_exit_code",
+        "The exit code of the job's latest finished run.",
+        &mut |out| {
+            for job in jobs {
+                if let Some(code) = job.last_exit {
+                    let _ = writeln!(
+                        out,
+                        "idem_last_run_exit_code{{job=\"{}\"}} {code}",
+                        label(job)
+                    );
+                }
+            }
+        },
+    );
+    family(
+        "idem_consecutive_failures",
+        "Failed and abandoned runs of the job in a row, across its keys, since its latest success.",
+        &mut |out| {
+            for job in jobs {
+                let _ = writeln!(
+                    out,
+                    "idem_consecutive_failures{{job=\"{}\"}} {}",
+                    label(job),
+                    job.failures
+                );
+            }
+        },
+    );
+    family(
+        "idem_runs",
+        "Runs of the job in the ledger, by status (ledger prune lowers it).",
+        &mut |out| {
+            for job in jobs {
+                for (status, count) in Status::ALL.iter().zip(job.runs) {
+                    let _ = writeln!(
+                        out,
+                        "idem_runs{{job=\"{}\",status=\"{}\"}} {count}",
+                        label(job),
+                        status.as_str()
+                    );
+                }
+            }
+        },
+    );
+    out
+}
+
+/// Per-key metrics (`metrics --per-key`): a series set per key, so a
+/// `{date}` key adds series every day.
 pub fn metrics_text(keys: &[KeyMetrics]) -> String {
     let mut out = String::new();
     let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
@@ -586,14 +713,14 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
     };
     let label = |metric: &KeyMetrics| label_value(&metric.key);
     family(
-        "idem_last_success_timestamp_seconds",
+        "idem_key_last_success_timestamp_seconds",
         "When the key's latest successful run finished, in Unix seconds.",
         &mut |out| {
             for metric in keys {
                 if let Some(time) = metric.last_success {
                     let _ = writeln!(
                         out,
-                        "idem_last_success_timestamp_seconds{{key=\"{}\"}} {}",
+                        "idem_key_last_success_timestamp_seconds{{key=\"{}\"}} {}",
                         label(metric),
                         seconds(time)
                     );
@@ -602,7 +729,7 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
         },
     );
     family(
-        "idem_last_run_status",
+        "idem_key_last_run_status",
         "The status of the key's latest run: 1 for that status, 0 for the others.",
         &mut |out| {
             for metric in keys {
@@ -612,7 +739,7 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
                 for status in Status::ALL {
                     let _ = writeln!(
                         out,
-                        "idem_last_run_status{{key=\"{}\",status=\"{}\"}} {}",
+                        "idem_key_last_run_status{{key=\"{}\",status=\"{}\"}} {}",
                         label(metric),
                         status.as_str(),
                         u8::from(run.status == status)
@@ -622,14 +749,14 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
         },
     );
     family(
-        "idem_last_run_timestamp_seconds",
+        "idem_key_last_run_timestamp_seconds",
         "When the key's latest run started, in Unix seconds.",
         &mut |out| {
             for metric in keys {
                 if let Some(run) = &metric.last_run {
                     let _ = writeln!(
                         out,
-                        "idem_last_run_timestamp_seconds{{key=\"{}\"}} {}",
+                        "idem_key_last_run_timestamp_seconds{{key=\"{}\"}} {}",
                         label(metric),
                         seconds(run.started_at)
                     );
@@ -638,14 +765,14 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
         },
     );
     family(
-        "idem_last_run_exit_code",
+        "idem_key_last_run_exit_code",
         "The exit code of the key's latest finished run.",
         &mut |out| {
             for metric in keys {
                 if let Some(code) = metric.last_run.as_ref().and_then(|run| run.exit_code) {
                     let _ = writeln!(
                         out,
-                        "idem_last_run_exit_code{{key=\"{}\"}} {code}",
+                        "idem_key_last_run_exit_code{{key=\"{}\"}} {code}",
                         label(metric)
                     );
                 }
@@ -653,13 +780,13 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
         },
     );
     family(
-        "idem_consecutive_failures",
+        "idem_key_consecutive_failures",
         "Failed and abandoned runs of the key since its latest success.",
         &mut |out| {
             for metric in keys {
                 let _ = writeln!(
                     out,
-                    "idem_consecutive_failures{{key=\"{}\"}} {}",
+                    "idem_key_consecutive_failures{{key=\"{}\"}} {}",
                     label(metric),
                     metric.consecutive_failures
                 );
@@ -667,14 +794,14 @@ pub fn metrics_text(keys: &[KeyMetrics]) -> String {
         },
     );
     family(
-        "idem_runs",
+        "idem_key_runs",
         "Runs of the key in the ledger, by status (ledger prune lowers it).",
         &mut |out| {
             for metric in keys {
                 for (status, count) in Status::ALL.iter().zip(metric.runs) {
                     let _ = writeln!(
                         out,
-                        "idem_runs{{key=\"{}\",status=\"{}\"}} {count}",
+                        "idem_key_runs{{key=\"{}\",status=\"{}\"}} {count}",
                         label(metric),
                         status.as_str()
                     );
@@ -718,6 +845,8 @@ mod tests {
     fn bytes_round_trip_through_export() {
         let run = Run {
             key: "k".into(),
+            job: "k-{date}".into(),
+            head: true,
             run_id: Uuid::now_v7(),
             status: Status::Succeeded,
             exit_code: Some(0),

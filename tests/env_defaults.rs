@@ -193,10 +193,14 @@ fn twin(long: &str) -> String {
 }
 
 /// Flags of `run` that have no twin, and why.
-const NO_TWIN: [(&str, &str); 3] = [
+const NO_TWIN: [(&str, &str); 4] = [
     (
         "key",
         "the command gets IDEM_KEY; a nested idem must not take it",
+    ),
+    (
+        "job",
+        "the command gets IDEM_JOB; a nested idem must not take it",
     ),
     ("help", "not an option of the run"),
     ("version", "not an option of the run"),

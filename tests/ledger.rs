@@ -846,7 +846,7 @@ fn metrics_are_the_prometheus_text_format() {
             .iter()
             .find(|(n, labels, _)| {
                 n == name
-                    && labels.contains(&("key".to_owned(), key.to_owned()))
+                    && labels.contains(&("job".to_owned(), key.to_owned()))
                     && status.is_none_or(|s| labels.contains(&("status".to_owned(), s.to_owned())))
             })
             .unwrap_or_else(|| panic!("no {name} for {key} {status:?} in\n{body}"))
@@ -863,7 +863,13 @@ fn metrics_are_the_prometheus_text_format() {
     let success = get("idem_last_success_timestamp_seconds", odd, None);
     let started = get("idem_last_run_timestamp_seconds", odd, None);
     assert!(success > 1.6e9 && started >= success, "{success} {started}");
-    assert!(body.contains(r#"key="we\"ird\\key""#), "{body}");
+    assert!(body.contains(r#"job="we\"ird\\key""#), "{body}");
+    // Each key was its own job here; --per-key adds the per-key families.
+    let per_key = text(&env.run(["ledger", "metrics", "--per-key"]).stdout);
+    assert!(
+        per_key.contains(r#"idem_key_consecutive_failures{key="we\"ird\\key"} 2"#),
+        "{per_key}"
+    );
 
     // No ledger: an empty but valid exposition.
     let none = Env::new().run(["ledger", "metrics"]);

@@ -11,6 +11,7 @@ mod failures;
 mod faults;
 mod generated;
 mod hardening;
+mod jobs;
 mod ledger;
 mod liveness;
 mod pg;

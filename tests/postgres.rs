@@ -716,15 +716,15 @@ fn postgres_forget_prune_and_metrics() {
     assert_code(&metrics, 0);
     let body = text(&metrics.stdout);
     assert!(
-        body.contains("idem_consecutive_failures{key=\"k\"} 2"),
+        body.contains("idem_consecutive_failures{job=\"k\"} 2"),
         "{body}"
     );
     assert!(
-        body.contains("idem_consecutive_failures{key=\"other\"} 0"),
+        body.contains("idem_consecutive_failures{job=\"other\"} 0"),
         "{body}"
     );
     assert!(
-        body.contains("idem_runs{key=\"k\",status=\"failed\"} 2"),
+        body.contains("idem_runs{job=\"k\",status=\"failed\"} 2"),
         "{body}"
     );
 

@@ -37,7 +37,7 @@ pub fn run(
             println!("{}", location.display());
             Ok(exit::SUCCESS)
         }
-        LedgerCommand::List(args) => list(args, location, colour),
+        LedgerCommand::List(args) => list(args, location, colour, quiet),
         LedgerCommand::Show { key, json, limit } => show(key, *json, *limit, location),
         LedgerCommand::Forget {
             keys,
@@ -51,21 +51,40 @@ pub fn run(
         } => prune(older_than, *dry_run, location, quiet),
         LedgerCommand::Export => export(location),
         LedgerCommand::Import { file } => import(file.as_deref(), location, quiet),
-        LedgerCommand::Metrics => metrics(location),
+        LedgerCommand::Metrics { per_key } => metrics(location, *per_key),
     }
 }
 
-fn list(args: &ListArgs, location: &Location, colour: ColorChoice) -> Result<u8> {
+fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) -> Result<u8> {
     let filter = ListFilter {
         key_glob: args.key.clone(),
+        job_glob: args.job.clone(),
         statuses: args.status.clone(),
-        since: args.since.as_deref().map(parse_since).transpose()?,
-        limit: args.limit,
+        since: args
+            .since
+            .as_deref()
+            .map(|text| parse_time("--since", text, false))
+            .transpose()?,
+        until: args
+            .until
+            .as_deref()
+            .map(|text| parse_time("--until", text, true))
+            .transpose()?,
+        // One more than shown, to tell whether more match.
+        limit: args.limit.saturating_add(1),
     };
-    let runs = match ledger::open_existing(location)? {
+    let mut runs = match ledger::open_existing(location)? {
         Some(mut ledger) => ledger.list(&filter)?,
         None => Vec::new(),
     };
+    let more = runs.len() > args.limit as usize;
+    runs.truncate(args.limit as usize);
+    if more && !quiet {
+        crate::exit::say(&format!(
+            "more runs match than the {} shown; --limit N shows more, --since/--until narrow them",
+            args.limit
+        ));
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         let array: Vec<_> = runs.iter().map(render::run_json).collect();
@@ -77,33 +96,90 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice) -> Result<u8>
     Ok(exit::SUCCESS)
 }
 
-/// `--since 2h` (that long ago) or `--since 2026-11-29T08:00:00Z`.
-fn parse_since(text: &str) -> Result<Timestamp> {
+/// A time for `--since`/`--until`: a duration (that long ago), RFC 3339
+/// (`2026-11-29T08:00:00Z`), or local civil time: a date (`2026-12-01`) or
+/// a date and time (`2026-12-01 08:15`, as `list` prints). A bare date
+/// given to `--until` means the end of that day.
+pub fn parse_time(flag: &str, text: &str, until: bool) -> Result<Timestamp> {
+    let text = text.trim();
     if let Ok(duration) = humantime::parse_duration(text) {
         let ago = jiff::SignedDuration::try_from(duration).unwrap_or(jiff::SignedDuration::MAX);
         return Ok(Timestamp::now().checked_sub(ago).unwrap_or(Timestamp::MIN));
     }
-    text.parse::<Timestamp>().map_err(|_| {
-        Failure::usage(format!(
-            "invalid --since '{text}': give a duration like 2h or an RFC 3339 time like 2026-11-29T08:00:00Z"
-        ))
-        .into()
-    })
+    if let Ok(time) = text.parse::<Timestamp>() {
+        return Ok(time);
+    }
+    let zone = jiff::tz::TimeZone::system();
+    let bare_date = text.len() == "2026-12-01".len();
+    if let Ok(date) = text
+        .parse::<jiff::civil::Date>()
+        .ok()
+        .filter(|_| bare_date)
+        .ok_or(())
+    {
+        let day = if until {
+            date.tomorrow().unwrap_or(date)
+        } else {
+            date
+        };
+        if let Ok(start) = day.to_zoned(zone.clone()) {
+            let start = start.timestamp();
+            return Ok(if until && day != date {
+                start - jiff::SignedDuration::from_millis(1)
+            } else {
+                start
+            });
+        }
+    }
+    if let Ok(civil) = text.parse::<jiff::civil::DateTime>() {
+        if let Ok(zoned) = civil.to_zoned(zone) {
+            // `--until 08:15` takes in the whole minute it names (and
+            // `08:15:34` the whole second), as `list` prints them.
+            let unit = if text.matches(':').count() >= 2 {
+                jiff::SignedDuration::from_secs(1)
+            } else {
+                jiff::SignedDuration::from_secs(60)
+            };
+            let within = if until && civil.subsec_nanosecond() == 0 {
+                unit - jiff::SignedDuration::from_millis(1)
+            } else {
+                jiff::SignedDuration::ZERO
+            };
+            return Ok(zoned.timestamp() + within);
+        }
+    }
+    Err(Failure::usage(format!(
+        "invalid {flag} '{text}': give a duration like 2h, a date like 2026-12-01, a local time like '2026-12-01 08:15', or RFC 3339 like 2026-11-29T08:00:00Z"
+    ))
+    .into())
 }
 
 /// `ledger show`: the key's latest `limit` runs, their output read one
 /// attempt at a time while printing, so memory holds one attempt's output
 /// whatever the history holds.
 fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
+    let Some(mut ledger) = ledger::open_existing(location)? else {
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!("no runs of key {key} in the ledger; see `idem ledger list`"),
+        )
+        .into());
+    };
+    // A template (`daily-{date}`) names the key it makes now, unless the
+    // ledger holds a key spelled so (made with `{{` `}}`).
+    let expanded = match crate::key::Template::parse(key) {
+        Ok(template) if key.contains(['{', '}']) && ledger.history(key, 1)?.1 == 0 => {
+            template.expand_now()?
+        }
+        _ => key.to_owned(),
+    };
+    let key = expanded.as_str();
     let unknown = || -> anyhow::Error {
         Failure::new(
             exit::NOT_FOUND,
             format!("no runs of key {key} in the ledger; see `idem ledger list`"),
         )
         .into()
-    };
-    let Some(mut ledger) = ledger::open_existing(location)? else {
-        return Err(unknown());
     };
     let head = ledger.head(key)?;
     // At least the latest run: it is what `show` is about.
@@ -279,6 +355,24 @@ fn forget(
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return unknown_keys(keys.iter().map(String::as_str));
     };
+    // Globs become the keys they match; a glob that matches none is
+    // reported like an unknown key. All the keys are forgotten in one
+    // transaction: none when any is running.
+    let mut expanded: Vec<String> = Vec::new();
+    for key in keys {
+        let matched = if key.contains(['*', '?', '[']) {
+            ledger.keys_matching(key)?
+        } else {
+            Vec::new()
+        };
+        if matched.is_empty() {
+            expanded.push(key.clone());
+        } else {
+            expanded.extend(matched);
+        }
+    }
+    expanded.dedup();
+    let keys = &expanded;
     let report = ledger.forget(keys, purge, dry_run, force)?;
     if let Some(busy) = report.busy().next() {
         let Some(owner) = &busy.busy else {
@@ -558,13 +652,22 @@ fn summary(quiet: bool) -> Box<dyn Write> {
     }
 }
 
-fn metrics(location: &Location) -> Result<u8> {
-    let keys = match ledger::open_existing(location)? {
-        Some(mut ledger) => ledger.metrics()?,
-        None => Vec::new(),
+fn metrics(location: &Location, per_key: bool) -> Result<u8> {
+    let (jobs, keys) = match ledger::open_existing(location)? {
+        Some(mut ledger) => (
+            ledger.jobs(None)?,
+            if per_key {
+                ledger.metrics()?
+            } else {
+                Vec::new()
+            },
+        ),
+        None => (Vec::new(), Vec::new()),
     };
-    std::io::stdout()
-        .lock()
-        .write_all(render::metrics_text(&keys).as_bytes())?;
+    let mut text = render::job_metrics_text(&jobs);
+    if per_key {
+        text.push_str(&render::metrics_text(&keys));
+    }
+    std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(exit::SUCCESS)
 }

@@ -4,6 +4,7 @@ pub mod complete;
 pub mod completions;
 pub mod doctor;
 pub mod ledger;
+pub mod status;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, FromArgMatches, Parser};

@@ -188,6 +188,10 @@ impl Owner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     pub key: String,
+    /// The job the run belongs to (`--job`, else the key as typed).
+    pub job: String,
+    /// The run decides its key (it is the key's head).
+    pub head: bool,
     pub run_id: Uuid,
     pub status: Status,
     /// The code idem reported for the run: the command's, 124, or 128+N.
@@ -221,6 +225,9 @@ pub struct Head {
     /// The time by the clock that stamped the run, when that is not this
     /// host's (a shared database's `now()`), so a TTL is judged on one clock.
     pub read_at: Option<Timestamp>,
+    /// When the head run's job was last called, by the ledger's clock (so
+    /// a skip can tell whether its stamp is due).
+    pub checked_at: Option<Timestamp>,
 }
 
 /// One attempt of a run.
@@ -247,6 +254,158 @@ pub struct NewRun {
     pub recovered: bool,
     /// Shared ledgers: how long the claim lives without a heartbeat.
     pub lease: std::time::Duration,
+    /// The job the run belongs to.
+    pub job: JobInfo,
+}
+
+/// What a run tells the ledger about its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    pub name: String,
+    /// The key as typed, before expansion: its finest placeholder is the
+    /// job's period.
+    pub template: String,
+    /// The IANA time zone the key was expanded in (`None`: no time
+    /// placeholder, or a zone without a name).
+    pub zone: Option<String>,
+}
+
+/// A job as `idem status` and `metrics` see it: figures kept up to date by
+/// every claim and outcome, so reading them costs one row per job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobState {
+    pub job: String,
+    pub template: String,
+    pub zone: Option<String>,
+    /// The host of its latest run (for a `{host}` template).
+    pub host: Option<String>,
+    pub command: Vec<OsString>,
+    pub shell: bool,
+    pub first_run: Option<Timestamp>,
+    pub last_run: Option<Timestamp>,
+    pub last_status: Option<Status>,
+    pub last_exit: Option<i32>,
+    pub last_success: Option<Timestamp>,
+    /// Failed and abandoned runs since its latest success, across its keys.
+    pub failures: u64,
+    /// Runs by status, in the order of [`Status::ALL`].
+    pub runs: [u64; 4],
+    /// When it was last called: a claim, or a skip (stamped at most once a
+    /// minute).
+    pub checked_at: Option<Timestamp>,
+    /// Its latest outcomes, oldest first: `s` succeeded, `f` failed, `a`
+    /// abandoned.
+    pub strip: String,
+    /// Its latest keys that succeeded, newest first.
+    pub ok_keys: Vec<String>,
+    /// Runs of the job recorded as running whose owner lives.
+    pub live: u64,
+}
+
+/// How many outcomes a job's strip keeps, and how many succeeded keys.
+pub const STRIP_MARKS: usize = 20;
+pub const OK_KEYS: usize = 16;
+
+/// A skip within this long of the job's last stamp writes nothing: the
+/// stamp tells a job cron still calls from one it stopped calling, which
+/// needs no finer grain, and the skip path stays a read.
+pub const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl JobState {
+    /// The job's figures after one more outcome (`key` ran, started at
+    /// `started`), as every backend applies them.
+    pub fn outcome(
+        &mut self,
+        key: &str,
+        status: Status,
+        started: Timestamp,
+        exit: Option<i32>,
+        now: Timestamp,
+    ) {
+        let newest = self.last_run.is_none_or(|last| last <= started);
+        if !newest {
+            // An older run (imported, or outrun by a later one of the job):
+            // it changes no row of "in a row".
+            if status == Status::Succeeded {
+                self.last_success = Some(self.last_success.map_or(now, |last| last.max(now)));
+                if !self.ok_keys.iter().any(|ok| ok == key) && self.ok_keys.len() < OK_KEYS {
+                    self.ok_keys.push(key.to_owned());
+                }
+            }
+            return;
+        }
+        self.last_status = Some(status);
+        self.last_exit = exit;
+        match status {
+            Status::Succeeded => {
+                self.failures = 0;
+                self.last_success = Some(self.last_success.map_or(now, |last| last.max(now)));
+                self.ok_keys.retain(|ok| ok != key);
+                self.ok_keys.insert(0, key.to_owned());
+                self.ok_keys.truncate(OK_KEYS);
+            }
+            Status::Failed | Status::Abandoned => self.failures += 1,
+            Status::Running => {}
+        }
+        self.strip.push(match status {
+            Status::Succeeded => 's',
+            Status::Failed => 'f',
+            Status::Abandoned => 'a',
+            Status::Running => 'r',
+        });
+        let extra = self.strip.chars().count().saturating_sub(STRIP_MARKS);
+        self.strip = self.strip.chars().skip(extra).collect();
+    }
+}
+
+impl JobState {
+    /// The job's figures with an imported run counted in.
+    pub fn imported(&mut self, run: &Run) {
+        let index = Status::ALL
+            .iter()
+            .position(|status| *status == run.status)
+            .unwrap_or(0);
+        self.runs[index] += 1;
+        self.first_run = Some(
+            self.first_run
+                .map_or(run.started_at, |first| first.min(run.started_at)),
+        );
+        self.checked_at = Some(
+            self.checked_at
+                .map_or(run.started_at, |at| at.max(run.started_at)),
+        );
+        let newest = self.last_run.is_none_or(|last| last <= run.started_at);
+        if run.status != Status::Running {
+            let finished = run.finished_at.unwrap_or(run.started_at);
+            self.outcome(
+                &run.key,
+                run.status,
+                run.started_at,
+                run.exit_code,
+                finished,
+            );
+        }
+        if newest {
+            self.last_run = Some(run.started_at);
+            self.last_status = Some(run.status);
+            self.last_exit = run.exit_code;
+            self.host = Some(run.host.clone());
+            self.command = run.command.clone();
+            self.shell = run.shell;
+        }
+    }
+}
+
+/// Encodes a job's succeeded keys for storage (keys hold no newline).
+pub fn encode_keys(keys: &[String]) -> String {
+    keys.join("\n")
+}
+
+pub fn decode_keys(text: &str) -> Vec<String> {
+    text.split('\n')
+        .filter(|key| !key.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// What the run logic asks of one claim transaction, having seen the head.
@@ -272,6 +431,9 @@ pub struct Claim {
     /// processes inherit it. Dropped (with every clone) once the outcome is
     /// recorded.
     pub hold: Option<runlock::Hold>,
+    /// The named locks (`--lock`) the run holds; a shared ledger renews
+    /// their leases with the claim's and releases them with its outcome.
+    pub locks: Vec<String>,
 }
 
 /// How a run ended.
@@ -286,8 +448,10 @@ pub struct Outcome {
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub key_glob: Option<String>,
+    pub job_glob: Option<String>,
     pub statuses: Vec<Status>,
     pub since: Option<Timestamp>,
+    pub until: Option<Timestamp>,
     pub limit: u32,
 }
 
@@ -461,6 +625,39 @@ pub trait Ledger {
 
     /// Per-key figures, in key order.
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>>;
+
+    /// Stamps that `job` was called (a skip): bookkeeping, not durable.
+    fn checked(&mut self, job: &str) -> Result<()>;
+
+    /// Every job matching `glob` (all without one), in job order.
+    fn jobs(&mut self, glob: Option<&str>) -> Result<Vec<JobState>>;
+
+    /// The keys matching `glob`, in key order.
+    fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>>;
+
+    /// Takes the named locks for run `run_id` of the claim to come, each
+    /// its own lease of `lease`; all or none. `None`: one of them is held
+    /// (its name is returned). Local ledgers hold them in the kernel.
+    fn take_locks(
+        &mut self,
+        names: &[String],
+        run_id: Uuid,
+        lease: std::time::Duration,
+    ) -> Result<Result<Locks, String>>;
+
+    /// Releases the named locks of run `run_id` that never ran (its key
+    /// was skipped or busy); a run's outcome releases them by itself.
+    fn release_locks(&mut self, _run_id: Uuid) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Named locks a run holds: kernel locks (a local ledger), or lock rows
+/// leased to its run id (a shared one), released by `finish` or their lease.
+#[derive(Debug, Clone, Default)]
+pub struct Locks {
+    pub holds: Vec<runlock::Hold>,
+    pub names: Vec<String>,
 }
 
 /// Encodes argv for storage: NUL-separated raw bytes (argv cannot hold NUL),

@@ -25,8 +25,8 @@ use uuid::Uuid;
 
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run,
-    RunAttempts, Status,
+    ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
+    PruneReport, Run, RunAttempts, Status,
 };
 use crate::exit::{Failure, IDEM_FAILED};
 
@@ -102,6 +102,61 @@ const MIGRATIONS: &[&str] = &[
     CREATE SEQUENCE idem.fences;
     SELECT setval('idem.fences', coalesce((SELECT max(epoch) FROM idem.keys), 0) + 1, false);
 ",
+    "
+    -- 3: jobs and named locks. Each run records its job; `jobs` keeps each
+    -- job's figures, updated in the transaction of every claim and outcome,
+    -- so `status` and `metrics` read one row per job. Runs of older idems
+    -- belonged to no job: each key becomes its own. A named lock (`--lock`)
+    -- is a row leased to the run that holds it, renewed by its heartbeat,
+    -- fenced by an epoch from the same sequence as keys.
+    CREATE TABLE idem.jobs (
+        job text PRIMARY KEY,
+        template text NOT NULL,
+        zone text,
+        host text,
+        command bytea,
+        shell boolean NOT NULL DEFAULT false,
+        first_run timestamptz,
+        last_run timestamptz,
+        last_status text,
+        last_exit integer,
+        last_success timestamptz,
+        failures bigint NOT NULL DEFAULT 0,
+        running bigint NOT NULL DEFAULT 0,
+        succeeded bigint NOT NULL DEFAULT 0,
+        failed bigint NOT NULL DEFAULT 0,
+        abandoned bigint NOT NULL DEFAULT 0,
+        checked_at timestamptz,
+        strip text NOT NULL DEFAULT '',
+        ok_keys text NOT NULL DEFAULT ''
+    );
+    ALTER TABLE idem.runs ADD COLUMN job text;
+    UPDATE idem.runs SET job = key;
+    INSERT INTO idem.jobs (job, template, first_run, last_run, checked_at, running, succeeded,
+        failed, abandoned, last_success)
+    SELECT key, replace(replace(key, '{', '{{'), '}', '}}'), min(started_at), max(started_at),
+        max(started_at), count(*) FILTER (WHERE status = 'running'),
+        count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
+        count(*) FILTER (WHERE status = 'abandoned'),
+        max(finished_at) FILTER (WHERE status = 'succeeded')
+    FROM idem.runs GROUP BY key;
+    UPDATE idem.jobs j SET (last_status, last_exit, host, command, shell) =
+        (SELECT status, exit_code, host, command, shell FROM idem.runs r
+         WHERE r.key = j.job ORDER BY started_at DESC, id DESC LIMIT 1);
+    UPDATE idem.jobs j SET
+        failures = (SELECT count(*) FROM idem.runs r WHERE r.key = j.job
+            AND r.status IN ('failed', 'abandoned')
+            AND r.started_at > coalesce((SELECT max(started_at) FROM idem.runs s
+                WHERE s.key = j.job AND s.status = 'succeeded'), '-infinity')),
+        ok_keys = CASE WHEN succeeded > 0 THEN job ELSE '' END;
+    CREATE TABLE idem.locks (
+        name text PRIMARY KEY,
+        holder uuid,
+        epoch bigint NOT NULL DEFAULT 0,
+        lease interval,
+        lease_until timestamptz
+    );
+",
 ];
 
 /// The schema version this idem writes.
@@ -116,7 +171,9 @@ macro_rules! typed {
 }
 
 const RUN_COLUMNS: &str = "r.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
-     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered";
+     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered, \
+     coalesce(r.job, r.key), \
+     EXISTS (SELECT 1 FROM idem.keys hk WHERE hk.key = r.key AND hk.head = r.id)";
 
 pub struct PostgresLedger {
     client: Client,
@@ -343,6 +400,8 @@ fn run_from_row(row: &Row) -> Result<(i64, Run), postgres::Error> {
         command: decode_command(row.try_get::<_, &[u8]>(11)?),
         shell: row.try_get(12)?,
         recovered: row.try_get(13)?,
+        job: row.try_get(14)?,
+        head: row.try_get(15)?,
     };
     Ok((row.try_get(1)?, run))
 }
@@ -370,8 +429,9 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     let row = client.query_typed_opt(
         &format!(
             "SELECT {RUN_COLUMNS}, k.owner_pgid,
-                    coalesce(k.lease_until < clock_timestamp(), false), now()
-             FROM idem.keys k JOIN idem.runs r ON r.id = k.head WHERE k.key = $1"
+                    coalesce(k.lease_until < clock_timestamp(), false), now(), j.checked_at
+             FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+             LEFT JOIN idem.jobs j ON j.job = r.job WHERE k.key = $1"
         ),
         typed![&key => TEXT],
     )?;
@@ -380,11 +440,11 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     };
     let (_, run) = run_from_row(&row)?;
     let owner = if run.status == Status::Running {
-        let expired: bool = row.try_get(15)?;
+        let expired: bool = row.try_get(17)?;
         Some(Owner {
             host: run.host.clone(),
             pid: run.pid,
-            pgid: row.try_get::<_, Option<i64>>(14)?.map(|pgid| pgid as u32),
+            pgid: row.try_get::<_, Option<i64>>(16)?.map(|pgid| pgid as u32),
             alive: Some(!expired),
         })
     } else {
@@ -393,7 +453,8 @@ fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>
     Ok(Some(Head {
         run,
         owner,
-        read_at: Some(row.try_get(16)?),
+        read_at: Some(row.try_get(18)?),
+        checked_at: row.try_get(19)?,
     }))
 }
 
@@ -493,11 +554,32 @@ impl Ledger for PostgresLedger {
                 tx.commit()?;
                 return Ok(None);
             };
+            // The job's row after the key's: every writer takes them in
+            // that order, so none waits on another in a circle.
+            tx.execute_typed(
+                "INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
+                     last_run, last_status, checked_at, running)
+                 VALUES ($1, $2, $3, $4, $5, $6, now(), now(), 'running', now(), 1)
+                 ON CONFLICT (job) DO UPDATE SET template = excluded.template,
+                     zone = excluded.zone, host = excluded.host, command = excluded.command,
+                     shell = excluded.shell,
+                     first_run = coalesce(idem.jobs.first_run, now()), last_run = now(),
+                     last_status = 'running', last_exit = NULL, checked_at = now(),
+                     running = idem.jobs.running + 1",
+                typed![
+                    &new.job.name => TEXT,
+                    &new.job.template => TEXT,
+                    &new.job.zone => TEXT,
+                    &new.host => TEXT,
+                    &encode_command(&new.command) => BYTEA,
+                    &new.shell => BOOL,
+                ],
+            )?;
             let row = tx.query_typed_one(
                 "WITH run AS (
                      INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
-                         command, shell, recovered)
-                     VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7)
+                         command, shell, recovered, job)
+                     VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7, $9)
                      RETURNING id
                  )
                  UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'),
@@ -515,6 +597,7 @@ impl Ledger for PostgresLedger {
                     &new.shell => BOOL,
                     &new.recovered => BOOL,
                     &interval(new.lease) => TEXT,
+                    &new.job.name => TEXT,
                 ],
             )?;
             tx.commit()?;
@@ -525,6 +608,7 @@ impl Ledger for PostgresLedger {
                 token: epoch,
                 fence: epoch,
                 hold: None,
+                locks: Vec::new(),
             }))
         })();
         result.map_err(|error: postgres::Error| {
@@ -631,7 +715,8 @@ impl Ledger for PostgresLedger {
                  )
                  SELECT (SELECT count(*) FROM r) = 1
                      OR EXISTS (SELECT 1 FROM idem.runs
-                                WHERE run_id = $1 AND status = $2 AND exit_code = $3)",
+                                WHERE run_id = $1 AND status = $2 AND exit_code = $3),
+                     (SELECT count(*) FROM r) = 1",
                 typed![
                     &claim.run_id => UUID,
                     &outcome.status.as_str() => TEXT,
@@ -649,6 +734,15 @@ impl Ledger for PostgresLedger {
                 ],
             )?;
             let recorded: bool = row.try_get(0)?;
+            if row.try_get::<_, bool>(1)? {
+                job_outcome(
+                    &mut tx,
+                    claim.run_id,
+                    outcome.status,
+                    Some(outcome.exit_code),
+                )?;
+                release_locks(&mut tx, claim.run_id)?;
+            }
             tx.commit()?;
             Ok(recorded)
         });
@@ -664,7 +758,8 @@ impl Ledger for PostgresLedger {
     }
 
     fn heartbeat(&mut self, claim: &Claim) -> Result<bool> {
-        self.client
+        let renewed = self
+            .client
             .execute_typed(
                 "UPDATE idem.keys k SET lease_until = clock_timestamp() + k.lease
                  FROM idem.runs r
@@ -672,12 +767,26 @@ impl Ledger for PostgresLedger {
                 typed![&claim.key => TEXT, &claim.token => INT8],
             )
             .map(|changed| changed == 1)
+            .map_err(|error| self.fail("renew the lease in", &error))?;
+        if !renewed || claim.locks.is_empty() {
+            return Ok(renewed);
+        }
+        // A lock whose lease ran out may have gone to another run: then
+        // this one has lost it, like a key, and must stop.
+        self.client
+            .execute_typed(
+                "UPDATE idem.locks SET lease_until = clock_timestamp() + lease
+                 WHERE holder = $1 AND name = ANY($2) AND lease_until IS NOT NULL",
+                typed![&claim.run_id => UUID, &claim.locks => TEXT_ARRAY],
+            )
+            .map(|changed| changed as usize == claim.locks.len())
             .map_err(|error| self.fail("renew the lease in", &error))
     }
 
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
         let mut sql = format!("SELECT {RUN_COLUMNS} FROM idem.runs r WHERE true");
         let glob = filter.key_glob.as_deref().map(glob_to_regex);
+        let job_glob = filter.job_glob.as_deref().map(glob_to_regex);
         let statuses: Vec<String> = filter
             .statuses
             .iter()
@@ -689,6 +798,10 @@ impl Ledger for PostgresLedger {
             values.push(glob);
             sql.push_str(&format!(" AND r.key ~ ${}", values.len()));
         }
+        if let Some(glob) = &job_glob {
+            values.push(glob);
+            sql.push_str(&format!(" AND coalesce(r.job, r.key) ~ ${}", values.len()));
+        }
         if !statuses.is_empty() {
             values.push(&statuses);
             sql.push_str(&format!(" AND r.status = ANY(${})", values.len()));
@@ -696,6 +809,10 @@ impl Ledger for PostgresLedger {
         if let Some(since) = &filter.since {
             values.push(since);
             sql.push_str(&format!(" AND r.started_at >= ${}", values.len()));
+        }
+        if let Some(until) = &filter.until {
+            values.push(until);
+            sql.push_str(&format!(" AND r.started_at <= ${}", values.len()));
         }
         values.push(&limit);
         sql.push_str(&format!(
@@ -865,7 +982,7 @@ impl Ledger for PostgresLedger {
             }
             for row in &batch {
                 let (id, run) = run_from_row(row).map_err(read)?;
-                let head: bool = row.try_get(14).map_err(read)?;
+                let head: bool = row.try_get(16).map_err(read)?;
                 let mut run_attempts = Vec::new();
                 loop {
                     if pending.is_empty() && !attempts_done {
@@ -906,6 +1023,115 @@ impl Ledger for PostgresLedger {
 
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
         key_metrics(&mut self.client).map_err(|error| self.fail("read", &error))
+    }
+
+    fn checked(&mut self, job: &str) -> Result<()> {
+        // Bookkeeping: its commit does not wait for the server's disk.
+        self.client
+            .query_typed_one(
+                "WITH u AS (UPDATE idem.jobs SET checked_at = now() WHERE job = $1 RETURNING 1)
+                 SELECT (SELECT count(*) FROM u), set_config('synchronous_commit', 'off', true)",
+                typed![&job => TEXT],
+            )
+            .map(|_| ())
+            .map_err(|error| self.fail("stamp a job in", &error))
+    }
+
+    fn jobs(&mut self, glob: Option<&str>) -> Result<Vec<JobState>> {
+        let regex = glob.map(glob_to_regex);
+        let result = (|| {
+            let rows = self.client.query(
+                &format!(
+                    "SELECT {JOB_COLUMNS} FROM idem.jobs WHERE $1::text IS NULL OR job ~ $1
+                     ORDER BY job COLLATE \"C\""
+                ),
+                &[&regex],
+            )?;
+            let mut jobs = rows
+                .iter()
+                .map(job_from_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            let live = self.client.query(
+                "SELECT r.job, count(*) FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+                 WHERE r.status = 'running' AND k.lease_until >= clock_timestamp()
+                 GROUP BY r.job",
+                &[],
+            )?;
+            for row in &live {
+                let job: Option<String> = row.try_get(0)?;
+                let count: i64 = row.try_get(1)?;
+                if let Some(state) = jobs
+                    .iter_mut()
+                    .find(|state| Some(&state.job) == job.as_ref())
+                {
+                    state.live = count.max(0) as u64;
+                }
+            }
+            Ok(jobs)
+        })();
+        result.map_err(|error: postgres::Error| self.fail("read", &error))
+    }
+
+    fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>> {
+        let regex = glob_to_regex(glob);
+        let result = (|| {
+            self.client
+                .query(
+                    "SELECT key FROM idem.keys WHERE key ~ $1 ORDER BY key COLLATE \"C\"",
+                    &[&regex],
+                )?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<Result<Vec<String>, _>>()
+        })();
+        result.map_err(|error| self.fail("read", &error))
+    }
+
+    fn take_locks(
+        &mut self,
+        names: &[String],
+        run_id: Uuid,
+        lease: Duration,
+    ) -> Result<Result<Locks, String>> {
+        let result = (|| {
+            let mut tx = begin(&mut self.client)?;
+            for name in names {
+                // Taken only when free or when its holder's lease ran out;
+                // a new epoch fences the one who lost it.
+                let taken = tx.query_typed_opt(
+                    "INSERT INTO idem.locks (name, holder, epoch, lease, lease_until)
+                     VALUES ($1, $2, nextval('idem.fences'), $3::text::interval,
+                         clock_timestamp() + $3::text::interval)
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder,
+                         epoch = excluded.epoch, lease = excluded.lease,
+                         lease_until = excluded.lease_until
+                     WHERE idem.locks.lease_until IS NULL
+                         OR idem.locks.lease_until < clock_timestamp()
+                     RETURNING epoch",
+                    typed![&name => TEXT, &run_id => UUID, &interval(lease) => TEXT],
+                )?;
+                if taken.is_none() {
+                    tx.rollback()?;
+                    return Ok(Err(name.clone()));
+                }
+            }
+            tx.commit()?;
+            Ok(Ok(Locks {
+                holds: Vec::new(),
+                names: names.to_vec(),
+            }))
+        })();
+        result.map_err(|error: postgres::Error| self.fail("take a lock in", &error))
+    }
+
+    fn release_locks(&mut self, run_id: Uuid) -> Result<()> {
+        self.client
+            .execute(
+                "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1",
+                &[&run_id],
+            )
+            .map(|_| ())
+            .map_err(|error| self.fail("release a lock in", &error))
     }
 }
 
@@ -965,6 +1191,7 @@ fn forget_keys(
                  WHERE run IN (SELECT id FROM idem.runs WHERE key = $1)",
                 &[key],
             )?;
+            uncount_runs(tx, "key = $1", key)?;
             tx.execute("DELETE FROM idem.runs WHERE key = $1", &[key])?;
             tx.execute("DELETE FROM idem.keys WHERE key = $1", &[key])?;
         } else {
@@ -985,10 +1212,164 @@ fn forget_keys(
 /// Ends the key's running head with an unknown outcome: its owner's lease
 /// ran out.
 fn mark_abandoned(tx: &mut postgres::Transaction<'_>, key: &str) -> Result<(), postgres::Error> {
-    tx.execute_typed(
+    let abandoned = tx.query_typed_opt(
         "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
-         WHERE id = (SELECT head FROM idem.keys WHERE key = $1) AND status = 'running'",
+         WHERE id = (SELECT head FROM idem.keys WHERE key = $1) AND status = 'running'
+         RETURNING run_id",
         typed![&key => TEXT],
+    )?;
+    if let Some(row) = abandoned {
+        let run_id: Uuid = row.try_get(0)?;
+        job_outcome(tx, run_id, Status::Abandoned, None)?;
+        release_locks(tx, run_id)?;
+    }
+    Ok(())
+}
+
+const JOB_COLUMNS: &str = "job, template, zone, host, command, shell, first_run, last_run, \
+     last_status, last_exit, last_success, failures, running, succeeded, failed, abandoned, \
+     checked_at, strip, ok_keys";
+
+fn job_from_row(row: &Row) -> Result<JobState, postgres::Error> {
+    let count = |index: usize| -> Result<u64, postgres::Error> {
+        Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
+    };
+    Ok(JobState {
+        job: row.try_get(0)?,
+        template: row.try_get(1)?,
+        zone: row.try_get(2)?,
+        host: row.try_get(3)?,
+        command: decode_command(&row.try_get::<_, Option<Vec<u8>>>(4)?.unwrap_or_default()),
+        shell: row.try_get(5)?,
+        first_run: row.try_get(6)?,
+        last_run: row.try_get(7)?,
+        last_status: row
+            .try_get::<_, Option<String>>(8)?
+            .and_then(|status| Status::parse(&status)),
+        last_exit: row.try_get(9)?,
+        last_success: row.try_get(10)?,
+        failures: count(11)?,
+        runs: [count(12)?, count(13)?, count(14)?, count(15)?],
+        checked_at: row.try_get(16)?,
+        strip: row.try_get(17)?,
+        ok_keys: super::decode_keys(row.try_get::<_, &str>(18)?),
+        live: 0,
+    })
+}
+
+/// Reads a job's figures under its row lock, with the database's `now()`.
+fn load_job(
+    tx: &mut postgres::Transaction<'_>,
+    job: &str,
+) -> Result<(JobState, Timestamp), postgres::Error> {
+    let row = tx.query_one(
+        &format!("SELECT {JOB_COLUMNS}, now() FROM idem.jobs WHERE job = $1 FOR UPDATE"),
+        &[&job],
+    )?;
+    Ok((job_from_row(&row)?, row.try_get(19)?))
+}
+
+fn save_job(tx: &mut postgres::Transaction<'_>, job: &JobState) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE idem.jobs SET first_run = $2, last_run = $3, last_status = $4, last_exit = $5,
+             last_success = $6, failures = $7, running = $8, succeeded = $9, failed = $10,
+             abandoned = $11, checked_at = $12, strip = $13, ok_keys = $14, host = $15,
+             command = $16, shell = $17
+         WHERE job = $1",
+        &[
+            &job.job,
+            &job.first_run,
+            &job.last_run,
+            &job.last_status.map(Status::as_str),
+            &job.last_exit,
+            &job.last_success,
+            &(job.failures as i64),
+            &(job.runs[0] as i64),
+            &(job.runs[1] as i64),
+            &(job.runs[2] as i64),
+            &(job.runs[3] as i64),
+            &job.checked_at,
+            &job.strip,
+            &super::encode_keys(&job.ok_keys),
+            &job.host,
+            &encode_command(&job.command),
+            &job.shell,
+        ],
+    )?;
+    Ok(())
+}
+
+/// A running run ended `status`: its job's figures follow, in the
+/// transaction that records it.
+fn job_outcome(
+    tx: &mut postgres::Transaction<'_>,
+    run_id: Uuid,
+    status: Status,
+    exit: Option<i32>,
+) -> Result<(), postgres::Error> {
+    let Some(row) = tx.query_opt(
+        "SELECT job, key, started_at FROM idem.runs WHERE run_id = $1",
+        &[&run_id],
+    )?
+    else {
+        return Ok(());
+    };
+    let Some(job) = row.try_get::<_, Option<String>>(0)? else {
+        return Ok(());
+    };
+    let key: String = row.try_get(1)?;
+    let (mut state, now) = load_job(tx, &job)?;
+    state.runs[0] = state.runs[0].saturating_sub(1);
+    let index = Status::ALL
+        .iter()
+        .position(|each| *each == status)
+        .unwrap_or(0);
+    state.runs[index] += 1;
+    state.outcome(&key, status, row.try_get(2)?, exit, now);
+    save_job(tx, &state)
+}
+
+/// Frees the named locks run `run_id` holds.
+fn release_locks(tx: &mut postgres::Transaction<'_>, run_id: Uuid) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1",
+        &[&run_id],
+    )?;
+    Ok(())
+}
+
+/// The job of an imported run, made when new, with the run counted in.
+fn import_job(tx: &mut postgres::Transaction<'_>, run: &Run) -> Result<(), postgres::Error> {
+    tx.execute(
+        "INSERT INTO idem.jobs (job, template) VALUES ($1, $1) ON CONFLICT (job) DO NOTHING",
+        &[&run.job],
+    )?;
+    let (mut job, _) = load_job(tx, &run.job)?;
+    job.imported(run);
+    save_job(tx, &job)
+}
+
+/// Takes the runs chosen by `filter` (`$1` bound to `value`) out of their
+/// jobs' counts, before they are deleted.
+fn uncount_runs(
+    tx: &mut postgres::Transaction<'_>,
+    filter: &str,
+    value: &(dyn postgres::types::ToSql + Sync),
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        &format!(
+            "UPDATE idem.jobs j SET running = greatest(j.running - c.running, 0),
+                 succeeded = greatest(j.succeeded - c.succeeded, 0),
+                 failed = greatest(j.failed - c.failed, 0),
+                 abandoned = greatest(j.abandoned - c.abandoned, 0)
+             FROM (SELECT job, count(*) FILTER (WHERE status = 'running') AS running,
+                       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+                       count(*) FILTER (WHERE status = 'failed') AS failed,
+                       count(*) FILTER (WHERE status = 'abandoned') AS abandoned
+                   FROM idem.runs WHERE {filter} GROUP BY job) AS c
+             WHERE j.job = c.job"
+        ),
+        &[value],
     )?;
     Ok(())
 }
@@ -1016,6 +1397,7 @@ fn prune_runs(
         &[&ids],
     )?;
     tx.execute("DELETE FROM idem.attempts WHERE run = ANY($1)", &[&ids])?;
+    uncount_runs(tx, "id = ANY($1)", &ids)?;
     let runs = tx.execute("DELETE FROM idem.runs WHERE id = ANY($1)", &[&ids])?;
     let keys = tx.execute(
         "DELETE FROM idem.keys k WHERE k.head IS NULL
@@ -1112,6 +1494,7 @@ fn import_runs(
                 )?;
                 tx.execute("DELETE FROM idem.attempts WHERE run = $1", &[&id])?;
                 insert_attempts(tx, id, &item.attempts)?;
+                job_outcome(tx, run.run_id, run.status, run.exit_code)?;
                 tx.execute(
                     "UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
                          owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
@@ -1126,11 +1509,12 @@ fn import_runs(
                 continue;
             }
             None => {
+                import_job(tx, run)?;
                 let id: i64 = tx
                     .query_one(
                         "INSERT INTO idem.runs (run_id, key, status, exit_code, signal, attempts,
-                             started_at, finished_at, host, pid, command, shell, recovered)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                             started_at, finished_at, host, pid, command, shell, recovered, job)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
                          RETURNING id",
                         &[
                             &run.run_id,
@@ -1146,6 +1530,7 @@ fn import_runs(
                             &encode_command(&run.command),
                             &run.shell,
                             &run.recovered,
+                            &run.job,
                         ],
                     )?
                     .try_get(0)?;

@@ -43,15 +43,42 @@ pub struct Hold {
     file: Arc<OwnedFd>,
     path: PathBuf,
     slot: i64,
+    /// Named locks (`--lock`) the run holds besides its key: their own
+    /// open files, and their bytes, which each attempt's file holds too.
+    named: Vec<(Arc<OwnedFd>, i64)>,
+}
+
+/// Named locks live above every key's byte: row ids never reach 2^62.
+const NAMED_BASE: i64 = 1 << 62;
+
+/// The byte of the named lock `name`: a pinned hash (SHA-256), so every
+/// idem agrees without a table. Two names sharing a byte (one chance in a
+/// trillion) would only exclude each other too, never overlap.
+pub fn named_slot(name: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("idem-lock-v1\0{name}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    NAMED_BASE + (u64::from_le_bytes(bytes) >> 24) as i64
 }
 
 impl Hold {
     /// A new open file holding the byte too, for one attempt's processes
-    /// to inherit (idem closes its copy once they have it).
+    /// to inherit (idem closes its copy once they have it), with the bytes
+    /// of the named locks the run holds, so that they outlive idem with it.
     pub fn for_attempt(&self) -> io::Result<OwnedFd> {
         let file = open(&self.path, true)?;
         set(&file, self.slot, libc::F_RDLCK)?;
+        for (_, slot) in &self.named {
+            set(&file, *slot, libc::F_RDLCK)?;
+        }
         Ok(OwnedFd::from(file))
+    }
+
+    /// Makes the named lock `lock` part of this run's hold.
+    pub fn join(&mut self, lock: Hold) {
+        self.named.push((lock.file, lock.slot));
+        self.named.extend(lock.named);
     }
 
     /// Whether an open file other than idem's own holds the byte: processes
@@ -113,6 +140,7 @@ impl RunLocks {
             file: Arc::new(OwnedFd::from(file)),
             path: self.path.clone(),
             slot,
+            named: Vec::new(),
         }))
     }
 

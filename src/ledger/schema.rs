@@ -99,6 +99,54 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE TABLE fences (last INTEGER NOT NULL);
     INSERT INTO fences SELECT coalesce(max(id), 0) FROM runs;
     ",
+    // 5: jobs. Each run records its job; `jobs` keeps each job's figures,
+    // updated in the same transaction as every claim and outcome, so that
+    // `status` and `metrics` read one row per job however many runs the
+    // ledger holds. A run's job is a row id (a few bytes a run). Runs of
+    // older idems belonged to no job: each key becomes its own job.
+    "
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        job TEXT NOT NULL UNIQUE,
+        template TEXT NOT NULL,
+        zone TEXT,
+        host TEXT,
+        command BLOB,
+        shell INTEGER NOT NULL DEFAULT 0,
+        first_run INTEGER,
+        last_run INTEGER,
+        last_status TEXT,
+        last_exit INTEGER,
+        last_success INTEGER,
+        failures INTEGER NOT NULL DEFAULT 0,
+        running INTEGER NOT NULL DEFAULT 0,
+        succeeded INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0,
+        abandoned INTEGER NOT NULL DEFAULT 0,
+        checked_at INTEGER,
+        strip TEXT NOT NULL DEFAULT '',
+        ok_keys TEXT NOT NULL DEFAULT ''
+    );
+    ALTER TABLE runs ADD COLUMN job_id INTEGER;
+    INSERT INTO jobs (job, template, first_run, last_run, checked_at, running, succeeded,
+        failed, abandoned, last_success)
+    SELECT k.key, replace(replace(k.key, '{', '{{'), '}', '}}'), min(r.started_at),
+        max(r.started_at), max(r.started_at), sum(r.status = 'running'),
+        sum(r.status = 'succeeded'), sum(r.status = 'failed'), sum(r.status = 'abandoned'),
+        max(CASE WHEN r.status = 'succeeded' THEN r.finished_at END)
+    FROM keys k JOIN runs r ON r.key_id = k.id GROUP BY k.id;
+    UPDATE runs SET job_id = (SELECT j.id FROM jobs j JOIN keys k ON k.key = j.job
+                              WHERE k.id = runs.key_id);
+    UPDATE jobs SET (last_status, last_exit, host, command, shell) =
+        (SELECT status, exit_code, host, command, shell FROM runs
+         WHERE job_id = jobs.id ORDER BY started_at DESC, id DESC LIMIT 1);
+    UPDATE jobs SET
+        failures = (SELECT count(*) FROM runs r WHERE r.job_id = jobs.id
+            AND r.status IN ('failed', 'abandoned')
+            AND r.started_at > coalesce((SELECT max(started_at) FROM runs s
+                WHERE s.job_id = jobs.id AND s.status = 'succeeded'), -1)),
+        ok_keys = CASE WHEN succeeded > 0 THEN job ELSE '' END;
+    ",
 ];
 
 /// The schema version this idem writes.

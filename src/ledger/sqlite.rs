@@ -23,8 +23,8 @@ use super::runlock::{Hold, RunLocks};
 use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    ImportReport, KeyMetrics, Ledger, ListFilter, Outcome, Owner, Plan, PruneReport, Run,
-    RunAttempts, Status,
+    ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
+    PruneReport, Run, RunAttempts, Status,
 };
 use crate::exit::{io_words, Failure, IDEM_FAILED};
 
@@ -51,7 +51,11 @@ const RELEASE_OWNER: &str = "owner_boot = NULL, owner_pid_start = NULL, owner_pg
      owner_pgid_start = NULL, owner_lock = NULL";
 
 const RUN_COLUMNS: &str = "k.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
-     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered";
+     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered, \
+     coalesce(j.job, k.key), coalesce(k.head = r.id, 0)";
+
+/// Runs with their keys and jobs, for [`RUN_COLUMNS`].
+const RUNS: &str = "runs r JOIN keys k ON k.id = r.key_id LEFT JOIN jobs j ON j.id = r.job_id";
 
 fn millis(time: Timestamp) -> i64 {
     time.as_millisecond()
@@ -79,6 +83,8 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Run)> {
         command: decode_command(&row.get::<_, Vec<u8>>(11)?),
         shell: row.get(12)?,
         recovered: row.get(13)?,
+        job: row.get(14)?,
+        head: row.get(15)?,
     };
     Ok((row.get(1)?, run))
 }
@@ -751,19 +757,21 @@ fn query_head(
 ) -> rusqlite::Result<Option<(i64, Head)>> {
     let found = tx
         .prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS}, k.id, k.owner_lock, k.owner_boot, k.owner_pgid
-             FROM keys k JOIN runs r ON r.id = k.head WHERE k.key = ?1"
+            "SELECT {RUN_COLUMNS}, k.id, k.owner_lock, k.owner_boot, k.owner_pgid, j.checked_at
+             FROM keys k JOIN runs r ON r.id = k.head LEFT JOIN jobs j ON j.id = r.job_id
+             WHERE k.key = ?1"
         ))?
         .query_row([key], |row| {
             let (id, run) = run_from_row(row)?;
-            let key_id: i64 = row.get(14)?;
-            let locked = row.get::<_, Option<bool>>(15)?.unwrap_or(false);
-            let boot: Option<String> = row.get(16)?;
-            let pgid: Option<u32> = row.get(17)?;
-            Ok((id, run, key_id, locked, boot, pgid))
+            let key_id: i64 = row.get(16)?;
+            let locked = row.get::<_, Option<bool>>(17)?.unwrap_or(false);
+            let boot: Option<String> = row.get(18)?;
+            let pgid: Option<u32> = row.get(19)?;
+            let checked: Option<i64> = row.get(20)?;
+            Ok((id, run, key_id, locked, boot, pgid, checked))
         })
         .optional()?;
-    let Some((id, run, key_id, locked, boot, pgid)) = found else {
+    let Some((id, run, key_id, locked, boot, pgid, checked)) = found else {
         return Ok(None);
     };
     let owner = match run.status {
@@ -781,6 +789,7 @@ fn query_head(
             run,
             owner,
             read_at: None,
+            checked_at: checked.map(timestamp),
         },
     )))
 }
@@ -813,7 +822,11 @@ impl Ledger for SqliteLedger {
                 .map_err(|error| lock_file_error(locks, error))?;
             let free = hold.is_some();
             let head = query_head(tx, key, &mut |_, locked, boot| {
-                Ok(if locked { Some(!free) } else { unlocked_owner(boot) })
+                Ok(if locked {
+                    Some(!free)
+                } else {
+                    unlocked_owner(boot)
+                })
             })?;
             let running = head
                 .as_ref()
@@ -830,19 +843,47 @@ impl Ledger for SqliteLedger {
             let fence: i64 = tx
                 .prepare_cached("UPDATE fences SET last = last + 1 RETURNING last")?
                 .query_row([], |row| row.get(0))?;
+            let now = millis(Timestamp::now());
+            let command = encode_command(&new.command);
+            let job_id: i64 = tx
+                .prepare_cached(
+                    "INSERT INTO jobs (job, template, zone, host, command, shell, first_run,
+                         last_run, last_status, checked_at, running)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 'running', ?7, 1)
+                     ON CONFLICT (job) DO UPDATE SET template = excluded.template,
+                         zone = excluded.zone, host = excluded.host, command = excluded.command,
+                         shell = excluded.shell, first_run = coalesce(first_run, ?7),
+                         last_run = ?7, last_status = 'running', last_exit = NULL,
+                         checked_at = ?7, running = running + 1
+                     RETURNING id",
+                )?
+                .query_row(
+                    params![
+                        new.job.name,
+                        new.job.template,
+                        new.job.zone,
+                        new.host,
+                        command,
+                        new.shell,
+                        now
+                    ],
+                    |row| row.get(0),
+                )?;
             tx.prepare_cached(
-                "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell, recovered)
-                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell,
+                     recovered, job_id)
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 new.run_id.as_bytes().as_slice(),
                 key_id,
-                millis(Timestamp::now()),
+                now,
                 new.host,
                 new.pid,
-                encode_command(&new.command),
+                command,
                 new.shell,
-                new.recovered
+                new.recovered,
+                job_id
             ])?;
             let run = tx.last_insert_rowid();
             tx.prepare_cached(
@@ -857,6 +898,7 @@ impl Ledger for SqliteLedger {
                 token: run,
                 fence,
                 hold: Some(hold),
+                locks: Vec::new(),
             }))
         })
     }
@@ -904,6 +946,9 @@ impl Ledger for SqliteLedger {
                 ],
             )?;
             release_owner(tx, claim.token)?;
+            if changed == 1 {
+                job_outcome(tx, claim.token, outcome.status, Some(outcome.exit_code))?;
+            }
             Ok(changed == 1)
         })?;
         if !recorded {
@@ -917,12 +962,18 @@ impl Ledger for SqliteLedger {
     }
 
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
-        let mut sql =
-            format!("SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id WHERE 1");
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM {RUNS} WHERE 1");
         let mut values: Vec<rusqlite::types::Value> = Vec::new();
         if let Some(glob) = &filter.key_glob {
             values.push(glob.clone().into());
             sql.push_str(&format!(" AND k.key GLOB ?{}", values.len()));
+        }
+        if let Some(glob) = &filter.job_glob {
+            values.push(glob.clone().into());
+            sql.push_str(&format!(
+                " AND coalesce(j.job, k.key) GLOB ?{}",
+                values.len()
+            ));
         }
         if !filter.statuses.is_empty() {
             let mut marks = Vec::new();
@@ -939,6 +990,10 @@ impl Ledger for SqliteLedger {
         if let Some(since) = filter.since {
             values.push(millis(since).into());
             sql.push_str(&format!(" AND r.started_at >= ?{}", values.len()));
+        }
+        if let Some(until) = filter.until {
+            values.push(millis(until).into());
+            sql.push_str(&format!(" AND r.started_at <= ?{}", values.len()));
         }
         values.push(i64::from(filter.limit).into());
         sql.push_str(&format!(
@@ -962,7 +1017,7 @@ impl Ledger for SqliteLedger {
                 |row| row.get(0),
             )?;
             let mut runs = self.conn.prepare(&format!(
-                "SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id
+                "SELECT {RUN_COLUMNS} FROM {RUNS}
                  WHERE k.key = ?1 ORDER BY r.started_at DESC, r.id DESC LIMIT ?2"
             ))?;
             // The tails stay on disk (they are the row's last columns, so
@@ -1027,7 +1082,7 @@ impl Ledger for SqliteLedger {
         let read = |error| self.fail("read", &error);
         let mut runs = tx
             .prepare(&format!(
-                "SELECT {RUN_COLUMNS}, k.head = r.id FROM runs r JOIN keys k ON k.id = r.key_id
+                "SELECT {RUN_COLUMNS}, k.head = r.id FROM {RUNS}
                  ORDER BY r.started_at, r.id"
             ))
             .map_err(read)?;
@@ -1036,7 +1091,7 @@ impl Ledger for SqliteLedger {
         while let Some(row) = rows.next().map_err(read)? {
             let (id, run) = run_from_row(row).map_err(read)?;
             let head = row
-                .get::<_, Option<bool>>(14)
+                .get::<_, Option<bool>>(16)
                 .map_err(read)?
                 .unwrap_or(false);
             let run_attempts = attempts
@@ -1061,6 +1116,233 @@ impl Ledger for SqliteLedger {
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
         key_metrics(&self.conn).map_err(|error| self.fail("read", &error))
     }
+
+    fn checked(&mut self, job: &str) -> Result<()> {
+        self.write("stamp a job in", false, |tx, _| {
+            tx.prepare_cached("UPDATE jobs SET checked_at = ?2 WHERE job = ?1")?
+                .execute(params![job, millis(Timestamp::now())])?;
+            Ok(())
+        })
+    }
+
+    fn jobs(&mut self, glob: Option<&str>) -> Result<Vec<JobState>> {
+        let result = (|| {
+            let mut statement = self.conn.prepare(&format!(
+                "SELECT id, {JOB_COLUMNS} FROM jobs WHERE ?1 IS NULL OR job GLOB ?1 ORDER BY job"
+            ))?;
+            let mut ids = std::collections::HashMap::new();
+            let mut jobs = Vec::new();
+            for row in statement.query_map([glob], |row| {
+                Ok((row.get::<_, i64>(0)?, job_from_row(row, 1)?))
+            })? {
+                let (id, job) = row?;
+                ids.insert(id, jobs.len());
+                jobs.push(job);
+            }
+            // Runs recorded as running (few, and in the partial index):
+            // their owners are asked of the kernel.
+            let mut running = self.conn.prepare(
+                "SELECT r.job_id, k.id, k.owner_lock, k.owner_boot FROM runs r
+                 CROSS JOIN keys k ON k.id = r.key_id
+                 WHERE r.status = 'running' AND r.status <> 'succeeded' AND k.head = r.id",
+            )?;
+            let rows = running.query_map([], |row| {
+                Ok((
+                    row.get::<_, Option<i64>>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, Option<bool>>(2)?.unwrap_or(false),
+                    row.get::<_, Option<String>>(3)?,
+                ))
+            })?;
+            for row in rows {
+                let (job, key_id, locked, boot) = row?;
+                let Some(&at) = job.and_then(|job| ids.get(&job)) else {
+                    continue;
+                };
+                if judge_local_owner(&self.locks, key_id, locked, boot.as_deref())? != Some(false) {
+                    jobs[at].live += 1;
+                }
+            }
+            Ok(jobs)
+        })();
+        result.map_err(|error: rusqlite::Error| self.fail("read", &error))
+    }
+
+    fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>> {
+        let result = (|| {
+            let mut statement = self
+                .conn
+                .prepare("SELECT key FROM keys WHERE key GLOB ?1 ORDER BY key")?;
+            let rows = statement.query_map([glob], |row| row.get(0))?;
+            rows.collect::<rusqlite::Result<Vec<String>>>()
+        })();
+        result.map_err(|error| self.fail("read", &error))
+    }
+
+    fn take_locks(
+        &mut self,
+        names: &[String],
+        _run_id: Uuid,
+        _lease: Duration,
+    ) -> Result<Result<Locks, String>> {
+        let mut locks = Locks::default();
+        for name in names {
+            let slot = super::runlock::named_slot(name);
+            match self.locks.take(slot) {
+                Ok(Some(hold)) => locks.holds.push(hold),
+                Ok(None) => return Ok(Err(name.clone())),
+                Err(error) => {
+                    return Err(Failure::new(
+                        IDEM_FAILED,
+                        format!(
+                            "could not use the lock file {}: {}",
+                            self.locks.path().display(),
+                            io_words(&error)
+                        ),
+                    )
+                    .into())
+                }
+            }
+            locks.names.push(name.clone());
+        }
+        Ok(Ok(locks))
+    }
+}
+
+/// The columns of a job's figures, read by [`job_from_row`].
+const JOB_COLUMNS: &str = "job, template, zone, host, command, shell, first_run, last_run, \
+     last_status, last_exit, last_success, failures, running, succeeded, failed, abandoned, \
+     checked_at, strip, ok_keys";
+
+fn job_from_row(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<JobState> {
+    let time = |index: usize| -> rusqlite::Result<Option<Timestamp>> {
+        Ok(row.get::<_, Option<i64>>(at + index)?.map(timestamp))
+    };
+    let count = |index: usize| -> rusqlite::Result<u64> {
+        Ok(row.get::<_, Option<i64>>(at + index)?.unwrap_or(0).max(0) as u64)
+    };
+    Ok(JobState {
+        job: row.get(at)?,
+        template: row.get(at + 1)?,
+        zone: row.get(at + 2)?,
+        host: row.get(at + 3)?,
+        command: decode_command(&row.get::<_, Option<Vec<u8>>>(at + 4)?.unwrap_or_default()),
+        shell: row.get::<_, Option<bool>>(at + 5)?.unwrap_or(false),
+        first_run: time(6)?,
+        last_run: time(7)?,
+        last_status: row
+            .get::<_, Option<String>>(at + 8)?
+            .and_then(|status| Status::parse(&status)),
+        last_exit: row.get(at + 9)?,
+        last_success: time(10)?,
+        failures: count(11)?,
+        runs: [count(12)?, count(13)?, count(14)?, count(15)?],
+        checked_at: time(16)?,
+        strip: row.get(at + 17)?,
+        ok_keys: super::decode_keys(&row.get::<_, String>(at + 18)?),
+        live: 0,
+    })
+}
+
+fn status_index(status: Status) -> usize {
+    Status::ALL
+        .iter()
+        .position(|each| *each == status)
+        .unwrap_or(0)
+}
+
+fn save_job(tx: &Connection, id: i64, job: &JobState) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE jobs SET first_run = ?2, last_run = ?3, last_status = ?4, last_exit = ?5,
+             last_success = ?6, failures = ?7, running = ?8, succeeded = ?9, failed = ?10,
+             abandoned = ?11, checked_at = ?12, strip = ?13, ok_keys = ?14, host = ?15,
+             command = ?16, shell = ?17
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        job.first_run.map(millis),
+        job.last_run.map(millis),
+        job.last_status.map(Status::as_str),
+        job.last_exit,
+        job.last_success.map(millis),
+        job.failures as i64,
+        job.runs[0] as i64,
+        job.runs[1] as i64,
+        job.runs[2] as i64,
+        job.runs[3] as i64,
+        job.checked_at.map(millis),
+        job.strip,
+        super::encode_keys(&job.ok_keys),
+        job.host,
+        encode_command(&job.command),
+        job.shell
+    ])?;
+    Ok(())
+}
+
+fn load_job(tx: &Connection, id: i64) -> rusqlite::Result<JobState> {
+    tx.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))?
+        .query_row([id], |row| job_from_row(row, 0))
+}
+
+/// A running run of row `run` ended `status`: its job's figures follow, in
+/// the transaction that records it.
+fn job_outcome(
+    tx: &Connection,
+    run: i64,
+    status: Status,
+    exit: Option<i32>,
+) -> rusqlite::Result<()> {
+    let found: Option<(Option<i64>, String, i64)> = tx
+        .prepare_cached(
+            "SELECT r.job_id, k.key, r.started_at FROM runs r JOIN keys k ON k.id = r.key_id
+             WHERE r.id = ?1",
+        )?
+        .query_row([run], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((Some(job_id), key, started)) = found else {
+        return Ok(());
+    };
+    let mut job = load_job(tx, job_id)?;
+    job.runs[0] = job.runs[0].saturating_sub(1);
+    job.runs[status_index(status)] += 1;
+    job.outcome(&key, status, timestamp(started), exit, Timestamp::now());
+    save_job(tx, job_id, &job)
+}
+
+/// The job of an imported run, made when new, with the run counted in.
+fn import_job(tx: &Connection, run: &Run) -> rusqlite::Result<i64> {
+    let job_id: i64 = tx
+        .prepare_cached(
+            "INSERT INTO jobs (job, template) VALUES (?1, ?1)
+             ON CONFLICT (job) DO UPDATE SET job = excluded.job RETURNING id",
+        )?
+        .query_row([&run.job], |row| row.get(0))?;
+    let mut job = load_job(tx, job_id)?;
+    job.imported(run);
+    save_job(tx, job_id, &job)?;
+    Ok(job_id)
+}
+
+/// Takes the runs chosen by `filter` (over `runs`, with `?1` bound to
+/// `value`) out of their jobs' counts, before they are deleted.
+fn uncount_runs(tx: &Connection, filter: &str, value: i64) -> rusqlite::Result<()> {
+    tx.execute(
+        &format!(
+            "UPDATE jobs SET running = max(jobs.running - c.running, 0),
+                 succeeded = max(jobs.succeeded - c.succeeded, 0),
+                 failed = max(jobs.failed - c.failed, 0),
+                 abandoned = max(jobs.abandoned - c.abandoned, 0)
+             FROM (SELECT job_id, sum(status = 'running') AS running,
+                       sum(status = 'succeeded') AS succeeded, sum(status = 'failed') AS failed,
+                       sum(status = 'abandoned') AS abandoned
+                   FROM runs WHERE {filter} GROUP BY job_id) AS c
+             WHERE jobs.id = c.job_id"
+        ),
+        [value],
+    )?;
+    Ok(())
 }
 
 fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> rusqlite::Result<()> {
@@ -1130,11 +1412,15 @@ impl SqliteLedger {
 
 /// Ends a head's `running` with an unknown outcome: its owner was found gone.
 fn mark_abandoned(tx: &Connection, run: i64) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "UPDATE runs SET status = 'abandoned', finished_at = ?2
-         WHERE id = ?1 AND status = 'running'",
-    )?
-    .execute(params![run, millis(Timestamp::now())])?;
+    let changed = tx
+        .prepare_cached(
+            "UPDATE runs SET status = 'abandoned', finished_at = ?2
+             WHERE id = ?1 AND status = 'running'",
+        )?
+        .execute(params![run, millis(Timestamp::now())])?;
+    if changed == 1 {
+        job_outcome(tx, run, Status::Abandoned, None)?;
+    }
     release_owner(tx, run)
 }
 
@@ -1199,6 +1485,7 @@ fn forget_keys(
                 "DELETE FROM attempts WHERE run IN (SELECT id FROM runs WHERE key_id = ?1)",
                 [key_id],
             )?;
+            uncount_runs(tx, "key_id = ?1", key_id)?;
             tx.execute("DELETE FROM runs WHERE key_id = ?1", [key_id])?;
             tx.execute("DELETE FROM keys WHERE id = ?1", [key_id])?;
         } else {
@@ -1233,6 +1520,7 @@ fn prune_runs(tx: &Connection, before: Timestamp) -> rusqlite::Result<PruneRepor
         "DELETE FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
         [],
     )?;
+    uncount_runs(tx, "id IN (SELECT id FROM temp.pruned) AND ?1", 1)?;
     tx.execute(
         "DELETE FROM runs WHERE id IN (SELECT id FROM temp.pruned)",
         [],
@@ -1296,6 +1584,7 @@ fn import_runs(
                 tx.execute("DELETE FROM attempts WHERE run = ?1", [id])?;
                 insert_attempts(tx, id, &item.attempts)?;
                 release_owner(tx, id)?;
+                job_outcome(tx, id, run.status, run.exit_code)?;
                 report.updated += 1;
                 (id, key_id)
             }
@@ -1310,10 +1599,11 @@ fn import_runs(
                          ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id",
                     )?
                     .query_row([&run.key], |row| row.get(0))?;
+                let job_id = import_job(tx, run)?;
                 tx.prepare_cached(
                     "INSERT INTO runs (run_id, key_id, status, exit_code, signal, attempts,
-                         started_at, finished_at, host, pid, command, shell, recovered)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                         started_at, finished_at, host, pid, command, shell, recovered, job_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 )?
                 .execute(params![
                     run.run_id.as_bytes().as_slice(),
@@ -1328,7 +1618,8 @@ fn import_runs(
                     run.pid,
                     encode_command(&run.command),
                     run.shell,
-                    run.recovered
+                    run.recovered,
+                    job_id
                 ])?;
                 let id = tx.last_insert_rowid();
                 insert_attempts(tx, id, &item.attempts)?;
@@ -1383,9 +1674,7 @@ fn key_metrics(conn: &Connection) -> rusqlite::Result<Vec<KeyMetrics>> {
          FROM keys k JOIN runs r ON r.key_id = k.id LEFT JOIN ok ON ok.key_id = k.id
          GROUP BY k.id ORDER BY k.key",
     )?;
-    let mut last = conn.prepare(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs r JOIN keys k ON k.id = r.key_id WHERE r.id = ?1"
-    ))?;
+    let mut last = conn.prepare(&format!("SELECT {RUN_COLUMNS} FROM {RUNS} WHERE r.id = ?1"))?;
     let rows = statement.query_map([], |row| {
         Ok((
             KeyMetrics {

@@ -120,6 +120,8 @@ mod tests {
         Head {
             run: Run {
                 key: "k".into(),
+                job: "k".into(),
+                head: true,
                 run_id: uuid::Uuid::nil(),
                 status,
                 exit_code: None,
@@ -141,6 +143,7 @@ mod tests {
                 alive: Some(true),
             }),
             read_at: None,
+            checked_at: None,
         }
     }
 

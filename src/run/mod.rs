@@ -18,8 +18,10 @@
 //! is still `running`. Any later `idem run` may write `abandoned`, and only
 //! for a running head whose owner it has found dead.
 
+mod catchup;
 mod decide;
 mod lease;
+mod locks;
 mod report;
 
 use std::io::IsTerminal;
@@ -32,7 +34,9 @@ use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::host;
 use crate::key::{self, Template};
-use crate::ledger::{self, Attempt, Claim, Ledger, Location, NewRun, Outcome, Plan, Status};
+use crate::ledger::{
+    self, Attempt, Claim, JobInfo, Ledger, Location, NewRun, Outcome, Plan, Status,
+};
 use crate::process::{self, AttemptEnd, End, Notice, Sink, Spec, Supervisor};
 use decide::{decide, Decision, Rules, Verdict};
 pub use report::Reporter;
@@ -50,8 +54,26 @@ const MIN_LEASE: Duration = Duration::from_secs(1);
 const RECORD_FOR: Duration = Duration::from_secs(300);
 
 pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
-    let key = Template::parse(&args.key)?.expand_now()?;
+    let template = Template::parse(&args.key)?;
+    let key = template.expand_now()?;
     check(args)?;
+    let job = catchup::job_info(args, &template)?;
+    if let Some(periods) = args.catch_up {
+        return catchup::run(args, &template, &job, periods, location, reporter);
+    }
+    run_key(args, &key, &job, None, location, reporter)
+}
+
+/// One run of `key` for `job`; `slot` is the start of the period it is
+/// for (`IDEM_SLOT`), with `--catch-up`.
+fn run_key(
+    args: &RunArgs,
+    key: &str,
+    job: &JobInfo,
+    slot: Option<&str>,
+    location: &Location,
+    reporter: &Reporter,
+) -> Result<u8> {
     let merged = process::same_file(&std::io::stdout(), &std::io::stderr());
     // Made before the claim: a claim whose output cannot be held would be
     // left `running` with nothing run.
@@ -74,10 +96,10 @@ pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u
         None
     };
     if let Some(splay) = args.splay {
-        splay_wait(&key, splay.into(), reporter);
+        splay_wait(key, splay.into(), reporter);
     }
     let mut ledger = ledger::open(location)?;
-    let (claim, recovered) = match acquire(args, &key, ledger.as_mut(), reporter)? {
+    let (claim, recovered) = match acquire(args, key, job, ledger.as_mut(), reporter)? {
         Acquired::Claimed(claim, recovered) => (claim, recovered),
         Acquired::Done(code) => return Ok(code),
     };
@@ -98,6 +120,8 @@ pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u
         merged,
         spool,
     };
+    let mut env = vec![("IDEM_JOB", job.name.clone().into())];
+    env.extend(slot.map(|slot| ("IDEM_SLOT", slot.into())));
     execute(
         args,
         &claim,
@@ -106,6 +130,7 @@ pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u
         lease,
         streams,
         reporter,
+        &env,
     )
 }
 
@@ -182,6 +207,7 @@ fn check(args: &RunArgs) -> Result<()> {
         )
         .into());
     }
+    locks::check(args)?;
     if *args.lease < MIN_LEASE {
         return Err(Failure::usage(format!(
             "--lease {} is too short: its heartbeat (every lease/3) must reach the database in time; give at least 1s, like 60s",
@@ -202,6 +228,7 @@ enum Acquired {
 fn acquire(
     args: &RunArgs,
     key: &str,
+    job: &JobInfo,
     ledger: &mut dyn Ledger,
     reporter: &Reporter,
 ) -> Result<Acquired> {
@@ -230,6 +257,18 @@ fn acquire(
             head => head?,
         };
         let mut decision = decide(head.as_ref(), false, &rules);
+        let run_id = uuid::Uuid::now_v7();
+        // Named locks are taken before the claim, so a run waiting for
+        // one holds no claim (nothing to find abandoned if it dies).
+        let taken = match decision.verdict {
+            Verdict::Run { .. } if !args.lock.is_empty() => {
+                match locks::take(args, key, ledger, run_id, wait_until, reporter)? {
+                    Ok(taken) => Some(taken),
+                    Err(code) => return Ok(Acquired::Done(code)),
+                }
+            }
+            _ => None,
+        };
         if decision.writes() {
             let mut recovered = false;
             let claimed = ledger.claim(key, &mut |head, lingering| {
@@ -237,7 +276,7 @@ fn acquire(
                 let claim = match decision.verdict {
                     Verdict::Run { recovered: was } => {
                         recovered = was;
-                        Some(new_run(args, was))
+                        Some(new_run(args, run_id, job, was))
                     }
                     _ => None,
                 };
@@ -248,26 +287,38 @@ fn acquire(
             });
             let claim = match claimed {
                 Err(error) if riding_out(&error) => {
+                    locks::release(taken, ledger, run_id);
                     std::thread::sleep(WAIT_POLL);
                     continue;
                 }
-                claim => claim?,
+                Err(error) => {
+                    locks::release(taken, ledger, run_id);
+                    return Err(error);
+                }
+                Ok(claim) => claim,
             };
-            if let Some(claim) = claim {
+            if let Some(mut claim) = claim {
                 drop(spinner.take());
                 if recovered {
                     reporter.aside(|| format!("{key}: the last run was abandoned (its outcome is unknown); running it again with IDEM_RECOVERED=1"));
                 }
+                if let Some(taken) = taken {
+                    locks::attach(&mut claim, taken);
+                }
                 return Ok(Acquired::Claimed(claim, recovered));
             }
         }
+        locks::release(taken, ledger, run_id);
         let Decision { verdict, .. } = decision;
         if !matches!(verdict, Verdict::Busy { .. } | Verdict::Lingering) {
             drop(spinner.take());
         }
         let code = match verdict {
             Verdict::Run { .. } => unreachable!("a run verdict always claims"),
-            Verdict::Skip { finished_at } => skip(args, key, finished_at, ledger, reporter)?,
+            Verdict::Skip { finished_at } => {
+                catchup::stamp(job, head.as_ref(), &rules, ledger);
+                skip(args, key, finished_at, ledger, reporter)?
+            }
             Verdict::Mismatch => {
                 return Err(Failure::new(
                     exit::FINGERPRINT_MISMATCH,
@@ -320,9 +371,10 @@ fn acquire(
     }
 }
 
-fn new_run(args: &RunArgs, recovered: bool) -> NewRun {
+fn new_run(args: &RunArgs, run_id: uuid::Uuid, job: &JobInfo, recovered: bool) -> NewRun {
     NewRun {
-        run_id: uuid::Uuid::now_v7(),
+        run_id,
+        job: job.clone(),
         command: args.command.clone(),
         shell: args.shell,
         host: host::name(),
@@ -357,6 +409,8 @@ fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
 }
 
 /// Runs the attempts of a claimed run and records each, then the outcome.
+/// `job_env` is what the command learns of its job (`IDEM_JOB`, `IDEM_SLOT`).
+#[allow(clippy::too_many_arguments)]
 fn execute(
     args: &RunArgs,
     claim: &Claim,
@@ -365,6 +419,7 @@ fn execute(
     lease: Option<(&Location, Duration)>,
     streams: Streams,
     reporter: &Reporter,
+    job_env: &[(&'static str, std::ffi::OsString)],
 ) -> Result<u8> {
     let supervisor = Supervisor::new()?;
     let heartbeat = lease
@@ -414,6 +469,10 @@ fn execute(
             spec.env.push(("IDEM_RECOVERED", "1".into()));
         } else {
             spec.env_remove = vec!["IDEM_RECOVERED"];
+        }
+        spec.env.extend(job_env.iter().cloned());
+        if !job_env.iter().any(|(name, _)| *name == "IDEM_SLOT") {
+            spec.env_remove.push("IDEM_SLOT");
         }
         let mut unrecorded = false;
         let share = match claim

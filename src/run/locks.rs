@@ -1,0 +1,131 @@
+//! Named locks (`--lock NAME`): held while a run's command runs, so runs of
+//! different keys that share a lock (a backup and a vacuum) never overlap.
+//!
+//! They are taken before the claim, all or none, in name order, polling
+//! without blocking: a run that waits for one holds nothing else, and two
+//! runs wanting the same locks in any order cannot deadlock. On a local
+//! ledger a lock is a byte of the ledger's lock file, held like the key's
+//! (see `ledger::runlock`): the run's attempts inherit it, so it lives as
+//! long as any process of the run, however idem dies. On a shared ledger it
+//! is a row leased to the run, renewed with its claim's heartbeat and fenced
+//! by an epoch, so a run that loses it is stopped like one that loses its key.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{report, Reporter, WAIT_POLL};
+use crate::cli::RunArgs;
+use crate::exit::{self, Failure};
+use crate::ledger::{Claim, Ledger, Locks};
+
+/// Refuses lock names that could not be told apart or shown.
+pub(super) fn check(args: &RunArgs) -> Result<()> {
+    for name in &args.lock {
+        if name.is_empty() {
+            return Err(Failure::usage(
+                "--lock is empty; name the lock, like --lock backup-disk (IDEM_LOCK takes a,b)",
+            )
+            .into());
+        }
+        if name.len() > crate::key::MAX_KEY_BYTES || name.chars().any(crate::key::is_hidden) {
+            return Err(Failure::usage(format!(
+                "invalid --lock {}: a lock name is at most {} bytes of printable characters",
+                crate::render::printable(name),
+                crate::key::MAX_KEY_BYTES
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The run's lock names, once each, in the order they are taken.
+fn names(args: &RunArgs) -> Vec<String> {
+    let mut names = args.lock.clone();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Takes every lock of the run, waiting until `wait_until` (`--wait`);
+/// `Err(code)` when one stayed held: the conflict exit code, said.
+pub(super) fn take(
+    args: &RunArgs,
+    key: &str,
+    ledger: &mut dyn Ledger,
+    run_id: uuid::Uuid,
+    wait_until: Option<Instant>,
+    reporter: &Reporter,
+) -> Result<Result<Locks, u8>> {
+    let names = names(args);
+    let mut spinner: Option<Option<report::Spinner>> = None;
+    loop {
+        let held = match ledger.take_locks(&names, run_id, args.lease.into()) {
+            Ok(Ok(locks)) => {
+                drop(spinner.take());
+                return Ok(Ok(locks));
+            }
+            Ok(Err(held)) => held,
+            Err(error)
+                if Failure::is_transient(&error)
+                    && wait_until.is_some_and(|until| Instant::now() + WAIT_POLL < until) =>
+            {
+                std::thread::sleep(WAIT_POLL);
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let shown = crate::render::printable(&held).into_owned();
+        if let Some(until) = wait_until.filter(|until| Instant::now() < *until) {
+            let bar = spinner.get_or_insert_with(|| reporter.spinner());
+            if let Some(bar) = bar {
+                bar.set_message(format!(
+                    "waiting for lock {shown} (for {key}): another run holds it; {} left",
+                    report::short(until - Instant::now())
+                ));
+            }
+            std::thread::sleep(WAIT_POLL.min(until - Instant::now()));
+            continue;
+        }
+        drop(spinner.take());
+        let line = || {
+            format!(
+                "{key}: lock {shown} is held by another run; {}",
+                if args.wait.is_some() {
+                    "--wait ran out"
+                } else {
+                    "--wait DUR waits for it"
+                }
+            )
+        };
+        if args.conflict_exit_code == exit::SUCCESS {
+            reporter.info(line);
+        } else {
+            reporter.notice(&mut std::io::stderr(), &line());
+        }
+        return Ok(Err(args.conflict_exit_code));
+    }
+}
+
+/// Gives the locks to the run that claimed its key: its attempts inherit
+/// them, and its heartbeat renews them.
+pub(super) fn attach(claim: &mut Claim, locks: Locks) {
+    claim.locks = locks.names;
+    if let Some(hold) = claim.hold.as_mut() {
+        for lock in locks.holds {
+            hold.join(lock);
+        }
+    }
+}
+
+/// Lets go of locks taken for a claim that was not made.
+pub(super) fn release(locks: Option<Locks>, ledger: &mut dyn Ledger, run_id: uuid::Uuid) {
+    if let Some(locks) = locks {
+        drop(locks.holds);
+        if !locks.names.is_empty() {
+            // Unreleased, a lock's lease frees it on its own.
+            let _ = ledger.release_locks(run_id);
+        }
+    }
+}
