@@ -278,6 +278,8 @@ fn terminal_session(mut command: Command, script: &[(&str, &[u8])]) -> (String, 
         }
         if let Some((prompt, typed)) = next {
             if String::from_utf8_lossy(&seen).contains(prompt) {
+                // As a person would: a moment after the prompt shows.
+                std::thread::sleep(Duration::from_millis(200));
                 master.write_all(typed).unwrap();
                 next = pending.next();
             }
