@@ -200,6 +200,66 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
 }
 
 #[test]
+fn a_disk_that_fills_while_a_retry_is_recorded_says_what_ran_and_shows_it() {
+    let env = Env::new();
+    let Some(mount) = Mount::tmpfs(&env.path("small-retry"), "2m") else {
+        return;
+    };
+    let db = mount.dir.join("ledger.db");
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "before", "--", "true"]),
+        0,
+    );
+    let filler = mount.dir.join("filler");
+    fill(&filler);
+    // Room for the claim, not for the attempt's 1MiB tail.
+    fs::File::options()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(
+            fs::metadata(&filler)
+                .unwrap()
+                .len()
+                .saturating_sub(160 << 10),
+        )
+        .unwrap();
+    let script = "head -c 3000000 /dev/urandom | od -x; echo held-and-shown; exit 1";
+    let output = run_with_db(
+        &env,
+        &db,
+        &[
+            "run",
+            "--key",
+            "retried",
+            "--retries",
+            "1",
+            "--backoff",
+            "10ms",
+            "--quiet-success",
+            "--capture",
+            "1MiB",
+            "--shell",
+            "--",
+            script,
+        ],
+    );
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("attempt 1/2 exited 1, but idem could not record it"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    assert!(
+        text(&output.stdout).contains("held-and-shown"),
+        "the held output was dropped"
+    );
+    fs::remove_file(&filler).unwrap();
+    assert_eq!(integrity_check(&db), "ok");
+}
+
+#[test]
 fn an_attempt_that_cannot_be_recorded_never_runs() {
     // The claim commits, then writing the attempt's start fails (here a
     // trigger refuses it): the command, held between fork and exec, must
