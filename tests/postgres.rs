@@ -1288,3 +1288,34 @@ fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
         text(&output.stderr)
     );
 }
+
+#[test]
+fn postgres_since_and_prune_cutoffs_come_from_the_databases_clock() {
+    let Some(pg) = Pg::new("postgres_since_and_prune_cutoffs_come_from_the_databases_clock") else {
+        return;
+    };
+    let faketime = Command::new("faketime")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !crate::liveness::require(faketime, "faketime (apt-get install faketime)") {
+        return;
+    }
+    assert_code(&pg.run(["run", "--key", "k", "--", "true"]), 0);
+    assert_code(&pg.run(["run", "--key", "k", "--force", "--", "true"]), 0);
+    // This host's clock runs two hours ahead of the database's.
+    let run = |args: &[&str]| {
+        let mut template = pg.idem(["ledger"]);
+        template.args(args);
+        crate::util::wrapped(&template, &["faketime", "-f", "+2h"])
+            .output()
+            .unwrap()
+    };
+    let listed = run(&["list", "--json", "--since", "1h"]);
+    assert_code(&listed, 0);
+    let runs: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
+    let pruned = run(&["prune", "--older-than", "1h"]);
+    assert_code(&pruned, 0);
+    assert_eq!(pg.list_json().as_array().map(Vec::len), Some(2));
+}

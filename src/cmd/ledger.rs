@@ -56,25 +56,31 @@ pub fn run(
 }
 
 fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) -> Result<u8> {
-    let filter = ListFilter {
-        key_glob: args.key.clone(),
-        job_glob: args.job.clone(),
-        statuses: args.status.clone(),
-        since: args
-            .since
-            .as_deref()
-            .map(|text| parse_time("--since", text, false))
-            .transpose()?,
-        until: args
-            .until
-            .as_deref()
-            .map(|text| parse_time("--until", text, true))
-            .transpose()?,
-        // One more than shown, to tell whether more match.
-        limit: args.limit.saturating_add(1),
-    };
+    let since = args
+        .since
+        .as_deref()
+        .map(|text| parse_time("--since", text, false))
+        .transpose()?;
+    let until = args
+        .until
+        .as_deref()
+        .map(|text| parse_time("--until", text, true))
+        .transpose()?;
     let mut runs = match ledger::open_existing(location)? {
-        Some(mut ledger) => ledger.list(&filter)?,
+        Some(mut ledger) => {
+            // "2h" ago by the clock that stamped the runs.
+            let now = ledger.now()?;
+            let filter = ListFilter {
+                key_glob: args.key.clone(),
+                job_glob: args.job.clone(),
+                statuses: args.status.clone(),
+                since: since.map(|when| when.at(now)),
+                until: until.map(|when| when.at(now)),
+                // One more than shown, to tell whether more match.
+                limit: args.limit.saturating_add(1),
+            };
+            ledger.list(&filter)?
+        }
         None => Vec::new(),
     };
     let more = runs.len() > args.limit as usize;
@@ -100,12 +106,33 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
 /// (`2026-11-29T08:00:00Z`), or local civil time: a date (`2026-12-01`) or
 /// a date and time (`2026-12-01 08:15`, as `list` prints). A bare date
 /// given to `--until` means the end of that day.
-pub fn parse_time(flag: &str, text: &str, until: bool) -> Result<Timestamp> {
+pub fn parse_time(flag: &str, text: &str, until: bool) -> Result<When> {
     let text = text.trim();
     if let Ok(duration) = humantime::parse_duration(text) {
         let ago = jiff::SignedDuration::try_from(duration).unwrap_or(jiff::SignedDuration::MAX);
-        return Ok(Timestamp::now().checked_sub(ago).unwrap_or(Timestamp::MIN));
+        return Ok(When::Ago(ago));
     }
+    parse_instant(flag, text, until).map(When::At)
+}
+
+/// A time on the command line: an instant, or a duration before now.
+#[derive(Debug, Clone, Copy)]
+pub enum When {
+    At(Timestamp),
+    Ago(jiff::SignedDuration),
+}
+
+impl When {
+    /// The instant, "now" being `now` (the clock that stamps the runs).
+    pub fn at(self, now: Timestamp) -> Timestamp {
+        match self {
+            When::At(time) => time,
+            When::Ago(ago) => now.checked_sub(ago).unwrap_or(Timestamp::MIN),
+        }
+    }
+}
+
+fn parse_instant(flag: &str, text: &str, until: bool) -> Result<Timestamp> {
     if let Ok(time) = text.parse::<Timestamp>() {
         return Ok(time);
     }
@@ -456,9 +483,13 @@ fn prune(
     quiet: bool,
 ) -> Result<u8> {
     let age = jiff::SignedDuration::try_from(**older_than).unwrap_or(jiff::SignedDuration::MAX);
-    let before = Timestamp::now().checked_sub(age).unwrap_or(Timestamp::MIN);
+    let mut before = Timestamp::now().checked_sub(age).unwrap_or(Timestamp::MIN);
     let report = match ledger::open_existing(location)? {
-        Some(mut ledger) => ledger.prune(before, dry_run)?,
+        Some(mut ledger) => {
+            // Older than DUR by the clock that stamped the runs.
+            before = When::Ago(age).at(ledger.now()?);
+            ledger.prune(before, dry_run)?
+        }
         None => ledger::PruneReport::default(),
     };
     let zone = jiff::tz::TimeZone::system();

@@ -607,6 +607,12 @@ pub trait Ledger {
         force: bool,
     ) -> Result<ForgetReport>;
 
+    /// The time by the clock that stamps this ledger's runs: this host's,
+    /// or a shared database's, so that "2h ago" means what the runs say.
+    fn now(&mut self) -> Result<Timestamp> {
+        Ok(Timestamp::now())
+    }
+
     /// Drops runs that finished before `before`, with their attempts and
     /// output, except each key's head (the run that decides) and running
     /// runs; then keys left with neither runs nor a head.

@@ -917,6 +917,11 @@ impl Ledger for PostgresLedger {
         result.map_err(|error: postgres::Error| self.fail("forget keys in", &error))
     }
 
+    fn now(&mut self) -> Result<Timestamp> {
+        self.retrying(|client| client.query_typed_one("SELECT now()", &[])?.try_get(0))
+            .map_err(|error| self.fail("read the clock of", &error))
+    }
+
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
         let result = (|| {
             let mut tx = begin(&mut self.client)?;
