@@ -95,6 +95,7 @@ pub fn attempt_json(attempt: &Attempt) -> Value {
         "exit_code": attempt.exit_code,
         "signal": attempt.signal,
         "timed_out": attempt.timed_out,
+        "output_cut": attempt.cut,
         "started_at": attempt.started_at.map(rfc3339),
         "finished_at": attempt.finished_at.map(rfc3339),
         // Output is bytes; JSON strings must be Unicode, so invalid
@@ -552,6 +553,7 @@ pub fn parse_export(line: &str) -> Result<ExportedRun> {
                     timed_out: boolean(fields, "timed_out")?,
                     stdout_tail: get_bytes(fields, "stdout_tail")?,
                     stderr_tail: get_bytes(fields, "stderr_tail")?,
+                    cut: boolean(fields, "output_cut")?,
                 });
             }
         }
@@ -871,6 +873,7 @@ mod tests {
                 timed_out: false,
                 stdout_tail: vec![0xfe, b'o', b'k', b'\n'],
                 stderr_tail: b"plain".to_vec(),
+                cut: true,
             }],
             head: true,
         };

@@ -936,3 +936,38 @@ fn a_closed_stdout_is_not_retried() {
     assert_code(&output, 141);
     assert_eq!(env.count("count"), 1, "{}", text(&output.stderr));
 }
+
+#[test]
+fn a_replay_of_an_output_longer_than_was_kept_says_its_start_is_cut() {
+    let env = Env::new();
+    let run = |key: &str, args: &[&str]| {
+        let mut all = vec!["run", "--key", key, "--replay", "--capture", "16"];
+        all.extend_from_slice(args);
+        env.run(all)
+    };
+    assert_code(&run("long", &["--", "seq", "1", "100"]), 0);
+    let replayed = run("long", &["--", "seq", "1", "100"]);
+    assert_code(&replayed, 0);
+    assert_eq!(text(&replayed.stdout), "96\n97\n98\n99\n100\n");
+    assert!(
+        text(&replayed.stderr).contains("the replay lacks its start"),
+        "{}",
+        text(&replayed.stderr)
+    );
+    // What was kept whole replays without a word.
+    assert_code(&run("short", &["--", "echo", "hi"]), 0);
+    let whole = run("short", &["--", "echo", "hi"]);
+    assert_eq!(text(&whole.stdout), "hi\n");
+    assert_eq!(text(&whole.stderr), "");
+    // The ledger tells it to scripts, and an export carries it.
+    assert_eq!(
+        env.show_json("long")["attempts_detail"][0]["output_cut"],
+        true
+    );
+    assert_eq!(
+        env.show_json("short")["attempts_detail"][0]["output_cut"],
+        false
+    );
+    let export = env.run(["ledger", "export"]);
+    assert!(text(&export.stdout).contains("\"output_cut\":true"));
+}

@@ -290,7 +290,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
                     ""
                 }
             )?;
-            let (stdout, stderr) = ledger
+            let ledger::Tails { stdout, stderr, .. } = ledger
                 .output(run.run_id, Some(attempt.number))?
                 .unwrap_or_default();
             for (name, tail) in [("stdout", stdout), ("stderr", stderr)] {
@@ -337,7 +337,11 @@ impl Serialize for AttemptsDetail<'_> {
         use serde::ser::{Error, SerializeSeq};
         let mut seq = serializer.serialize_seq(Some(self.attempts.len()))?;
         for attempt in self.attempts {
-            let (stdout_tail, stderr_tail) = self
+            let ledger::Tails {
+                stdout: stdout_tail,
+                stderr: stderr_tail,
+                cut,
+            } = self
                 .ledger
                 .borrow_mut()
                 .output(self.run_id, Some(attempt.number))
@@ -346,6 +350,7 @@ impl Serialize for AttemptsDetail<'_> {
             let attempt = Attempt {
                 stdout_tail,
                 stderr_tail,
+                cut,
                 ..attempt.clone()
             };
             seq.serialize_element(&render::attempt_json(&attempt))?;
@@ -363,10 +368,15 @@ pub fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
     if head.run.status != Status::Succeeded {
         return Ok(());
     }
-    if let Some((stdout, stderr)) = ledger.output(head.run.run_id, None)? {
-        let _ = std::io::stdout().write_all(&stdout);
+    if let Some(tails) = ledger.output(head.run.run_id, None)? {
+        if tails.cut {
+            crate::exit::say(&format!(
+                "{key}: its output was longer than was kept (--capture): the replay lacks its start"
+            ));
+        }
+        let _ = std::io::stdout().write_all(&tails.stdout);
         let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().write_all(&stderr);
+        let _ = std::io::stderr().write_all(&tails.stderr);
     }
     Ok(())
 }

@@ -241,6 +241,17 @@ pub struct Attempt {
     pub timed_out: bool,
     pub stdout_tail: Vec<u8>,
     pub stderr_tail: Vec<u8>,
+    /// The output was longer than what was kept: the tails lack its start.
+    pub cut: bool,
+}
+
+/// An attempt's kept output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tails {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// The output was longer than what was kept: its start is missing.
+    pub cut: bool,
 }
 
 /// What a claim writes about the new run.
@@ -591,7 +602,7 @@ pub trait Ledger {
     /// `run_id`, or of its last attempt; `None` when it has no such
     /// attempt. Read one attempt at a time, so that memory holds one
     /// attempt's output whatever the history.
-    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<Tails>>;
 
     /// Makes `keys` run again next time: each key's head is cleared (a head
     /// whose owner is gone is first marked `abandoned`), and with `purge`

@@ -26,7 +26,7 @@ use uuid::Uuid;
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
     ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
-    PruneReport, Run, RunAttempts, Status,
+    PruneReport, Run, RunAttempts, Status, Tails,
 };
 use crate::exit::{Failure, IDEM_FAILED};
 
@@ -156,6 +156,10 @@ const MIGRATIONS: &[&str] = &[
         lease interval,
         lease_until timestamptz
     );
+",
+    "
+    -- 4: whether an attempt's output was longer than its kept tails.
+    ALTER TABLE idem.attempts ADD COLUMN cut boolean NOT NULL DEFAULT false;
 ",
 ];
 
@@ -417,12 +421,13 @@ fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), postgres::Error> {
         timed_out: row.try_get(6)?,
         stdout_tail: row.try_get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
         stderr_tail: row.try_get::<_, Option<Vec<u8>>>(8)?.unwrap_or_default(),
+        cut: row.try_get(9)?,
     };
     Ok((row.try_get(0)?, attempt))
 }
 
 const ATTEMPT_COLUMNS: &str = "a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal, \
-     a.timed_out, a.stdout_tail, a.stderr_tail";
+     a.timed_out, a.stdout_tail, a.stderr_tail, a.cut";
 
 /// The key's head, with whether its lease has passed by the database's clock.
 fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>, postgres::Error> {
@@ -504,10 +509,10 @@ fn upsert_attempt(
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
     tx.execute_typed(
         "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
-             timed_out, stdout_tail, stderr_tail)
-         SELECT id, $2, now(), now(), $3, $4, $5, $6, $7 FROM idem.runs WHERE run_id = $1
+             timed_out, stdout_tail, stderr_tail, cut)
+         SELECT id, $2, now(), now(), $3, $4, $5, $6, $7, $8 FROM idem.runs WHERE run_id = $1
          ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $3, signal = $4,
-             timed_out = $5, stdout_tail = $6, stderr_tail = $7",
+             timed_out = $5, stdout_tail = $6, stderr_tail = $7, cut = $8",
         typed![
             &claim.run_id => UUID,
             &(attempt.number as i32) => INT4,
@@ -516,6 +521,7 @@ fn upsert_attempt(
             &attempt.timed_out => BOOL,
             &tail(&attempt.stdout_tail) => BYTEA,
             &tail(&attempt.stderr_tail) => BYTEA,
+            &attempt.cut => BOOL,
         ],
     )?;
     Ok(())
@@ -698,11 +704,12 @@ impl Ledger for PostgresLedger {
             let row = tx.query_typed_one(
                 "WITH a AS (
                      INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
-                         signal, timed_out, stdout_tail, stderr_tail)
-                     SELECT id, $7, now(), now(), $8, $9, $10, $11, $12
+                         signal, timed_out, stdout_tail, stderr_tail, cut)
+                     SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
                      FROM idem.runs WHERE run_id = $1 AND $13
                      ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
-                         signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12
+                         signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
+                         cut = $14
                  ), r AS (
                      UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
                          finished_at = now(), attempts = greatest(attempts, $5)
@@ -731,6 +738,7 @@ impl Ledger for PostgresLedger {
                     &tail(&attempt.stdout_tail) => BYTEA,
                     &tail(&attempt.stderr_tail) => BYTEA,
                     &last.is_some() => BOOL,
+                    &attempt.cut => BOOL,
                 ],
             )?;
             let recorded: bool = row.try_get(0)?;
@@ -849,7 +857,7 @@ impl Ledger for PostgresLedger {
             // The attempts without their output: see `output`.
             let attempts = self.client.query(
                 "SELECT a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal,
-                     a.timed_out, NULL::bytea, NULL::bytea
+                     a.timed_out, NULL::bytea, NULL::bytea, a.cut
                  FROM idem.attempts a WHERE a.run = ANY($1) ORDER BY a.run, a.n",
                 &[&ids],
             )?;
@@ -869,12 +877,12 @@ impl Ledger for PostgresLedger {
         result.map_err(|error: postgres::Error| self.fail("read", &error))
     }
 
-    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<Tails>> {
         let number = number.map(|number| i32::try_from(number).unwrap_or(i32::MAX));
         let row = self
             .client
             .query_opt(
-                "SELECT a.stdout_tail, a.stderr_tail FROM idem.attempts a
+                "SELECT a.stdout_tail, a.stderr_tail, a.cut FROM idem.attempts a
                  JOIN idem.runs r ON r.id = a.run
                  WHERE r.run_id = $1 AND ($2::int IS NULL OR a.n = $2)
                  ORDER BY a.n DESC LIMIT 1",
@@ -882,10 +890,11 @@ impl Ledger for PostgresLedger {
             )
             .map_err(|error| self.fail("read", &error))?;
         row.map(|row| {
-            Ok((
-                row.try_get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
-                row.try_get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
-            ))
+            Ok(Tails {
+                stdout: row.try_get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
+                stderr: row.try_get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                cut: row.try_get(2)?,
+            })
         })
         .transpose()
         .map_err(|error: postgres::Error| self.fail("read", &error))
@@ -1424,8 +1433,8 @@ fn insert_attempts(
 ) -> Result<(), postgres::Error> {
     let insert = tx.prepare(
         "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
-             timed_out, stdout_tail, stderr_tail)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             timed_out, stdout_tail, stderr_tail, cut)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )?;
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
     for attempt in attempts {
@@ -1441,6 +1450,7 @@ fn insert_attempts(
                 &attempt.timed_out,
                 &tail(&attempt.stdout_tail),
                 &tail(&attempt.stderr_tail),
+                &attempt.cut,
             ],
         )?;
     }

@@ -147,6 +147,11 @@ pub const MIGRATIONS: &[&str] = &[
                 WHERE s.job_id = jobs.id AND s.status = 'succeeded'), -1)),
         ok_keys = CASE WHEN succeeded > 0 THEN job ELSE '' END;
     ",
+    // 6: whether an attempt's output was longer than its kept tails, so
+    // that `run --replay` can say that what it prints lacks the start.
+    "
+    ALTER TABLE attempts ADD COLUMN cut INTEGER NOT NULL DEFAULT 0;
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -24,7 +24,7 @@ use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
     ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
-    PruneReport, Run, RunAttempts, Status,
+    PruneReport, Run, RunAttempts, Status, Tails,
 };
 use crate::exit::{io_words, Failure, IDEM_FAILED};
 
@@ -1023,7 +1023,7 @@ impl Ledger for SqliteLedger {
             // The tails stay on disk (they are the row's last columns, so
             // SQLite does not even read their overflow pages).
             let mut attempts = self.conn.prepare(
-                "SELECT n, started_at, finished_at, exit_code, signal, timed_out, NULL, NULL
+                "SELECT n, started_at, finished_at, exit_code, signal, timed_out, NULL, NULL, cut
                  FROM attempts WHERE run = ?1 ORDER BY n",
             )?;
             let mut history = Vec::new();
@@ -1039,18 +1039,19 @@ impl Ledger for SqliteLedger {
         result.map_err(|error: rusqlite::Error| self.fail("read", &error))
     }
 
-    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<Tails>> {
         self.conn
             .query_row(
-                "SELECT a.stdout_tail, a.stderr_tail FROM attempts a JOIN runs r ON r.id = a.run
+                "SELECT a.stdout_tail, a.stderr_tail, a.cut FROM attempts a JOIN runs r ON r.id = a.run
                  WHERE r.run_id = ?1 AND (?2 IS NULL OR a.n = ?2)
                  ORDER BY a.n DESC LIMIT 1",
                 params![run_id.as_bytes().as_slice(), number],
                 |row| {
-                    Ok((
-                        row.get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
-                        row.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
-                    ))
+                    Ok(Tails {
+                        stdout: row.get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
+                        stderr: row.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                        cut: row.get(2)?,
+                    })
                 },
             )
             .optional()
@@ -1350,10 +1351,10 @@ fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> rusqlite::Res
     // but not when the child died before reaching exec; import adds new ones.
     tx.prepare_cached(
         "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal, timed_out,
-             stdout_tail, stderr_tail)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             stdout_tail, stderr_tail, cut)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          ON CONFLICT (run, n) DO UPDATE SET finished_at = ?4, exit_code = ?5, signal = ?6,
-             timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9",
+             timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9, cut = ?10",
     )?
     .execute(params![
         run,
@@ -1365,12 +1366,13 @@ fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> rusqlite::Res
         attempt.timed_out,
         (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
         (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
+        attempt.cut,
     ])?;
     Ok(())
 }
 
 const ATTEMPTS_OF_RUN: &str = "SELECT n, started_at, finished_at, exit_code, signal, timed_out, \
-     stdout_tail, stderr_tail FROM attempts WHERE run = ?1 ORDER BY n";
+     stdout_tail, stderr_tail, cut FROM attempts WHERE run = ?1 ORDER BY n";
 
 fn attempt_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Attempt> {
     Ok(Attempt {
@@ -1382,6 +1384,7 @@ fn attempt_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Attempt> {
         timed_out: row.get(5)?,
         stdout_tail: row.get::<_, Option<Vec<u8>>>(6)?.unwrap_or_default(),
         stderr_tail: row.get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
+        cut: row.get(8)?,
     })
 }
 

@@ -203,6 +203,8 @@ pub struct AttemptEnd {
     pub stopped: Option<String>,
     pub stdout_tail: Vec<u8>,
     pub stderr_tail: Vec<u8>,
+    /// The output was longer than the tails: their start is cut.
+    pub cut: bool,
     /// The reader of idem's stdout or stderr went away (a closed pipe).
     pub reader_gone: bool,
 }
@@ -218,6 +220,7 @@ impl AttemptEnd {
             stopped: None,
             stdout_tail: Vec::new(),
             stderr_tail: Vec::new(),
+            cut: false,
             reader_gone: false,
         }
     }
@@ -399,7 +402,7 @@ impl Supervisor {
             let err = err_read.map(|err_read| {
                 scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture, gone))
             });
-            let join = |handle: Option<std::thread::ScopedJoinHandle<'_, Vec<u8>>>| {
+            let join = |handle: Option<std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>>| {
                 handle
                     .map(|handle| handle.join().unwrap_or_default())
                     .unwrap_or_default()
@@ -438,11 +441,14 @@ impl Supervisor {
                 take_the_terminal_back();
             }
             let (status, timed_out, interrupted) = ended?;
+            let (stdout_tail, stdout_cut) = join(out);
+            let (stderr_tail, stderr_cut) = join(err);
             Ok(AttemptEnd {
                 started_at,
-                stdout_tail: join(out),
+                stdout_tail,
+                stderr_tail,
+                cut: stdout_cut || stderr_cut,
                 reader_gone: gone.load(Ordering::Relaxed),
-                stderr_tail: join(err),
                 finished_at: Timestamp::now(),
                 end: status,
                 timed_out,
@@ -791,7 +797,7 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Copies a pipe to `to` as it comes, keeping the last `capture` bytes.
 /// Memory stays bounded: one read buffer plus the capture.
-fn pump(mut from: impl Read, to: &mut File, capture: usize, gone: &AtomicBool) -> Vec<u8> {
+fn pump(mut from: impl Read, to: &mut File, capture: usize, gone: &AtomicBool) -> (Vec<u8>, bool) {
     let mut buffer = vec![0u8; READ_CHUNK];
     let mut tail = Tail::new(capture);
     loop {
@@ -816,6 +822,8 @@ fn pump(mut from: impl Read, to: &mut File, capture: usize, gone: &AtomicBool) -
 struct Tail {
     capacity: usize,
     bytes: VecDeque<u8>,
+    /// Bytes were dropped from the front.
+    cut: bool,
 }
 
 impl Tail {
@@ -824,18 +832,20 @@ impl Tail {
         Tail {
             capacity,
             bytes: VecDeque::with_capacity(capacity),
+            cut: false,
         }
     }
 
     fn push(&mut self, chunk: &[u8]) {
+        self.cut |= self.bytes.len() + chunk.len() > self.capacity;
         let chunk = &chunk[chunk.len().saturating_sub(self.capacity)..];
         let excess = (self.bytes.len() + chunk.len()).saturating_sub(self.capacity);
         self.bytes.drain(..excess);
         self.bytes.extend(chunk);
     }
 
-    fn into_bytes(self) -> Vec<u8> {
-        self.bytes.into()
+    fn into_bytes(self) -> (Vec<u8>, bool) {
+        (self.bytes.into(), self.cut)
     }
 }
 
@@ -849,9 +859,12 @@ mod tests {
         for chunk in [&b"abc"[..], b"defgh", b"ij", b"klmnopqrstu"] {
             tail.push(chunk);
         }
-        assert_eq!(tail.into_bytes(), b"rstu");
+        assert_eq!(tail.into_bytes(), (b"rstu".to_vec(), true));
         let mut none = Tail::new(0);
         none.push(b"abc");
-        assert!(none.into_bytes().is_empty());
+        assert_eq!(none.into_bytes(), (Vec::new(), true));
+        let mut whole = Tail::new(8);
+        whole.push(b"12345678");
+        assert_eq!(whole.into_bytes(), (b"12345678".to_vec(), false));
     }
 }

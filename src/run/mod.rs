@@ -756,6 +756,7 @@ fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
         timed_out: end.timed_out,
         stdout_tail: std::mem::take(&mut end.stdout_tail),
         stderr_tail: std::mem::take(&mut end.stderr_tail),
+        cut: end.cut,
     }
 }
 
