@@ -523,7 +523,7 @@ pub struct ListArgs {
     pub job: Option<String>,
     /// Only runs with this status (repeatable)
     #[arg(long, value_enum, value_name = "S")]
-    pub status: Vec<Status>,
+    pub status: Vec<StatusArg>,
     /// Only runs started within DUR, or since a time: 2026-12-01,
     /// "2026-12-01 08:15", or RFC 3339 (local time unless it says)
     #[arg(long, value_name = "DUR|TIME")]
@@ -551,9 +551,9 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// The status of a run.
+/// The status of a run, as `--status` takes it (the ledger's `Status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
-pub enum Status {
+pub enum StatusArg {
     Running,
     Succeeded,
     Failed,

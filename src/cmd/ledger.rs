@@ -73,7 +73,7 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
             let filter = ListFilter {
                 key_glob: args.key.clone(),
                 job_glob: args.job.clone(),
-                statuses: args.status.clone(),
+                statuses: args.status.iter().copied().map(Status::from).collect(),
                 since: since.map(|when| when.at(now)),
                 until: until.map(|when| when.at(now)),
                 // One more than shown, to tell whether more match.

@@ -19,7 +19,26 @@ use anyhow::Result;
 use jiff::Timestamp;
 use uuid::Uuid;
 
-pub use crate::cli::Status;
+/// The status of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Running,
+    Succeeded,
+    Failed,
+    Abandoned,
+}
+
+impl From<crate::cli::StatusArg> for Status {
+    fn from(status: crate::cli::StatusArg) -> Status {
+        use crate::cli::StatusArg;
+        match status {
+            StatusArg::Running => Status::Running,
+            StatusArg::Succeeded => Status::Succeeded,
+            StatusArg::Failed => Status::Failed,
+            StatusArg::Abandoned => Status::Abandoned,
+        }
+    }
+}
 use crate::exit::Failure;
 pub use postgres::PostgresLedger;
 pub(crate) use schema::{APPLICATION_ID, LATEST};
