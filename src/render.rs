@@ -147,24 +147,40 @@ pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
     text
 }
 
-/// A duration in milliseconds for people.
+/// A duration in milliseconds for people (`-` when unknown).
 pub fn human_ms(ms: Option<i64>) -> String {
-    match ms {
-        None => "-".into(),
-        Some(ms) if ms < 1000 => format!("{ms}ms"),
-        Some(ms) if ms < 60_000 => format!("{:.1}s", ms as f64 / 1000.0),
-        Some(ms) => {
-            let secs = ms / 1000;
-            format!("{}m{:02}s", secs / 60, secs % 60)
-        }
+    ms.map_or("-".into(), |ms| {
+        human_duration(std::time::Duration::from_millis(ms.max(0) as u64))
+    })
+}
+
+/// A duration for people: `250ms`, `3.1s`, `2m05s`; the one format of
+/// every duration idem prints.
+pub fn human_duration(duration: std::time::Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if duration < std::time::Duration::from_secs(1) {
+        format!("{}ms", duration.as_millis())
+    } else if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else {
+        let whole = duration.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
     }
 }
 
-/// Local time for a table.
+/// Local time for people: the one format of every time idem prints.
 pub fn local(time: Timestamp, zone: &jiff::tz::TimeZone) -> String {
     time.to_zoned(zone.clone())
         .strftime("%Y-%m-%d %H:%M:%S")
         .to_string()
+}
+
+/// Local time in this host's zone, with the zone's name (for lines that
+/// stand alone, without a table's header).
+pub fn local_with_zone(time: Timestamp) -> String {
+    let zone = jiff::tz::TimeZone::system();
+    let named = time.to_zoned(zone.clone()).strftime("%Z").to_string();
+    format!("{} {named}", local(time, &zone))
 }
 
 /// How a table is drawn: its colour and its width (the terminal's, else

@@ -339,7 +339,7 @@ fn acquire(
                         "is running elsewhere: {} on {} since {}",
                         report::holder(owner),
                         owner.host,
-                        local_time(*since)
+                        crate::render::local_with_zone(*since)
                     ),
                     _ => "is still held by processes an earlier run of it left running".to_owned(),
                 };
@@ -394,7 +394,7 @@ fn skip(
     reporter.info(|| {
         format!(
             "skipped {key}: succeeded at {}; --force runs it again",
-            local_time(finished_at)
+            crate::render::local_with_zone(finished_at)
         )
     });
     if args.replay {
@@ -793,11 +793,4 @@ fn backoff(args: &RunArgs, failed: u32) -> Duration {
     let ceiling = doubled.min(max);
     let half = ceiling / 2;
     half + ceiling.saturating_sub(half).mul_f64(fastrand::f64())
-}
-
-/// A time for people, in the local zone.
-fn local_time(time: Timestamp) -> String {
-    time.to_zoned(jiff::tz::TimeZone::system())
-        .strftime("%Y-%m-%d %H:%M:%S %Z")
-        .to_string()
 }

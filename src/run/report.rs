@@ -109,18 +109,7 @@ pub fn holder(owner: &Owner) -> String {
     }
 }
 
-/// A duration for people: `250ms`, `3.1s`, `2m05s`.
-pub fn short(duration: Duration) -> String {
-    let secs = duration.as_secs_f64();
-    if duration < Duration::from_secs(1) {
-        format!("{}ms", duration.as_millis())
-    } else if secs < 60.0 {
-        format!("{secs:.1}s")
-    } else {
-        let whole = duration.as_secs();
-        format!("{}m{:02}s", whole / 60, whole % 60)
-    }
-}
+pub use crate::render::human_duration as short;
 
 #[cfg(test)]
 mod tests {
