@@ -93,12 +93,24 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
 
 /// An I/O error in lowercase words, without Rust's "(os error N)".
 pub fn io_words(error: &std::io::Error) -> String {
-    let text = error.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text);
+    words(&error.to_string())
+}
+
+/// An error's text for a line of idem's: lowercase first, without Rust's
+/// "(os error N)" wherever it stands.
+pub fn words(text: &str) -> String {
+    let text = match text.find(" (os error") {
+        Some(at) => {
+            let rest = &text[at..];
+            let end = rest.find(')').map_or(rest.len(), |end| end + 1);
+            format!("{}{}", &text[..at], &rest[end..])
+        }
+        None => text.to_owned(),
+    };
     let mut chars = text.chars();
     match chars.next() {
         Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text.to_owned(),
+        None => text,
     }
 }
 

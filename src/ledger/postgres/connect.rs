@@ -188,19 +188,7 @@ pub fn describe(error: &postgres::Error) -> String {
         source = cause.source();
     }
     // "Connection refused (os error 111)": keep the words only.
-    let text = match text.find(" (os error") {
-        Some(at) => {
-            let rest = &text[at..];
-            let end = rest.find(')').map_or(rest.len(), |end| end + 1);
-            format!("{}{}", &text[..at], &rest[end..])
-        }
-        None => text,
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
+    crate::exit::words(&text)
 }
 
 /// The password file's entry for this connection, as libpq reads it:
