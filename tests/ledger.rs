@@ -1013,3 +1013,22 @@ fn a_missing_ledger_lists_empty_but_an_impossible_path_is_an_error() {
     assert_code(&output, 125);
     assert!(text(&output.stderr).contains("is not a folder"));
 }
+
+#[test]
+fn a_value_that_cannot_be_read_is_an_error_naming_the_ledger() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    // A run id that is not a UUID (a ledger edited by hand, or damaged).
+    let edited = std::process::Command::new("sqlite3")
+        .arg(env.db())
+        .arg("UPDATE runs SET run_id = x'0102';")
+        .status()
+        .expect("sqlite3 is installed (.ci/run installs it)");
+    assert!(edited.success());
+    let output = env.run(["ledger", "list"]);
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
+    assert!(stderr.contains("a stored value cannot be read"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}

@@ -61,8 +61,10 @@ fn millis(time: Timestamp) -> i64 {
     time.as_millisecond()
 }
 
-fn timestamp(ms: i64) -> Timestamp {
-    Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+/// A stored time; one out of range is a value that cannot be read (an
+/// error naming the ledger), never a made-up time.
+fn timestamp(ms: i64) -> rusqlite::Result<Timestamp> {
+    Timestamp::from_millisecond(ms).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, ms))
 }
 
 /// Reads the columns of [`RUN_COLUMNS`]: the run's row id and the run.
@@ -71,13 +73,21 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Run)> {
     let run_id: Vec<u8> = row.get(2)?;
     let run = Run {
         key: row.get(0)?,
-        run_id: Uuid::from_slice(&run_id).unwrap_or_default(),
-        status: Status::parse(&status).unwrap_or(Status::Failed),
+        run_id: Uuid::from_slice(&run_id).map_err(|error| {
+            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Blob, error.into())
+        })?,
+        status: Status::parse(&status).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                3,
+                rusqlite::types::Type::Text,
+                format!("unknown run status {status:?}").into(),
+            )
+        })?,
         exit_code: row.get(4)?,
         signal: row.get(5)?,
         attempts: row.get(6)?,
-        started_at: timestamp(row.get(7)?),
-        finished_at: row.get::<_, Option<i64>>(8)?.map(timestamp),
+        started_at: timestamp(row.get(7)?)?,
+        finished_at: row.get::<_, Option<i64>>(8)?.map(timestamp).transpose()?,
         host: row.get(9)?,
         pid: row.get(10)?,
         command: decode_command(&row.get::<_, Vec<u8>>(11)?),
@@ -91,6 +101,19 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Run)> {
 
 /// Says in words what went wrong with the ledger in `path`.
 fn describe(error: &rusqlite::Error, path: &Path) -> String {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(_, _, why) => {
+            return format!(
+                "a stored value cannot be read ({why}): the ledger was changed by hand or damaged; run `idem doctor`"
+            )
+        }
+        rusqlite::Error::IntegralValueOutOfRange(_, value) => {
+            return format!(
+                "a stored time cannot be read ({value}): the ledger was changed by hand or damaged; run `idem doctor`"
+            )
+        }
+        _ => {}
+    }
     match error.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => "the disk is full; free some space".into(),
         // A full disk often shows as an i/o error: the -shm index is grown
@@ -789,7 +812,7 @@ fn query_head(
             run,
             owner,
             read_at: None,
-            checked_at: checked.map(timestamp),
+            checked_at: checked.map(timestamp).transpose()?,
         },
     )))
 }
@@ -1217,7 +1240,9 @@ const JOB_COLUMNS: &str = "job, template, zone, host, command, shell, first_run,
 
 fn job_from_row(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<JobState> {
     let time = |index: usize| -> rusqlite::Result<Option<Timestamp>> {
-        Ok(row.get::<_, Option<i64>>(at + index)?.map(timestamp))
+        row.get::<_, Option<i64>>(at + index)?
+            .map(timestamp)
+            .transpose()
     };
     let count = |index: usize| -> rusqlite::Result<u64> {
         Ok(row.get::<_, Option<i64>>(at + index)?.unwrap_or(0).max(0) as u64)
@@ -1308,7 +1333,7 @@ fn job_outcome(
     let mut job = load_job(tx, job_id)?;
     job.runs[0] = job.runs[0].saturating_sub(1);
     job.runs[status_index(status)] += 1;
-    job.outcome(&key, status, timestamp(started), exit, Timestamp::now());
+    job.outcome(&key, status, timestamp(started)?, exit, Timestamp::now());
     save_job(tx, job_id, &job)
 }
 
@@ -1377,8 +1402,8 @@ const ATTEMPTS_OF_RUN: &str = "SELECT n, started_at, finished_at, exit_code, sig
 fn attempt_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Attempt> {
     Ok(Attempt {
         number: row.get(0)?,
-        started_at: Some(timestamp(row.get(1)?)),
-        finished_at: row.get::<_, Option<i64>>(2)?.map(timestamp),
+        started_at: Some(timestamp(row.get(1)?)?),
+        finished_at: row.get::<_, Option<i64>>(2)?.map(timestamp).transpose()?,
         exit_code: row.get(3)?,
         signal: row.get(4)?,
         timed_out: row.get(5)?,
@@ -1683,7 +1708,7 @@ fn key_metrics(conn: &Connection) -> rusqlite::Result<Vec<KeyMetrics>> {
             KeyMetrics {
                 key: row.get(0)?,
                 last_run: None,
-                last_success: row.get::<_, Option<i64>>(3)?.map(timestamp),
+                last_success: row.get::<_, Option<i64>>(3)?.map(timestamp).transpose()?,
                 consecutive_failures: row.get(8)?,
                 runs: [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
             },
