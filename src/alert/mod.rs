@@ -61,6 +61,8 @@ struct Inner {
     alert_after: u64,
     /// The job's failures in a row when the run was claimed.
     before: u64,
+    /// Whether anything here needs that count (see [`counts`]).
+    counts: bool,
     quiet_success: bool,
     on_failure: Option<OsString>,
     on_recovery: Option<OsString>,
@@ -92,7 +94,12 @@ impl Alerts {
                 key: claim.key.clone(),
                 run_id,
                 alert_after: args.alert_after,
-                before: failures_in_a_row(ledger, job).unwrap_or(0),
+                before: if counts(args) {
+                    failures_in_a_row(ledger, job).unwrap_or(0)
+                } else {
+                    0
+                },
+                counts: counts(args),
                 quiet_success: args.quiet_success,
                 on_failure: args.on_failure.clone(),
                 on_recovery: args.on_recovery.clone(),
@@ -130,7 +137,10 @@ impl Alerts {
                 recovery: inner.before >= inner.alert_after,
             };
         }
-        let failures = failures_in_a_row(ledger, &inner.job)
+        let failures = inner
+            .counts
+            .then(|| failures_in_a_row(ledger, &inner.job))
+            .flatten()
             .filter(|failures| *failures > 0)
             .unwrap_or(inner.before + 1);
         Verdict::Failure {
@@ -275,6 +285,12 @@ impl Drop for Watch {
             let _ = thread.join();
         }
     }
+}
+
+/// Whether a run needs its job's failures in a row: for a threshold, or
+/// to tell a hook. Without them a run reads nothing more of the ledger.
+fn counts(args: &RunArgs) -> bool {
+    args.alert_after > 1 || args.on_failure.is_some() || args.on_recovery.is_some()
 }
 
 /// The job's failures in a row, from its ledger row; `None` when the
