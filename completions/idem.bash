@@ -783,7 +783,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -874,6 +874,26 @@ _idem_clap() {
                     return 0
                     ;;
                 --lease)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --on-failure)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --on-recovery)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --alert-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warn-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ping)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -19,6 +19,7 @@ const TIME: &str = "Time";
 const CONCURRENCY: &str = "Concurrency";
 const OUTPUT: &str = "Output";
 const FLEET: &str = "Fleet";
+const ALERTS: &str = "Alerts";
 
 /// Run a command once per idempotency key.
 ///
@@ -67,7 +68,7 @@ pub struct Cli {
 pub enum Command {
     /// Run COMMAND under KEY unless KEY already succeeded
     #[command(after_long_help = RUN_NOTES)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Inspect and maintain the ledger
     #[command(subcommand, after_long_help = LEDGER_EXIT_CODES_HELP)]
     Ledger(LedgerCommand),
@@ -400,6 +401,64 @@ pub struct RunArgs {
         value_parser = duration
     )]
     pub lease: humantime::Duration,
+
+    /// Run `sh -c CMD` after a failed run is recorded, when it is an alert
+    /// (see --alert-after), and with IDEM_EVENT=slow for --warn-after
+    #[arg(
+        long,
+        env = "IDEM_ON_FAILURE",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "CMD"
+    )]
+    pub on_failure: Option<OsString>,
+
+    /// Run `sh -c CMD` after the first success that follows an alerted failure
+    #[arg(
+        long,
+        env = "IDEM_ON_RECOVERY",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "CMD"
+    )]
+    pub on_recovery: Option<OsString>,
+
+    /// A failure is an alert only when it is the job's Nth in a row or later;
+    /// below that it is recorded but quiet (output held as with --quiet-success)
+    #[arg(
+        long,
+        env = "IDEM_ALERT_AFTER",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        default_value_t = 1,
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub alert_after: u64,
+
+    /// Report an attempt still running after DUR, once (a line, the slow
+    /// event of --on-failure, a ping to URL/log); it keeps running
+    #[arg(
+        long,
+        env = "IDEM_WARN_AFTER",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "DUR",
+        value_parser = duration
+    )]
+    pub warn_after: Option<humantime::Duration>,
+
+    /// Healthchecks-style pings: URL/start at the claim, URL on success,
+    /// URL/fail on an alert, URL/log otherwise; a secret, never printed whole
+    #[arg(
+        long,
+        env = "IDEM_PING_URL",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "URL",
+        value_hint = clap::ValueHint::Url
+    )]
+    pub ping: Option<String>,
 
     /// The command and its arguments, after --
     #[arg(

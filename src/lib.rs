@@ -3,6 +3,7 @@
 //! The data path of a run reads top to bottom: `cli` -> `key` -> `ledger`
 //! claim -> `process` -> `ledger` record -> `exit`.
 
+pub mod alert;
 pub mod cli;
 pub mod cmd;
 pub mod exit;

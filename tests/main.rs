@@ -4,6 +4,7 @@
 
 mod util;
 
+mod alerts;
 mod concurrency;
 mod env_defaults;
 mod examples;

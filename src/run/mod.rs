@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use jiff::Timestamp;
 
+use crate::alert::{self, Alerts};
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::host;
@@ -77,7 +78,7 @@ fn run_key(
     let merged = process::same_file(&std::io::stdout(), &std::io::stderr());
     // Made before the claim: a claim whose output cannot be held would be
     // left `running` with nothing run.
-    let held = if args.quiet_success {
+    let held = if alert::holds_output(args) {
         let stdout = Sink::held()?;
         // One file for both when idem's two are one, so the order is kept.
         let stderr = if merged {
@@ -103,6 +104,7 @@ fn run_key(
         Acquired::Claimed(claim, recovered) => (claim, recovered),
         Acquired::Done(code) => return Ok(code),
     };
+    let alerts = Alerts::start(args, &claim, &job.name, ledger.as_mut(), reporter);
     // A shared ledger's claim lives only as long as its heartbeat.
     let lease = ledger
         .leased()
@@ -131,6 +133,7 @@ fn run_key(
         streams,
         reporter,
         &env,
+        &alerts,
     )
 }
 
@@ -208,6 +211,7 @@ fn check(args: &RunArgs) -> Result<()> {
         .into());
     }
     locks::check(args)?;
+    alert::check(args)?;
     if *args.lease < MIN_LEASE {
         return Err(Failure::usage(format!(
             "--lease {} is too short: its heartbeat (every lease/3) must reach the database in time; give at least 1s, like 60s",
@@ -409,7 +413,8 @@ fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
 }
 
 /// Runs the attempts of a claimed run and records each, then the outcome.
-/// `job_env` is what the command learns of its job (`IDEM_JOB`, `IDEM_SLOT`).
+/// `job_env` is what the command learns of its job (`IDEM_JOB`, `IDEM_SLOT`);
+/// `alerts` tells a person, once the outcome is recorded.
 #[allow(clippy::too_many_arguments)]
 fn execute(
     args: &RunArgs,
@@ -420,6 +425,7 @@ fn execute(
     streams: Streams,
     reporter: &Reporter,
     job_env: &[(&'static str, std::ffi::OsString)],
+    alerts: &Alerts,
 ) -> Result<u8> {
     let supervisor = Supervisor::new()?;
     let heartbeat = lease
@@ -494,6 +500,7 @@ fn execute(
                 .into());
             }
         };
+        let watch = alerts.watch(attempt_number);
         let attempted = supervisor.attempt(
             &spec,
             &mut stdout,
@@ -525,6 +532,7 @@ fn execute(
                 }
             },
         );
+        drop(watch);
         let mut end = match attempted {
             Ok(end) => end,
             Err(error) => {
@@ -615,7 +623,12 @@ fn execute(
         RECORD_FOR
     };
     let recorded = record(ledger, claim, last.as_ref(), &outcome, patience, reporter);
-    if outcome.status != Status::Succeeded {
+    let verdict = recorded.is_ok().then(|| alerts.judge(ledger, &outcome));
+    let shown = match verdict {
+        Some(verdict) => alerts.shows_output(verdict),
+        None => outcome.status != Status::Succeeded,
+    };
+    if shown {
         let _ = stdout.release(&mut std::io::stdout());
         let _ = stderr.release(&mut std::io::stderr());
     }
@@ -625,6 +638,9 @@ fn execute(
             outcome.exit_code
         ))
     })?;
+    if let Some(verdict) = verdict {
+        alerts.tell(verdict, &outcome, last.as_ref());
+    }
     Ok(code)
 }
 

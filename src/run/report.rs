@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::cli::Progress;
 use crate::ledger::Owner;
 
+#[derive(Clone)]
 pub struct Reporter {
     quiet: bool,
     verbose: bool,

@@ -1,0 +1,115 @@
+//! `--on-failure` and `--on-recovery`: a person's command, run by
+//! `/bin/sh -c` after the outcome is durable, in a process group of its own
+//! so that one that hangs is killed whole at [`HOOK_LIMIT`].
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::run::Reporter;
+
+/// The longest a hook runs before its process group is killed: a hook
+/// that hangs (a webhook that never answers) must not hold cron's slot.
+pub const HOOK_LIMIT: Duration = Duration::from_secs(30);
+
+/// How often idem looks whether a hook has exited.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a hook is told, in its environment.
+pub struct Event<'a> {
+    /// `IDEM_EVENT`: `failure`, `recovery` or `slow`.
+    pub name: &'static str,
+    pub job: &'a str,
+    pub key: &'a str,
+    pub run_id: String,
+    /// `IDEM_EXIT_CODE`; none for `slow`, whose attempt still runs.
+    pub exit_code: Option<i32>,
+    /// `IDEM_FAILURES`: the job's failures in a row.
+    pub failures: u64,
+    /// The output tail, for `IDEM_OUTPUT`.
+    pub output: &'a [u8],
+}
+
+/// Runs hook `command` (given as `flag`) for `event`. Whatever the hook
+/// does, the run's outcome stands: a hook that fails, hangs or cannot
+/// start is one line on stderr.
+pub fn run(flag: &str, command: &OsStr, event: &Event, reporter: &Reporter) {
+    let key = event.key;
+    if let Err(what) = try_run(command, event) {
+        reporter.notice(
+            &mut std::io::stderr(),
+            &format!("{key}: the {flag} hook {what}; the run's outcome stands"),
+        );
+    }
+}
+
+fn try_run(command: &OsStr, event: &Event) -> Result<(), String> {
+    // tempfile makes it 0600 in TMPDIR: the tail may hold what the command
+    // printed of a secret. It is removed when the hook is done.
+    let mut output = tempfile::Builder::new()
+        .prefix("idem-output-")
+        .tempfile()
+        .map_err(|error| format!("got no output file ({error}; check TMPDIR)"))?;
+    output
+        .write_all(event.output)
+        .and_then(|()| output.flush())
+        .map_err(|error| format!("got no output file ({error}; check TMPDIR)"))?;
+    // The hook's output goes to idem's stderr: stdout is the command's.
+    let to_stderr = || {
+        std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_or_else(|_| Stdio::null(), Stdio::from)
+    };
+    let mut hook = Command::new("/bin/sh");
+    hook.arg("-c")
+        .arg(command)
+        .env("IDEM_EVENT", event.name)
+        .env("IDEM_JOB", event.job)
+        .env("IDEM_KEY", event.key)
+        .env("IDEM_RUN_ID", &event.run_id)
+        .env("IDEM_FAILURES", event.failures.to_string())
+        .env("IDEM_OUTPUT", output.path())
+        .env_remove("IDEM_ATTEMPT")
+        .env_remove("IDEM_MAX_ATTEMPTS")
+        .env_remove("IDEM_FENCE")
+        .stdin(Stdio::null())
+        .stdout(to_stderr())
+        .stderr(to_stderr())
+        .process_group(0);
+    match event.exit_code {
+        Some(code) => hook.env("IDEM_EXIT_CODE", code.to_string()),
+        None => hook.env_remove("IDEM_EXIT_CODE"),
+    };
+    let mut child = hook
+        .spawn()
+        .map_err(|error| format!("could not start /bin/sh ({error})"))?;
+    let until = Instant::now() + HOOK_LIMIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < until => std::thread::sleep(POLL),
+            Ok(None) | Err(_) => {
+                // Its group: whatever the hook started (a curl) goes too.
+                if let Ok(pid) = i32::try_from(child.id()) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let _ = child.wait();
+                return Err(format!("ran past {}s and was killed", HOOK_LIMIT.as_secs()));
+            }
+        }
+    };
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(()),
+        (Some(127), _) => Err("exited 127 (is its command installed and on PATH?)".to_owned()),
+        (Some(code), _) => Err(format!("exited {code}")),
+        (None, Some(signal)) => Err(format!("was killed by signal {signal}")),
+        (None, None) => Err("ended without an exit code".to_owned()),
+    }
+}

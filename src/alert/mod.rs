@@ -1,0 +1,308 @@
+//! Telling a person: `--on-failure` and `--on-recovery` hooks, `--ping`,
+//! `--warn-after`, and `--alert-after`, which decides whether a failure is
+//! an alert or stays quiet.
+//!
+//! A failure is an alert when it is the `--alert-after`th of its job in a
+//! row or later, counted by the ledger's job row (across the job's keys,
+//! hosts and reboots). Everything here happens after the outcome is durable
+//! and changes neither the run's record nor idem's exit code.
+
+mod hooks;
+mod ping;
+
+use std::ffi::OsString;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::cli::RunArgs;
+use crate::exit::Failure;
+use crate::ledger::{Attempt, Claim, Ledger, Outcome, Status};
+use crate::run::Reporter;
+pub use hooks::HOOK_LIMIT;
+use ping::Ping;
+
+/// Refuses a bad `--ping` before anything runs, without printing it.
+pub fn check(args: &RunArgs) -> Result<()> {
+    if let Some(url) = &args.ping {
+        ping::check(url).map_err(Failure::usage)?;
+    }
+    Ok(())
+}
+
+/// Whether the command's output is held until the outcome is known: under
+/// `--quiet-success`, and when a failure may be quiet (`--alert-after` > 1).
+pub fn holds_output(args: &RunArgs) -> bool {
+    args.quiet_success || args.alert_after > 1
+}
+
+/// What an outcome means to a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A success; `recovery` after an alerted failure.
+    Success { recovery: bool },
+    /// A failure, the job's `failures`th in a row; `alert` at or past the
+    /// threshold.
+    Failure { alert: bool, failures: u64 },
+}
+
+/// The alerts of one claimed run.
+pub struct Alerts {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    job: String,
+    key: String,
+    run_id: String,
+    alert_after: u64,
+    /// The job's failures in a row when the run was claimed.
+    before: u64,
+    /// Whether anything here needs that count (see [`counts`]).
+    counts: bool,
+    quiet_success: bool,
+    on_failure: Option<OsString>,
+    on_recovery: Option<OsString>,
+    warn_after: Option<Duration>,
+    ping: Option<Ping>,
+    /// The start ping, sent beside the command.
+    started: Mutex<Option<JoinHandle<()>>>,
+    reporter: Reporter,
+}
+
+impl Alerts {
+    /// Called once the claim has committed: reads the job's failures in a
+    /// row and sends `URL/start`.
+    pub fn start(
+        args: &RunArgs,
+        claim: &Claim,
+        job: &str,
+        ledger: &mut dyn Ledger,
+        reporter: &Reporter,
+    ) -> Alerts {
+        let run_id = claim.run_id.to_string();
+        let ping = args.ping.as_deref().map(Ping::new);
+        let started = ping
+            .as_ref()
+            .map(|ping| ping.start(&run_id, &claim.key, reporter));
+        Alerts {
+            inner: Arc::new(Inner {
+                job: job.to_owned(),
+                key: claim.key.clone(),
+                run_id,
+                alert_after: args.alert_after,
+                before: if counts(args) {
+                    failures_in_a_row(ledger, job).unwrap_or(0)
+                } else {
+                    0
+                },
+                counts: counts(args),
+                quiet_success: args.quiet_success,
+                on_failure: args.on_failure.clone(),
+                on_recovery: args.on_recovery.clone(),
+                warn_after: args.warn_after.map(Into::into),
+                ping,
+                started: Mutex::new(started),
+                reporter: reporter.clone(),
+            }),
+        }
+    }
+
+    /// Watches attempt `number` for `--warn-after`: reports it once if it is
+    /// still running then. Dropping the watch ends it.
+    pub fn watch(&self, number: u32) -> Option<Watch> {
+        let after = self.inner.warn_after?;
+        let (ended, wait) = mpsc::channel::<()>();
+        let inner = Arc::clone(&self.inner);
+        let thread = std::thread::spawn(move || {
+            if let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
+                inner.slow(number, after);
+            }
+        });
+        Some(Watch {
+            ended: Some(ended),
+            thread: Some(thread),
+        })
+    }
+
+    /// Judges a recorded outcome, reading the job's failures in a row
+    /// again (another key of the job may have failed meanwhile).
+    pub fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
+        let inner = &self.inner;
+        if outcome.status == Status::Succeeded {
+            return Verdict::Success {
+                recovery: inner.before >= inner.alert_after,
+            };
+        }
+        let failures = inner
+            .counts
+            .then(|| failures_in_a_row(ledger, &inner.job))
+            .flatten()
+            .filter(|failures| *failures > 0)
+            .unwrap_or(inner.before + 1);
+        Verdict::Failure {
+            alert: failures >= inner.alert_after,
+            failures,
+        }
+    }
+
+    /// Whether held output is shown: an alerted failure's, and a success's
+    /// when only `--alert-after` held it. A quiet failure's is dropped, so
+    /// that cron mails nothing.
+    pub fn shows_output(&self, verdict: Verdict) -> bool {
+        match verdict {
+            Verdict::Success { .. } => !self.inner.quiet_success,
+            Verdict::Failure { alert, .. } => alert,
+        }
+    }
+
+    /// Runs the hooks and sends the ping that `verdict` calls for.
+    pub fn tell(&self, verdict: Verdict, outcome: &Outcome, last: Option<&Attempt>) {
+        let inner = &*self.inner;
+        let (hook, event, failures, suffix) = match verdict {
+            Verdict::Success { recovery } => (
+                recovery
+                    .then_some(inner.on_recovery.as_ref())
+                    .flatten()
+                    .map(|hook| ("--on-recovery", hook)),
+                "recovery",
+                inner.before,
+                "",
+            ),
+            Verdict::Failure { alert, failures } => (
+                alert
+                    .then_some(inner.on_failure.as_ref())
+                    .flatten()
+                    .map(|hook| ("--on-failure", hook)),
+                "failure",
+                failures,
+                if alert { "/fail" } else { "/log" },
+            ),
+        };
+        if hook.is_none() && inner.ping.is_none() {
+            return;
+        }
+        // Made only when told: the tails may be megabytes each.
+        let output = last
+            .map(|attempt| [&attempt.stdout_tail[..], &attempt.stderr_tail[..]].concat())
+            .unwrap_or_default();
+        if let Some((flag, command)) = hook {
+            let event = hooks::Event {
+                name: event,
+                job: &inner.job,
+                key: &inner.key,
+                run_id: inner.run_id.clone(),
+                exit_code: Some(outcome.exit_code),
+                failures,
+                output: &output,
+            };
+            hooks::run(flag, command, &event, &inner.reporter);
+        }
+        if let Some(ping) = &inner.ping {
+            inner.after_start();
+            ping.send(
+                suffix,
+                &inner.run_id,
+                ping::body(&output),
+                ping::BUDGET,
+                &inner.key,
+                &inner.reporter,
+            );
+        }
+    }
+}
+
+impl Drop for Alerts {
+    fn drop(&mut self) {
+        // A run that ended early (an error) still lets its start ping go.
+        self.inner.after_start();
+    }
+}
+
+impl Inner {
+    fn after_start(&self) {
+        let started = self
+            .started
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(started) = started {
+            let _ = started.join();
+        }
+    }
+
+    /// `--warn-after`: attempt `number` has run `after` and still runs.
+    fn slow(&self, number: u32, after: Duration) {
+        let line = format!(
+            "{}: attempt {number} is still running after {}; it keeps running (--warn-after)",
+            self.key,
+            humantime::format_duration(after)
+        );
+        self.reporter.notice(&mut std::io::stderr(), &line);
+        if let Some(command) = &self.on_failure {
+            let event = hooks::Event {
+                name: "slow",
+                job: &self.job,
+                key: &self.key,
+                run_id: self.run_id.clone(),
+                exit_code: None,
+                failures: self.before,
+                output: &[],
+            };
+            hooks::run("--on-failure", command, &event, &self.reporter);
+        }
+        if let Some(ping) = &self.ping {
+            self.after_start();
+            let body = crate::exit::line(&line);
+            ping.send(
+                "/log",
+                &self.run_id,
+                body.as_bytes(),
+                ping::BUDGET,
+                &self.key,
+                &self.reporter,
+            );
+        }
+    }
+}
+
+/// A `--warn-after` timer for one attempt.
+pub struct Watch {
+    ended: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.send(());
+        }
+        // A slow hook or ping under way finishes (each is bounded).
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Whether a run needs its job's failures in a row: for a threshold, or
+/// to tell a hook. Without them a run reads nothing more of the ledger.
+fn counts(args: &RunArgs) -> bool {
+    args.alert_after > 1 || args.on_failure.is_some() || args.on_recovery.is_some()
+}
+
+/// The job's failures in a row, from its ledger row; `None` when the
+/// ledger cannot tell (then the run's own count stands in).
+fn failures_in_a_row(ledger: &mut dyn Ledger, job: &str) -> Option<u64> {
+    // The jobs query takes a glob: a name holding glob characters is
+    // looked for among all.
+    let glob = (!job.contains(['*', '?', '['])).then_some(job);
+    ledger
+        .jobs(glob)
+        .ok()?
+        .into_iter()
+        .find(|state| state.job == job)
+        .map(|state| state.failures)
+}

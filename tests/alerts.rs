@@ -1,0 +1,719 @@
+//! Telling a person: `--on-failure` and `--on-recovery` hooks, `--ping`
+//! against a monitor this file starts on loopback, `--alert-after` and
+//! `--warn-after`. The monitor records every request and can be told to
+//! answer 500, to hang, or be down.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::pg::Server;
+use crate::util::{assert_code, text, Env};
+
+/// The check's secret, in every ping URL: it must never be printed.
+const SECRET: &str = "5bf3c1d8-secret-check-uuid";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Ok,
+    Fail,
+    Hang,
+}
+
+#[derive(Debug, Clone)]
+struct Request {
+    method: String,
+    path: String,
+    query: String,
+    body: String,
+}
+
+impl Request {
+    /// `POST /start`: the method and the path after the check's URL.
+    fn short(&self) -> String {
+        let path = self
+            .path
+            .strip_prefix(&format!("/ping/{SECRET}"))
+            .unwrap_or(&self.path);
+        format!(
+            "{} {}",
+            self.method,
+            if path.is_empty() { "/" } else { path }
+        )
+    }
+
+    fn rid(&self) -> &str {
+        self.query.strip_prefix("rid=").unwrap_or("")
+    }
+}
+
+/// A Healthchecks-like monitor on a loopback port.
+struct Monitor {
+    port: u16,
+    mode: Arc<Mutex<Mode>>,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Monitor {
+    fn start(mode: Mode) -> Monitor {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(Mutex::new(mode));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (shared_mode, shared_requests) = (Arc::clone(&mode), Arc::clone(&requests));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mode = Arc::clone(&shared_mode);
+                let requests = Arc::clone(&shared_requests);
+                std::thread::spawn(move || serve(stream, &mode, &requests));
+            }
+        });
+        Monitor {
+            port,
+            mode,
+            requests,
+        }
+    }
+
+    /// A port nothing listens on.
+    fn down() -> Monitor {
+        let monitor = Monitor::start(Mode::Ok);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        Monitor { port, ..monitor }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/ping/{SECRET}", self.port)
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.requests().iter().map(Request::short).collect()
+    }
+}
+
+fn serve(stream: TcpStream, mode: &Mutex<Mode>, requests: &Mutex<Vec<Request>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut first = String::new();
+    if reader.read_line(&mut first).is_err() {
+        return;
+    }
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    let _ = reader.read_exact(&mut body);
+    let mut words = first.split_whitespace();
+    let method = words.next().unwrap_or("").to_owned();
+    let target = words.next().unwrap_or("");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    requests.lock().unwrap().push(Request {
+        method,
+        path: path.to_owned(),
+        query: query.to_owned(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    });
+    let mode = *mode.lock().unwrap();
+    let mut stream = stream;
+    match mode {
+        Mode::Hang => std::thread::sleep(Duration::from_secs(120)),
+        Mode::Ok => {
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nOK");
+        }
+        Mode::Fail => {
+            let _ = stream.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    }
+}
+
+/// `idem run` with `args` before `--` and `command` after it, on the
+/// ledger `db` (the Env's SQLite file when `None`).
+fn run(env: &Env, db: Option<&str>, args: &[&str], command: &[&str]) -> Output {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.push("--");
+    all.extend_from_slice(command);
+    let mut idem: Command = env.idem(&all);
+    if let Some(db) = db {
+        idem.env("IDEM_DB", db);
+    }
+    let output = idem.output().expect("idem runs");
+    for stream in [&output.stdout, &output.stderr] {
+        assert!(
+            !text(stream).contains(SECRET),
+            "the ping URL's secret was printed: {}",
+            text(stream)
+        );
+    }
+    output
+}
+
+fn lines(env: &Env, name: &str) -> Vec<String> {
+    std::fs::read_to_string(env.path(name))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_success_pings_start_then_success_with_the_output() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    let output = run(
+        &env,
+        None,
+        &["-k", "ok", "--retries", "0", "--ping", &url],
+        &["echo", "all well"],
+    );
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "all well\n");
+    assert_eq!(text(&output.stderr), "");
+    let requests = monitor.requests();
+    assert_eq!(monitor.log(), ["POST /start", "POST /"]);
+    let run_id = env.show_json("ok")["run_id"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    for request in &requests {
+        assert_eq!(request.rid(), run_id, "{request:?}");
+    }
+    assert_eq!(requests[0].body, "");
+    assert_eq!(requests[1].body, "all well\n");
+    // Never stored: nothing in the ledger holds the secret.
+    let ledger = std::fs::read(env.db()).unwrap();
+    assert!(!String::from_utf8_lossy(&ledger).contains(SECRET));
+}
+
+#[test]
+fn a_failure_at_the_default_threshold_pings_fail_and_keeps_its_code() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    let output = run(
+        &env,
+        None,
+        &["-k", "bad", "--retries", "0", "--ping", &url],
+        &["sh", "-c", "echo broken; exit 3"],
+    );
+    assert_code(&output, 3);
+    assert_eq!(text(&output.stdout), "broken\n");
+    assert_eq!(monitor.log(), ["POST /start", "POST /fail"]);
+    assert_eq!(monitor.requests()[1].body, "broken\n");
+}
+
+#[test]
+fn the_ping_body_is_the_last_ten_kilobytes() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    let output = run(
+        &env,
+        None,
+        &["-k", "big", "--retries", "0", "--ping", &url],
+        &["sh", "-c", "head -c 30000 /dev/zero | tr '\\0' a; echo end"],
+    );
+    assert_code(&output, 0);
+    let body = &monitor.requests()[1].body;
+    assert_eq!(body.len(), 10_000);
+    assert!(
+        body.ends_with("aaa\nend\n") || body.ends_with("aend\n"),
+        "{body:?}"
+    );
+}
+
+#[test]
+fn a_retried_attempt_that_succeeds_pings_one_start_and_one_success() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    // Fails until its second start.
+    let script = format!(
+        "{}; [ $(wc -l < '{}') -ge 2 ]",
+        env.count_cmd("tries"),
+        env.path("tries").display()
+    );
+    let output = run(
+        &env,
+        None,
+        &[
+            "-k",
+            "retried",
+            "--retries",
+            "2",
+            "--backoff",
+            "10ms",
+            "--ping",
+            &url,
+        ],
+        &["sh", "-c", &script],
+    );
+    assert_code(&output, 0);
+    assert_eq!(env.count("tries"), 2);
+    assert_eq!(monitor.log(), ["POST /start", "POST /"]);
+}
+
+/// Three days' keys of one job fail, then the fourth succeeds: with
+/// `--alert-after 3` the first two are quiet (recorded, sent as `/log`,
+/// no hook, no output), the third is the alert, the fourth the recovery.
+fn quiet_quiet_alert_recovery(env: &Env, db: Option<&str>) {
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    let on_failure = format!(
+        "echo $IDEM_EVENT $IDEM_KEY $IDEM_FAILURES $IDEM_EXIT_CODE >> '{}'",
+        env.path("hooks").display()
+    );
+    let on_recovery = on_failure.clone();
+    let day = |key: &str, command: &[&str]| {
+        run(
+            env,
+            db,
+            &[
+                "--key",
+                key,
+                "--job",
+                "daily",
+                "--retries",
+                "0",
+                "--alert-after",
+                "3",
+                "--ping",
+                &url,
+                "--on-failure",
+                &on_failure,
+                "--on-recovery",
+                &on_recovery,
+            ],
+            command,
+        )
+    };
+    let failing = ["sh", "-c", "echo disk full; echo oops >&2; exit 4"];
+    for key in ["d1", "d2"] {
+        let output = day(key, &failing);
+        assert_code(&output, 4);
+        assert_eq!(text(&output.stdout), "", "a quiet failure prints nothing");
+        assert_eq!(text(&output.stderr), "", "a quiet failure prints nothing");
+    }
+    assert!(
+        lines(env, "hooks").is_empty(),
+        "no hook below the threshold"
+    );
+    let output = day("d3", &failing);
+    assert_code(&output, 4);
+    assert_eq!(
+        text(&output.stdout),
+        "disk full\n",
+        "the alert shows its output"
+    );
+    assert!(
+        text(&output.stderr).contains("oops"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(
+        text(&output.stderr).contains("d3 failed"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(lines(env, "hooks"), ["failure d3 3 4"]);
+    let output = day("d4", &["echo", "fine"]);
+    assert_code(&output, 0);
+    assert_eq!(lines(env, "hooks"), ["failure d3 3 4", "recovery d4 3 0"]);
+    // A success after a success recovers nothing.
+    assert_code(&day("d5", &["true"]), 0);
+    assert_eq!(lines(env, "hooks").len(), 2);
+    let log = monitor.log();
+    eprintln!("requests of job daily:");
+    for request in monitor.requests() {
+        eprintln!(
+            "  {}  rid={}  body={:?}",
+            request.short(),
+            request.rid(),
+            request.body
+        );
+    }
+    assert_eq!(
+        log,
+        [
+            "POST /start",
+            "POST /log",
+            "POST /start",
+            "POST /log",
+            "POST /start",
+            "POST /fail",
+            "POST /start",
+            "POST /",
+            "POST /start",
+            "POST /",
+        ]
+    );
+    assert_eq!(monitor.requests()[1].body, "disk full\noops\n");
+    // All recorded, and counted: status sees the job's row.
+    let mut status = env.idem(["status", "--json"]);
+    if let Some(db) = db {
+        status.env("IDEM_DB", db);
+    }
+    let status = status.output().unwrap();
+    assert!(
+        text(&status.stdout).contains("daily"),
+        "{}",
+        text(&status.stdout)
+    );
+}
+
+#[test]
+fn failures_in_a_row_across_keys_are_quiet_until_the_threshold() {
+    let env = Env::new();
+    quiet_quiet_alert_recovery(&env, None);
+}
+
+#[test]
+fn failures_in_a_row_across_keys_on_a_shared_ledger() {
+    let Some(server) = Server::start("alerts_on_a_shared_ledger") else {
+        return;
+    };
+    let env = Env::new();
+    quiet_quiet_alert_recovery(&env, Some(&server.url()));
+}
+
+#[test]
+fn a_monitor_answering_500_is_tried_three_times_and_changes_nothing() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Fail);
+    let url = monitor.url();
+    let output = run(
+        &env,
+        None,
+        &["-k", "k", "--retries", "0", "--ping", &url],
+        &["true"],
+    );
+    assert_code(&output, 0);
+    assert_eq!(monitor.log().len(), 6, "{:?}", monitor.log());
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!("http://127.0.0.1:{}/***", monitor.port)),
+        "{stderr}"
+    );
+    assert_eq!(env.show_json("k")["status"], "succeeded");
+    // The monitor back: the next run's pings go through at the first try.
+    monitor.set(Mode::Ok);
+    let output = run(
+        &env,
+        None,
+        &["-k", "k2", "--retries", "0", "--ping", &url],
+        &["true"],
+    );
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stderr), "");
+    assert_eq!(monitor.log().len(), 8, "{:?}", monitor.log());
+}
+
+#[test]
+fn a_hung_monitor_delays_idem_by_at_most_fifteen_seconds() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Hang);
+    let url = monitor.url();
+    let began = Instant::now();
+    let output = run(
+        &env,
+        None,
+        &["-k", "k", "--retries", "0", "--ping", &url],
+        &["sh", "-c", "exit 5"],
+    );
+    let took = began.elapsed();
+    eprintln!("a hung monitor: idem took {took:?}");
+    assert_code(&output, 5);
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert!(monitor.log().len() >= 2, "{:?}", monitor.log());
+    assert_eq!(env.show_json("k")["status"], "failed");
+}
+
+#[test]
+fn a_down_monitor_is_one_line_per_ping() {
+    let env = Env::new();
+    let monitor = Monitor::down();
+    let url = monitor.url();
+    let began = Instant::now();
+    let output = run(
+        &env,
+        None,
+        &["-k", "k", "--retries", "0", "--ping", &url],
+        &["echo", "out"],
+    );
+    assert_code(&output, 0);
+    assert!(began.elapsed() < Duration::from_secs(5));
+    assert_eq!(text(&output.stdout), "out\n");
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(
+        stderr.starts_with("idem: k: could not send the start ping to http://127.0.0.1:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_ping_url_is_refused_without_printing_it() {
+    let env = Env::new();
+    let url = format!("ftp://monitor.example/{SECRET}");
+    let output = run(&env, None, &["-k", "k", "--ping", &url], &["true"]);
+    assert_code(&output, 2);
+    assert!(text(&output.stderr).contains("http:// or https://"));
+    // From the environment twin too, as a crontab sets it.
+    let mut idem = env.idem(["run", "-k", "k", "--", "true"]);
+    let output = idem
+        .env("IDEM_PING_URL", format!("monitor.example/{SECRET}"))
+        .output()
+        .unwrap();
+    assert_code(&output, 2);
+    assert!(!text(&output.stderr).contains(SECRET));
+    assert!(
+        env.list_json().as_array().unwrap().is_empty(),
+        "nothing ran"
+    );
+}
+
+#[test]
+fn the_ping_url_comes_from_its_environment_twin() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let output = env
+        .idem(["run", "-k", "k", "--retries", "0", "--", "true"])
+        .env("IDEM_PING_URL", monitor.url())
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    assert_eq!(monitor.log(), ["POST /start", "POST /"]);
+}
+
+#[test]
+fn a_failure_hook_gets_its_environment_and_a_private_output_file() {
+    let env = Env::new();
+    let record = env.path("env");
+    let hook = format!(
+        "env | grep ^IDEM_ | grep -v ^IDEM_DB | sort > '{r}'; stat -c 'mode=%a' \"$IDEM_OUTPUT\" >> '{r}'; cat \"$IDEM_OUTPUT\" >> '{r}'",
+        r = record.display()
+    );
+    let output = run(
+        &env,
+        None,
+        &[
+            "-k",
+            "night-1",
+            "--job",
+            "night",
+            "--retries",
+            "0",
+            "--on-failure",
+            &hook,
+        ],
+        &["sh", "-c", "echo partial; exit 3"],
+    );
+    assert_code(&output, 3);
+    let run_id = env.show_json("night-1")["run_id"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let seen = std::fs::read_to_string(&record).unwrap();
+    let output_line = seen
+        .lines()
+        .find(|line| line.starts_with("IDEM_OUTPUT="))
+        .unwrap()
+        .to_owned();
+    let mut expected = vec![output_line.clone()];
+    expected.extend([
+        "IDEM_EVENT=failure".to_owned(),
+        "IDEM_EXIT_CODE=3".to_owned(),
+        "IDEM_FAILURES=1".to_owned(),
+        "IDEM_JOB=night".to_owned(),
+        "IDEM_KEY=night-1".to_owned(),
+        format!("IDEM_RUN_ID={run_id}"),
+    ]);
+    expected.sort();
+    expected.extend(["mode=600".to_owned(), "partial".to_owned()]);
+    assert_eq!(seen.lines().collect::<Vec<_>>(), expected);
+    // The output file is gone once the hook is done.
+    let path = output_line.trim_start_matches("IDEM_OUTPUT=");
+    assert!(!std::path::Path::new(path).exists());
+}
+
+#[test]
+fn a_failing_or_missing_hook_is_one_line_and_changes_nothing() {
+    let env = Env::new();
+    for (hook, said) in [
+        ("exit 7", "the --on-failure hook exited 7"),
+        (
+            "no-such-hook-command",
+            "the --on-failure hook exited 127 (is its command installed and on PATH?)",
+        ),
+    ] {
+        let output = run(
+            &env,
+            None,
+            &["-k", "k", "--force", "--retries", "0", "--on-failure", hook],
+            &["sh", "-c", "exit 3"],
+        );
+        assert_code(&output, 3);
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains(&format!("idem: k: {said}; the run's outcome stands\n")),
+            "{stderr}"
+        );
+        assert_eq!(env.show_json("k")["status"], "failed");
+        assert_eq!(env.show_json("k")["exit_code"], 3);
+    }
+    // A recovery hook that fails leaves the success a success.
+    let output = run(
+        &env,
+        None,
+        &["-k", "k", "--retries", "0", "--on-recovery", "exit 9"],
+        &["true"],
+    );
+    assert_code(&output, 0);
+    assert!(text(&output.stderr).contains("the --on-recovery hook exited 9"));
+    assert_eq!(env.show_json("k")["status"], "succeeded");
+}
+
+#[test]
+fn a_hook_that_hangs_is_killed_with_its_group_at_the_limit() {
+    let env = Env::new();
+    let pid_file = env.path("hook.pid");
+    // Ignores TERM and leaves a child behind: only a KILL of its group ends both.
+    let hook = format!(
+        "trap '' TERM; sleep 300 & echo $! > '{}'; wait",
+        pid_file.display()
+    );
+    let began = Instant::now();
+    let output = run(
+        &env,
+        None,
+        &["-k", "k", "--retries", "0", "--on-failure", &hook],
+        &["false"],
+    );
+    let took = began.elapsed();
+    assert_code(&output, 1);
+    assert!(took >= Duration::from_secs(30), "took {took:?}");
+    assert!(took < Duration::from_secs(35), "took {took:?}");
+    assert!(
+        text(&output.stderr).contains("the --on-failure hook ran past 30s and was killed"),
+        "{}",
+        text(&output.stderr)
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(!alive, "the hook's child {pid} outlived it");
+}
+
+#[test]
+fn hooks_run_under_quiet_success() {
+    let env = Env::new();
+    let hooks = env.path("hooks");
+    let hook = format!("echo $IDEM_EVENT >> '{}'", hooks.display());
+    let args = |key: &'static str| {
+        vec![
+            "-k",
+            key,
+            "--job",
+            "j",
+            "--retries",
+            "0",
+            "--quiet-success",
+            "--on-failure",
+            &hook,
+            "--on-recovery",
+            &hook,
+        ]
+    };
+    let output = run(&env, None, &args("a"), &["sh", "-c", "echo said; exit 2"]);
+    assert_code(&output, 2);
+    assert_eq!(text(&output.stdout), "said\n", "a failure shows its output");
+    let output = run(&env, None, &args("b"), &["echo", "said"]);
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "", "a success's output is held");
+    assert_eq!(text(&output.stderr), "");
+    assert_eq!(lines(&env, "hooks"), ["failure", "recovery"]);
+}
+
+#[test]
+fn a_slow_attempt_is_told_once_and_keeps_running() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    let hook = format!("echo $IDEM_EVENT >> '{}'", env.path("hooks").display());
+    let output = run(
+        &env,
+        None,
+        &[
+            "-k",
+            "slow",
+            "--retries",
+            "0",
+            "--warn-after",
+            "300ms",
+            "--on-failure",
+            &hook,
+            "--ping",
+            &url,
+        ],
+        &["sh", "-c", "sleep 1; echo done"],
+    );
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stdout), "done\n");
+    assert_eq!(
+        text(&output.stderr),
+        "idem: slow: attempt 1 is still running after 300ms; it keeps running (--warn-after)\n"
+    );
+    assert_eq!(lines(&env, "hooks"), ["slow"]);
+    assert_eq!(monitor.log(), ["POST /start", "POST /log", "POST /"]);
+    // A quick attempt is not slow.
+    let output = run(
+        &env,
+        None,
+        &[
+            "-k",
+            "quick",
+            "--retries",
+            "0",
+            "--warn-after",
+            "5s",
+            "--on-failure",
+            &hook,
+        ],
+        &["true"],
+    );
+    assert_code(&output, 0);
+    assert_eq!(text(&output.stderr), "");
+    assert_eq!(lines(&env, "hooks"), ["slow"]);
+}
