@@ -475,10 +475,7 @@ fn big_history(env: &Env, runs: u32) {
 fn show_and_replay_stay_small_whatever_the_history() {
     let env = Env::new();
     big_history(&env, 200);
-    // About 14 MiB of it is the debug binary's own pages, which grow with
-    // its crates (the HTTP client of --ping included); a long history must
-    // add next to nothing to that.
-    let limit_kib = 18 * 1024;
+    let limit_kib = 16 * 1024;
 
     let (output, peak) = peak_kib(&env, &["ledger", "show", "big"]);
     assert_code(&output, 0);
