@@ -89,6 +89,15 @@ pub fn run_json(run: &Run) -> Value {
     })
 }
 
+/// A hook that ran, for `show --json`.
+pub fn hook_json(hook: &crate::ledger::HookRun) -> Value {
+    json!({
+        "event": hook.event,
+        "exit_code": hook.exit_code,
+        "at": rfc3339(hook.at),
+    })
+}
+
 pub fn attempt_json(attempt: &Attempt) -> Value {
     json!({
         "attempt": attempt.number,

@@ -383,6 +383,32 @@ fn quiet_quiet_alert_recovery(env: &Env, db: Option<&str>) {
         "{}",
         text(&status.stdout)
     );
+    // The hooks that ran are recorded with their runs, and shown.
+    let show = |key: &str, json: bool| {
+        let mut show = env.idem(["ledger", "show", key]);
+        if json {
+            show.arg("--json");
+        }
+        if let Some(db) = db {
+            show.env("IDEM_DB", db);
+        }
+        let output = show.output().unwrap();
+        assert_code(&output, 0);
+        text(&output.stdout)
+    };
+    let hooks_of = |key: &str| -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(&show(key, true)).unwrap()["hooks"].clone()
+    };
+    assert_eq!(hooks_of("d3")[0]["event"], "failure");
+    assert_eq!(hooks_of("d3")[0]["exit_code"], 0);
+    assert_eq!(hooks_of("d4")[0]["event"], "recovery");
+    assert_eq!(hooks_of("d5").as_array().map(Vec::len), Some(0));
+    assert_eq!(hooks_of("d1").as_array().map(Vec::len), Some(0));
+    assert!(
+        show("d3", false).contains("hook failure: exit 0"),
+        "{}",
+        show("d3", false)
+    );
 }
 
 #[test]

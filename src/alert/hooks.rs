@@ -33,20 +33,32 @@ pub struct Event<'a> {
     pub output: &'a [u8],
 }
 
-/// Runs hook `command` (given as `flag`) for `event`. Whatever the hook
-/// does, the run's outcome stands: a hook that fails, hangs or cannot
-/// start is one line on stderr.
-pub fn run(flag: &str, command: &OsStr, event: &Event, reporter: &Reporter) {
+/// Runs hook `command` (given as `flag`) for `event`, and returns how it
+/// ended, for the ledger: its exit code, 128+N for signal N, `None` when it
+/// could not start. Whatever the hook does, the run's outcome stands: a
+/// hook that fails, hangs or cannot start is one line on stderr.
+pub fn run(flag: &str, command: &OsStr, event: &Event, reporter: &Reporter) -> Option<i32> {
     let key = event.key;
-    if let Err(what) = try_run(command, event) {
+    let (code, failed) = try_run(command, event);
+    if let Err(what) = failed {
         reporter.notice(
             &mut std::io::stderr(),
             &format!("{key}: the {flag} hook {what}; the run's outcome stands"),
         );
     }
+    code
 }
 
-fn try_run(command: &OsStr, event: &Event) -> Result<(), String> {
+fn try_run(command: &OsStr, event: &Event) -> (Option<i32>, Result<(), String>) {
+    match start_and_wait(command, event) {
+        Ok((code, outcome)) => (Some(code), outcome),
+        Err(what) => (None, Err(what)),
+    }
+}
+
+/// The hook's exit code (128+N when killed by signal N), and whether it
+/// succeeded; an error when it could not be started.
+fn start_and_wait(command: &OsStr, event: &Event) -> Result<(i32, Result<(), String>), String> {
     // tempfile makes it 0600 in TMPDIR: the tail may hold what the command
     // printed of a secret. It is removed when the hook is done.
     let mut output = tempfile::Builder::new()
@@ -101,15 +113,22 @@ fn try_run(command: &OsStr, event: &Event) -> Result<(), String> {
                     );
                 }
                 let _ = child.wait();
-                return Err(format!("ran past {}s and was killed", HOOK_LIMIT.as_secs()));
+                let killed = 128 + nix::libc::SIGKILL;
+                return Ok((
+                    killed,
+                    Err(format!("ran past {}s and was killed", HOOK_LIMIT.as_secs())),
+                ));
             }
         }
     };
-    match (status.code(), status.signal()) {
-        (Some(0), _) => Ok(()),
-        (Some(127), _) => Err("exited 127 (is its command installed and on PATH?)".to_owned()),
-        (Some(code), _) => Err(format!("exited {code}")),
-        (None, Some(signal)) => Err(format!("was killed by signal {signal}")),
-        (None, None) => Err("ended without an exit code".to_owned()),
-    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(0), _) => (0, Ok(())),
+        (Some(127), _) => (
+            127,
+            Err("exited 127 (is its command installed and on PATH?)".to_owned()),
+        ),
+        (Some(code), _) => (code, Err(format!("exited {code}"))),
+        (None, Some(signal)) => (128 + signal, Err(format!("was killed by signal {signal}"))),
+        (None, None) => (-1, Err("ended without an exit code".to_owned())),
+    })
 }

@@ -20,7 +20,7 @@ use anyhow::Result;
 
 use crate::cli::RunArgs;
 use crate::exit::Failure;
-use crate::ledger::{Attempt, Claim, Ledger, Outcome, Status};
+use crate::ledger::{Attempt, Claim, HookRun, Ledger, Outcome, Status};
 use crate::run::Reporter;
 pub use hooks::HOOK_LIMIT;
 use ping::Ping;
@@ -71,6 +71,9 @@ struct Inner {
     /// The start ping, sent beside the command.
     started: Mutex<Option<JoinHandle<()>>>,
     reporter: Reporter,
+    claimed: uuid::Uuid,
+    /// The hooks that ran, to be recorded with the run.
+    ran: Mutex<Vec<HookRun>>,
 }
 
 impl Alerts {
@@ -107,6 +110,8 @@ impl Alerts {
                 ping,
                 started: Mutex::new(started),
                 reporter: reporter.clone(),
+                claimed: claim.run_id,
+                ran: Mutex::default(),
             }),
         }
     }
@@ -160,7 +165,42 @@ impl Alerts {
     }
 
     /// Runs the hooks and sends the ping that `verdict` calls for.
-    pub fn tell(&self, verdict: Verdict, outcome: &Outcome, last: Option<&Attempt>) {
+    pub fn tell(
+        &self,
+        verdict: Verdict,
+        outcome: &Outcome,
+        last: Option<&Attempt>,
+        ledger: &mut dyn Ledger,
+    ) {
+        self.tell_now(verdict, outcome, last);
+        self.record_hooks(ledger);
+    }
+
+    /// Records with the run the hooks that ran (`slow` ones included). A
+    /// ledger that refuses it is told on stderr: the outcome stands.
+    fn record_hooks(&self, ledger: &mut dyn Ledger) {
+        let ran = std::mem::take(
+            &mut *self
+                .inner
+                .ran
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        if ran.is_empty() {
+            return;
+        }
+        if let Err(error) = ledger.hooks_ran(self.inner.claimed, &ran) {
+            self.inner.reporter.notice(
+                &mut std::io::stderr(),
+                &format!(
+                    "{}: could not record its hooks ({error:#}); the run's outcome stands",
+                    self.inner.key
+                ),
+            );
+        }
+    }
+
+    fn tell_now(&self, verdict: Verdict, outcome: &Outcome, last: Option<&Attempt>) {
         let inner = &*self.inner;
         let (hook, event, failures, suffix) = match verdict {
             Verdict::Success { recovery } => (
@@ -199,7 +239,8 @@ impl Alerts {
                 failures,
                 output: &output,
             };
-            hooks::run(flag, command, &event, &inner.reporter);
+            let code = hooks::run(flag, command, &event, &inner.reporter);
+            inner.ran(event.name, code);
         }
         if let Some(ping) = &inner.ping {
             inner.after_start();
@@ -223,6 +264,17 @@ impl Drop for Alerts {
 }
 
 impl Inner {
+    fn ran(&self, event: &'static str, exit_code: Option<i32>) {
+        self.ran
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(HookRun {
+                event: event.to_owned(),
+                exit_code,
+                at: jiff::Timestamp::now(),
+            });
+    }
+
     fn after_start(&self) {
         let started = self
             .started
@@ -252,7 +304,8 @@ impl Inner {
                 failures: self.before,
                 output: &[],
             };
-            hooks::run("--on-failure", command, &event, &self.reporter);
+            let code = hooks::run("--on-failure", command, &event, &self.reporter);
+            self.ran("slow", code);
         }
         if let Some(ping) = &self.ping {
             self.after_start();

@@ -216,7 +216,9 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
     };
     let mut out = BufWriter::new(std::io::stdout().lock());
     if json {
+        let hooks = ledger.hooks(latest.run_id)?;
         let object = ShowJson {
+            hooks: hooks.iter().map(render::hook_json).collect(),
             run: match render::run_json(latest) {
                 serde_json::Value::Object(fields) => fields,
                 _ => serde_json::Map::new(),
@@ -302,6 +304,16 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
                 }
             }
         }
+        for hook in ledger.hooks(run.run_id)? {
+            writeln!(
+                out,
+                "  hook {}: {} at {}",
+                hook.event,
+                hook.exit_code
+                    .map_or("could not start".into(), |code| format!("exit {code}")),
+                render::local(hook.at, &zone)
+            )?;
+        }
     }
     let hidden = total.saturating_sub(history.len() as u64);
     if hidden > 0 {
@@ -322,6 +334,8 @@ struct ShowJson<'a> {
     #[serde(flatten)]
     run: serde_json::Map<String, serde_json::Value>,
     attempts_detail: AttemptsDetail<'a>,
+    /// The hooks that ran for the latest run.
+    hooks: Vec<serde_json::Value>,
     history: Vec<serde_json::Value>,
 }
 

@@ -264,6 +264,16 @@ pub struct Attempt {
     pub cut: bool,
 }
 
+/// A hook that ran for a run (`--on-failure`, `--on-recovery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    /// `failure`, `recovery` or `slow`.
+    pub event: String,
+    /// Its exit code (128+N for signal N); `None`: it could not start.
+    pub exit_code: Option<i32>,
+    pub at: Timestamp,
+}
+
 /// An attempt's kept output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tails {
@@ -636,6 +646,12 @@ pub trait Ledger {
         dry_run: bool,
         force: bool,
     ) -> Result<ForgetReport>;
+
+    /// Records the hooks that ran for run `run_id`.
+    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()>;
+
+    /// The hooks that ran for run `run_id`, in order.
+    fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>>;
 
     /// The time by the clock that stamps this ledger's runs: this host's,
     /// or a shared database's, so that "2h ago" means what the runs say.

@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
+    HookRun, ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
     PruneReport, Run, RunAttempts, Status, Tails,
 };
 use crate::exit::{Failure, IDEM_FAILED};
@@ -804,6 +804,42 @@ impl Ledger for PostgresLedger {
             Ok(report)
         })();
         result.map_err(|error: postgres::Error| self.fail("forget keys in", &error))
+    }
+
+    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
+        let result = self.retrying(|client| {
+            let mut tx = begin(client)?;
+            for hook in hooks {
+                tx.execute(
+                    "INSERT INTO idem.hooks (run, event, exit_code, at)
+                     SELECT id, $2, $3, $4 FROM idem.runs WHERE run_id = $1",
+                    &[&run_id, &hook.event, &hook.exit_code, &hook.at],
+                )?;
+            }
+            tx.commit()
+        });
+        result.map_err(|error| self.fail("record hooks in", &error))
+    }
+
+    fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT h.event, h.exit_code, h.at FROM idem.hooks h
+                 JOIN idem.runs r ON r.id = h.run WHERE r.run_id = $1 ORDER BY h.at",
+                &[&run_id],
+            )
+            .map_err(|error| self.fail("read", &error))?;
+        rows.iter()
+            .map(|row| {
+                Ok(HookRun {
+                    event: row.try_get(0)?,
+                    exit_code: row.try_get(1)?,
+                    at: row.try_get(2)?,
+                })
+            })
+            .collect::<Result<_, postgres::Error>>()
+            .map_err(|error| self.fail("read", &error))
     }
 
     fn now(&mut self) -> Result<Timestamp> {

@@ -152,6 +152,17 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE attempts ADD COLUMN cut INTEGER NOT NULL DEFAULT 0;
     ",
+    // 7: the hooks that ran for a run (`--on-failure`, `--on-recovery`),
+    // shown by `ledger show`; they go with their run.
+    "
+    CREATE TABLE hooks (
+        run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        event TEXT NOT NULL,
+        exit_code INTEGER,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX hooks_by_run ON hooks (run);
+    ",
 ];
 
 /// The schema version this idem writes.

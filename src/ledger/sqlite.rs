@@ -23,7 +23,7 @@ use super::runlock::{Hold, RunLocks};
 use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::{
     decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
+    HookRun, ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
     PruneReport, Run, RunAttempts, Status, Tails,
 };
 use crate::exit::{io_words, Failure, IDEM_FAILED};
@@ -1079,6 +1079,42 @@ impl Ledger for SqliteLedger {
             )
             .optional()
             .map_err(|error| self.fail("read", &error))
+    }
+
+    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
+        self.write("record hooks in", true, |tx, _| {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO hooks (run, event, exit_code, at)
+                 SELECT id, ?2, ?3, ?4 FROM runs WHERE run_id = ?1",
+            )?;
+            for hook in hooks {
+                insert.execute(params![
+                    run_id.as_bytes().as_slice(),
+                    hook.event,
+                    hook.exit_code,
+                    millis(hook.at)
+                ])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
+        let read = || -> rusqlite::Result<Vec<HookRun>> {
+            let mut statement = self.conn.prepare_cached(
+                "SELECT h.event, h.exit_code, h.at FROM hooks h JOIN runs r ON r.id = h.run
+                 WHERE r.run_id = ?1 ORDER BY h.at, h.rowid",
+            )?;
+            let rows = statement.query_map([run_id.as_bytes().as_slice()], |row| {
+                Ok(HookRun {
+                    event: row.get(0)?,
+                    exit_code: row.get(1)?,
+                    at: timestamp(row.get(2)?)?,
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|error| self.fail("read", &error))
     }
 
     fn forget(

@@ -639,7 +639,7 @@ fn execute(
         ))
     })?;
     if let Some(verdict) = verdict {
-        alerts.tell(verdict, &outcome, last.as_ref());
+        alerts.tell(verdict, &outcome, last.as_ref(), ledger);
     }
     Ok(code)
 }

@@ -119,6 +119,16 @@ pub const MIGRATIONS: &[&str] = &[
     -- 4: whether an attempt's output was longer than its kept tails.
     ALTER TABLE idem.attempts ADD COLUMN cut boolean NOT NULL DEFAULT false;
 ",
+    "
+    -- 5: the hooks that ran for a run, shown by `ledger show`.
+    CREATE TABLE idem.hooks (
+        run bigint NOT NULL REFERENCES idem.runs (id) ON DELETE CASCADE,
+        event text NOT NULL,
+        exit_code integer,
+        at timestamptz NOT NULL
+    );
+    CREATE INDEX hooks_by_run ON idem.hooks (run);
+",
 ];
 
 /// The schema version this idem writes.
