@@ -438,7 +438,7 @@ fn a_terminal_gets_a_spinner_for_the_backoff() {
         .env("TZ", "UTC")
         .output();
     let Ok(output) = output else {
-        eprintln!("skipped: `script` (util-linux) is not installed");
+        crate::util::require(false, "`script` (util-linux)");
         return;
     };
     let screen = text(&output.stdout);

@@ -2,7 +2,8 @@
 //! file system, a locked ledger, bad arguments, bytes that are not text,
 //! floods of output, power loss, permissions; and `idem doctor`.
 //!
-//! Mounting needs root; where it fails the test says so and is skipped.
+//! Mounting needs root; where it fails the test says so and does not run,
+//! and under CI (`CI` set) it fails.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::util::{assert_code, integrity_check, text, Env};
+use crate::util::{assert_code, integrity_check, require, text, Env};
 
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Mount {
@@ -34,14 +35,15 @@ impl Mount {
                 dir: dir.to_owned(),
             }),
             Ok(output) => {
-                println!(
-                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
+                let why = format!(
+                    "a tmpfs mount (root; mount said: {})",
                     text(&output.stderr).trim()
                 );
+                require(false, &why);
                 None
             }
             Err(error) => {
-                println!("SKIPPED: cannot run mount: {error}");
+                require(false, &format!("mount ({error})"));
                 None
             }
         }
@@ -142,20 +144,17 @@ fn a_full_disk_runs_nothing_and_loses_nothing() {
     assert_eq!(env.count("count"), 1);
 }
 
-#[test]
-fn a_disk_that_fills_during_a_run_is_said_loudly() {
-    let env = Env::new();
-    let Some(mount) = Mount::tmpfs(&env.path("small"), "2m") else {
-        return;
-    };
+/// A ledger on a 2MiB tmpfs with one success in it, filled but for room
+/// for a claim, not for megabytes of captured output; and the filler.
+fn nearly_full(env: &Env) -> Option<(Mount, PathBuf, PathBuf)> {
+    let mount = Mount::tmpfs(&env.path("small"), "2m")?;
     let db = mount.dir.join("ledger.db");
     assert_code(
-        &run_with_db(&env, &db, &["run", "--key", "before", "--", "true"]),
+        &run_with_db(env, &db, &["run", "--key", "before", "--", "true"]),
         0,
     );
     let filler = mount.dir.join("filler");
     fill(&filler);
-    // Leave room for the claim, not for 2 x 2MiB of captured output.
     fs::File::options()
         .write(true)
         .open(&filler)
@@ -167,6 +166,15 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
                 .saturating_sub(160 << 10),
         )
         .unwrap();
+    Some((mount, db, filler))
+}
+
+#[test]
+fn a_disk_that_fills_during_a_run_is_said_loudly() {
+    let env = Env::new();
+    let Some((_mount, db, filler)) = nearly_full(&env) else {
+        return;
+    };
     let script = "head -c 3000000 /dev/urandom | od -x; head -c 3000000 /dev/urandom | od -x >&2";
     let output = env
         .idem([
@@ -202,28 +210,9 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
 #[test]
 fn a_disk_that_fills_while_a_retry_is_recorded_says_what_ran_and_shows_it() {
     let env = Env::new();
-    let Some(mount) = Mount::tmpfs(&env.path("small-retry"), "2m") else {
+    let Some((_mount, db, filler)) = nearly_full(&env) else {
         return;
     };
-    let db = mount.dir.join("ledger.db");
-    assert_code(
-        &run_with_db(&env, &db, &["run", "--key", "before", "--", "true"]),
-        0,
-    );
-    let filler = mount.dir.join("filler");
-    fill(&filler);
-    // Room for the claim, not for the attempt's 1MiB tail.
-    fs::File::options()
-        .write(true)
-        .open(&filler)
-        .unwrap()
-        .set_len(
-            fs::metadata(&filler)
-                .unwrap()
-                .len()
-                .saturating_sub(160 << 10),
-        )
-        .unwrap();
     let script = "head -c 3000000 /dev/urandom | od -x; echo held-and-shown; exit 1";
     let output = run_with_db(
         &env,
@@ -418,7 +407,10 @@ fn a_ledger_that_refuses_writes_is_read_only() {
     match as_nobody(&["ledger", "path"]) {
         Ok(output) if output.status.success() => {}
         other => {
-            println!("SKIPPED: cannot run idem as nobody through setpriv: {other:?}");
+            require(
+                false,
+                &format!("running idem as nobody through setpriv ({other:?})"),
+            );
             return;
         }
     }
@@ -1045,7 +1037,7 @@ fn binary_output_keeps_json_valid() {
 /// Maximum resident set size in KiB of `command`, measured by GNU time.
 fn max_rss_kib(command: Command) -> Option<(Output, u64)> {
     if !Path::new("/usr/bin/time").exists() {
-        println!("SKIPPED: /usr/bin/time is missing (apt-get install time)");
+        require(false, "/usr/bin/time (apt-get install time)");
         return None;
     }
     let program = command.get_program().to_owned();
@@ -1302,7 +1294,7 @@ fn strace_run(env: &Env, calls: &str) -> Option<String> {
     match command.output() {
         Ok(output) if output.status.success() => Some(fs::read_to_string(trace).unwrap()),
         other => {
-            println!("SKIPPED: cannot trace idem with strace: {other:?}");
+            require(false, &format!("tracing idem with strace ({other:?})"));
             None
         }
     }

@@ -4,7 +4,7 @@
 //! clocks that lie, and idem's own lines under concurrency.
 //!
 //! Several cases need root (to hand a file to another user, to make a
-//! device node, to run idem as `nobody`). Without it they say SKIPPED,
+//! device node, to run idem as `nobody`). Without it they say they did not run,
 //! except under CI (`CI` set), where they fail with the reason.
 
 use std::ffi::{OsStr, OsString};
@@ -22,14 +22,8 @@ const STRANGER: u32 = 4242;
 
 /// Whether a test that needs `what` may run; under CI a missing `what`
 /// fails the test instead of skipping it.
-#[track_caller]
 fn can(available: bool, what: &str) -> bool {
-    if available {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "{what} is not available");
-    println!("SKIPPED: {what} is not available");
-    false
+    crate::util::require(available, what)
 }
 
 fn root() -> bool {

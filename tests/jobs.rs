@@ -17,14 +17,7 @@ fn have_faketime() -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok();
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "faketime is not installed (.ci/run installs it)"
-        );
-        eprintln!("skipped: faketime is not installed");
-    }
-    found
+    crate::util::require(found, "faketime (.ci/run installs it)")
 }
 
 /// `idem ARGS` as if started at `when` (UTC), the clock running on from

@@ -13,17 +13,7 @@ use nix::unistd::Pid;
 
 use crate::util::{assert_code, guarded, text, trials, wait_for_count, wrapped, Env};
 
-/// Fails under CI, and says why outside it, when `ok` is false: a test
-/// that did not run did not pass.
-pub fn require(ok: bool, what: &str) -> bool {
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("{what} is needed and missing here");
-        }
-        eprintln!("not run: {what} is missing");
-    }
-    ok
-}
+pub use crate::util::require;
 
 /// Namespaces need root (CI runs as root).
 pub fn require_root_namespaces() -> bool {

@@ -190,3 +190,15 @@ pub fn wrapped(template: &Command, prefix: &[&str]) -> Command {
     }
     command
 }
+
+/// Fails under CI, and says why outside it, when `ok` is false: a test
+/// that did not run did not pass.
+pub fn require(ok: bool, what: &str) -> bool {
+    if !ok {
+        if std::env::var_os("CI").is_some() {
+            panic!("{what} is needed and missing here");
+        }
+        eprintln!("not run: {what} is missing");
+    }
+    ok
+}

@@ -16,10 +16,7 @@ fn have(tool: &str) -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|status| status.success());
-    if !found && std::env::var_os("CI").is_some() {
-        panic!("{tool} is not installed (.ci/run installs it)");
-    }
-    found
+    crate::util::require(found, &format!("{tool} (.ci/run installs it)"))
 }
 
 /// Runs `argv` in a fresh pseudo-terminal of `columns` columns, typing

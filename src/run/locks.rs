@@ -16,7 +16,7 @@ use anyhow::Result;
 
 use super::{report, Reporter, WAIT_POLL};
 use crate::cli::RunArgs;
-use crate::exit::{self, Failure};
+use crate::exit::Failure;
 use crate::ledger::{Claim, Ledger, Locks};
 
 /// Refuses lock names that could not be told apart or shown.
@@ -77,34 +77,17 @@ pub(super) fn take(
             Err(error) => return Err(error),
         };
         let shown = crate::render::printable(&held).into_owned();
-        if let Some(until) = wait_until.filter(|until| Instant::now() < *until) {
-            let bar = spinner.get_or_insert_with(|| reporter.spinner());
-            if let Some(bar) = bar {
-                bar.set_message(format!(
-                    "waiting for lock {shown} (for {key}): another run holds it; {} left",
-                    report::short(until - Instant::now())
-                ));
-            }
-            std::thread::sleep(WAIT_POLL.min(until - Instant::now()));
+        if super::wait_a_moment(wait_until, &mut spinner, reporter, |left| {
+            format!("waiting for lock {shown} (for {key}): another run holds it; {left} left")
+        }) {
             continue;
         }
-        drop(spinner.take());
-        let line = || {
-            format!(
-                "{key}: lock {shown} is held by another run; {}",
-                if args.wait.is_some() {
-                    "--wait ran out"
-                } else {
-                    "--wait DUR waits for it"
-                }
-            )
-        };
-        if args.conflict_exit_code == exit::SUCCESS {
-            reporter.info(line);
-        } else {
-            reporter.notice(&mut std::io::stderr(), &line());
-        }
-        return Ok(Err(args.conflict_exit_code));
+        let code = super::conflict(
+            args,
+            reporter,
+            &format!("{key}: lock {shown} is held by another run"),
+        );
+        return Ok(Err(code));
     }
 }
 

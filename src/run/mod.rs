@@ -347,32 +347,57 @@ fn acquire(
                     ),
                     _ => "is still held by processes an earlier run of it left running".to_owned(),
                 };
-                if let Some(until) = wait_until.filter(|until| Instant::now() < *until) {
-                    let bar = spinner.get_or_insert_with(|| reporter.spinner());
-                    if let Some(bar) = bar {
-                        bar.set_message(format!(
-                            "waiting for {key}: it {holder}; {} left",
-                            report::short(until - Instant::now())
-                        ));
-                    }
-                    std::thread::sleep(WAIT_POLL.min(until - Instant::now()));
+                if wait_a_moment(wait_until, &mut spinner, reporter, |left| {
+                    format!("waiting for {key}: it {holder}; {left} left")
+                }) {
                     continue;
                 }
-                drop(spinner.take());
-                let line = || format!(
-                    "{key} {holder}; {}",
-                    if args.wait.is_some() { "--wait ran out" } else { "--wait DUR waits for it" }
-                );
-                if args.conflict_exit_code == exit::SUCCESS {
-                    reporter.info(line);
-                } else {
-                    reporter.notice(&mut std::io::stderr(), &line());
-                }
-                args.conflict_exit_code
+                conflict(args, reporter, &format!("{key} {holder}"))
             }
         };
         return Ok(Acquired::Done(code));
     }
+}
+
+/// One poll of a `--wait` for something another run holds: the spinner
+/// says `waiting(time left)`; false once the wait ran out (or none was
+/// given), and then the spinner is gone.
+fn wait_a_moment(
+    until: Option<Instant>,
+    spinner: &mut Option<Option<report::Spinner>>,
+    reporter: &Reporter,
+    waiting: impl FnOnce(String) -> String,
+) -> bool {
+    let Some(until) = until.filter(|until| Instant::now() < *until) else {
+        drop(spinner.take());
+        return false;
+    };
+    if let Some(bar) = spinner.get_or_insert_with(|| reporter.spinner()) {
+        bar.set_message(waiting(report::short(until - Instant::now())));
+    }
+    std::thread::sleep(WAIT_POLL.min(until.saturating_duration_since(Instant::now())));
+    true
+}
+
+/// Another run holds what this one needs: said (quietly, as a skip, under
+/// `--conflict-exit-code 0`), and the conflict's exit code.
+fn conflict(args: &RunArgs, reporter: &Reporter, what: &str) -> u8 {
+    let line = || {
+        format!(
+            "{what}; {}",
+            if args.wait.is_some() {
+                "--wait ran out"
+            } else {
+                "--wait DUR waits for it"
+            }
+        )
+    };
+    if args.conflict_exit_code == exit::SUCCESS {
+        reporter.info(line);
+    } else {
+        reporter.notice(&mut std::io::stderr(), &line());
+    }
+    args.conflict_exit_code
 }
 
 fn new_run(args: &RunArgs, run_id: uuid::Uuid, job: &JobInfo, recovered: bool) -> NewRun {
