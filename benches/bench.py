@@ -1,271 +1,545 @@
 #!/usr/bin/env python3
 """Whole-process benchmarks of idem, each measured side by side with its
-baseline in the same run, printed as ratios against the targets.
+baseline in the same run, printed as one table of ratios against the goals.
 
-    benches/bench.py            # the full table (a few minutes)
+    benches/bench.py            # the full table (many minutes)
     benches/bench.py --quick    # a smoke test of this script (CI runs it)
 
-Needs hyperfine, flock, sqlite3 and /usr/bin/time (Debian: hyperfine,
-util-linux, sqlite3, time). Builds the release binary first. Times are
-medians; the machine's noise is real, so read ratios, not single figures.
+Baselines: `floor` (benches/floor.c, built here with cc: the syscalls a
+durable first run cannot avoid), `flock LOCKFILE true`, bkt's cache hit and
+miss (installed under target/ by `cargo install bkt --locked` when missing),
+`psql -c 'SELECT 1'` through the same delaying proxy as idem's PostgreSQL
+rows, and the same idem command on a ten-run ledger.
+
+Needs hyperfine, flock, sqlite3, cc and /usr/bin/time (Debian: hyperfine,
+util-linux, sqlite3, gcc, time); the PostgreSQL rows need the server's
+binaries (Debian: postgresql) and, run as root, its `postgres` user and
+runuser. Builds the release binary first. Times are hyperfine medians; the
+machine's noise is real, so read the ratios. A goal not met is printed as
+NOT MET and the script still exits 0: it fails only when it is broken.
 """
 
 import argparse
 import json
 import os
+import queue
 import shutil
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 IDEM = ROOT / "target" / "release" / "idem"
+TOOLS = ROOT / "target" / "bench-tools"
 
 
 def sh(*args, env=None, **kwargs):
-    return subprocess.run(args, check=True, env=env, **kwargs)
+    return subprocess.run([str(arg) for arg in args], check=True, env=env, **kwargs)
 
 
-def hyperfine(commands, runs, env):
-    """Median seconds of each command, run by hyperfine side by side."""
+def hyperfine(commands, runs, env, ignore_failure=False):
+    """Each command's median, and mean user and system seconds, measured by
+    hyperfine side by side (no shell: `-N`)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        sh("hyperfine", "-N", "--warmup", str(max(3, runs // 10)), "--runs", str(runs),
-           "--export-json", out.name, *commands, env=env,
-           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sh("hyperfine", "-N", "--warmup", max(3, runs // 10), "--runs", runs,
+           "--export-json", out.name, *(["--ignore-failure"] if ignore_failure else []),
+           *commands, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         results = json.load(open(out.name))["results"]
-    return [result["median"] for result in results]
+    return [Timing(result) for result in results]
+
+
+class Timing:
+    def __init__(self, result):
+        self.median = result["median"]
+        self.user = result["user"]
+        self.system = result["system"]
+
+    def __str__(self):
+        return f"{self.median * 1e3:.2f} ms"
+
+    def detail(self):
+        return f"{self} (user {self.user * 1e3:.2f}, sys {self.system * 1e3:.2f})"
+
+
+def peak_rss(args, env):
+    """Peak resident set size in KiB of `args` (the largest process of its
+    tree), by /usr/bin/time."""
+    measured = subprocess.run(["/usr/bin/time", "-v", *map(str, args)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    if measured.returncode != 0:
+        sys.exit(f"bench: {' '.join(map(str, args))} failed:\n{measured.stderr}")
+    return next(int(line.split()[-1]) for line in measured.stderr.splitlines() if "Maximum resident" in line)
 
 
 def idem_env(work, db):
     env = dict(os.environ, IDEM_DB=str(db), HOME=str(work), XDG_DATA_HOME=str(work / "data"))
-    env.pop("IDEM_PROGRESS", None)
+    for name in [name for name in env if name.startswith("IDEM_") and name != "IDEM_DB"]:
+        env.pop(name)
     return env
 
 
-def make_big_ledger(db, env, runs, keys):
-    """A ledger of `runs` runs over `keys` keys, made by idem (for the
-    schema) and filled in bulk by sqlite3."""
-    sh(str(IDEM), "run", "--key", "seed", "--", "true", env=env)
-    sql = f"""
-    PRAGMA journal_mode = WAL;
-    BEGIN;
-    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {keys})
-    INSERT INTO keys (key) SELECT 'job-' || i FROM n;
-    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {runs})
-    INSERT INTO runs (run_id, key_id, status, exit_code, signal, attempts, started_at,
-                      finished_at, host, pid, command, shell, recovered)
-    SELECT randomblob(16),
-           (SELECT id FROM keys WHERE key = 'job-' || (1 + i % {keys})),
-           CASE WHEN i % 10 = 0 THEN 'failed' ELSE 'succeeded' END,
-           CASE WHEN i % 10 = 0 THEN 1 ELSE 0 END, NULL, 1,
-           1700000000000 + i * 60000, 1700000000000 + i * 60000 + 1500,
-           'bench-host', 1000 + i % 30000, CAST('/usr/local/bin/backup' || x'00' || '--all' AS BLOB),
-           0, 0
-    FROM n;
-    INSERT INTO attempts (run, n, started_at, finished_at, exit_code)
-    SELECT id, 1, started_at, finished_at, exit_code FROM runs WHERE host = 'bench-host';
-    UPDATE keys SET head = (SELECT max(id) FROM runs WHERE runs.key_id = keys.id)
-    WHERE key LIKE 'job-%';
-    COMMIT;
-    PRAGMA wal_checkpoint(TRUNCATE);
-    """
-    sh("sqlite3", str(db), input=sql.encode(), stdout=subprocess.DEVNULL)
-    sh(str(IDEM), "run", "--key", "bench", "--", "true", env=env)
+def build_floor():
+    floor = ROOT / "target" / "bench" / "floor"
+    floor.parent.mkdir(parents=True, exist_ok=True)
+    sh("cc", "-O2", "-o", floor, ROOT / "benches" / "floor.c")
+    return floor
 
 
-def make_jobs_ledger(db, env, runs, jobs):
-    """A ledger of `runs` runs of `jobs` daily jobs (`job-N-{date}`), a key
-    per job and day, with the jobs' figures as idem keeps them."""
-    sh(str(IDEM), "run", "--key", "seed", "--", "true", env=env)
-    sql = f"""
-    PRAGMA journal_mode = WAL;
-    BEGIN;
-    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {jobs})
-    INSERT INTO jobs (id, job, template, zone, host, command, shell)
-    SELECT 1000 + i, 'job-' || i || '-{{date}}', 'job-' || i || '-{{date}}', 'UTC', 'bench-host',
-           CAST('/usr/local/bin/backup' || x'00' || '--all' AS BLOB), 0 FROM n;
-    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {runs} - 1)
-    INSERT INTO keys (id, key)
-    SELECT 1000000 + i, 'job-' || (1 + i % {jobs}) || '-' || date(1700000000 + (i / {jobs}) * 86400, 'unixepoch')
-    FROM n;
-    INSERT INTO runs (id, run_id, key_id, job_id, status, exit_code, signal, attempts, started_at,
-                      finished_at, host, pid, command, shell, recovered)
-    SELECT k.id, randomblob(16), k.id, 1000 + 1 + (k.id - 1000000) % {jobs},
-           CASE WHEN k.id % 10 = 0 THEN 'failed' ELSE 'succeeded' END,
-           CASE WHEN k.id % 10 = 0 THEN 1 ELSE 0 END, NULL, 1,
-           (1700000000 + ((k.id - 1000000) / {jobs}) * 86400) * 1000 + 7200000,
-           (1700000000 + ((k.id - 1000000) / {jobs}) * 86400) * 1000 + 7201500,
-           'bench-host', 1000, CAST('/usr/local/bin/backup' || x'00' || '--all' AS BLOB), 0, 0
-    FROM keys k WHERE k.id >= 1000000;
-    UPDATE keys SET head = id WHERE id >= 1000000;
-    UPDATE jobs SET (first_run, last_run, checked_at, succeeded, failed, last_success) =
-        (SELECT min(started_at), max(started_at), max(started_at), sum(status = 'succeeded'),
-                sum(status = 'failed'), max(CASE WHEN status = 'succeeded' THEN finished_at END)
-         FROM runs WHERE job_id = jobs.id)
-    WHERE id > 1000;
-    UPDATE jobs SET last_status = 'succeeded', last_exit = 0, strip = 'sssssssssfsssssssss',
-        ok_keys = '' WHERE id > 1000;
-    COMMIT;
-    PRAGMA wal_checkpoint(TRUNCATE);
-    """
-    sh("sqlite3", str(db), input=sql.encode(), stdout=subprocess.DEVNULL)
+def find_bkt(quick):
+    """bkt on PATH or under target/, installed there when missing; None
+    (with the reason printed) only in --quick."""
+    found = shutil.which("bkt") or shutil.which("bkt", path=str(TOOLS / "bin"))
+    if found:
+        return found
+    if quick:
+        print("bkt rows left out: bkt is not installed and --quick does not build it "
+              "(a full run installs it under target/bench-tools)", flush=True)
+        return None
+    print("installing bkt under target/bench-tools (cargo install bkt --locked)", flush=True)
+    sh("cargo", "install", "bkt", "--locked", "--quiet", "--root", TOOLS)
+    return str(TOOLS / "bin" / "bkt")
+
+
+def write_export(path, runs, jobs):
+    """An `idem ledger export` of `runs` runs of `jobs` daily jobs
+    (`job-N-{date}`, a key per job and day, one in ten failed), then the
+    succeeded key `bench` whose command is `true`."""
+    day0 = 1_700_000_000
+    with open(path, "w") as out:
+        days = -(-runs // jobs)
+        for day in range(days):
+            date = time.strftime("%Y-%m-%d", time.gmtime(day0 + day * 86400))
+            started, finished = f"{date}T02:00:00.000Z", f"{date}T02:00:01.500Z"
+            for job in range(1, jobs + 1):
+                i = day * jobs + job - 1
+                if i >= runs:
+                    break
+                status, code = ("failed", 1) if i % 10 == 9 else ("succeeded", 0)
+                out.write(
+                    f'{{"key":"job-{job}-{date}","job":"job-{job}-{{date}}","head":true,'
+                    f'"run_id":"00000000-0000-7000-8000-{i:012x}","status":"{status}","exit_code":{code},'
+                    f'"signal":null,"attempts":1,"started_at":"{started}","finished_at":"{finished}",'
+                    f'"duration_ms":1500,"host":"bench-host","pid":1000,'
+                    f'"command":["/usr/local/bin/backup","--all"],"shell":false,"recovered":false,'
+                    f'"attempts_detail":[{{"attempt":1,"exit_code":{code},"signal":null,"timed_out":false,'
+                    f'"output_cut":false,"started_at":"{started}","finished_at":"{finished}",'
+                    f'"stdout_tail":"","stderr_tail":""}}]}}\n')
+        out.write(
+            '{"key":"bench","job":"bench","head":true,"run_id":"00000000-0000-7000-9000-000000000000",'
+            '"status":"succeeded","exit_code":0,"signal":null,"attempts":1,'
+            '"started_at":"2025-01-01T00:00:00.000Z","finished_at":"2025-01-01T00:00:00.010Z",'
+            '"duration_ms":10,"host":"bench-host","pid":1000,"command":["true"],"shell":false,'
+            '"recovered":false,"attempts_detail":[]}\n')
 
 
 def ledger_bytes(db):
     """Bytes the ledger holds, WAL folded in."""
-    sh("sqlite3", str(db), "PRAGMA wal_checkpoint(TRUNCATE);", stdout=subprocess.DEVNULL)
+    sh("sqlite3", db, "PRAGMA wal_checkpoint(TRUNCATE);", stdout=subprocess.DEVNULL)
     return sum(path.stat().st_size for path in db.parent.glob(db.name + "*"))
 
 
-def race(env, racers, args):
-    """Starts `racers` idem processes at once; returns (seconds, outputs)."""
+def race(commands, env, logs):
+    """Starts every command at once, by posix_spawn (so that the starter is
+    cheap next to what it starts), stdout to /dev/null and each stderr to a
+    file in `logs`; returns (seconds, [(exit code, stderr)])."""
+    logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    children = [subprocess.Popen([str(IDEM), *args], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE) for _ in range(racers)]
-    outputs = [(child.wait(), child.stdout.read(), child.stderr.read()) for child in children]
-    return time.monotonic() - started, outputs
+    pids = []
+    for i, command in enumerate(commands):
+        actions = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                   (os.POSIX_SPAWN_OPEN, 2, str(logs / str(i)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)]
+        pids.append(os.posix_spawn(str(command[0]), [str(arg) for arg in command], env, file_actions=actions))
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    seconds = time.monotonic() - started
+    return seconds, [(code, (logs / str(i)).read_text()) for i, code in enumerate(codes)]
 
 
 class Table:
     def __init__(self):
         self.rows = []
 
-    def add(self, what, measured, target, ok):
-        self.rows.append((what, measured, target, "yes" if ok else "NO"))
-        print(f"  {what}: {measured} (target {target}) {'met' if ok else 'NOT MET'}", flush=True)
+    def add(self, what, measured, baseline, ratio, goal, ok):
+        """`ok` None marks a reference row, which has no goal of its own."""
+        met = "—" if ok is None else "yes" if ok else "NO"
+        self.rows.append((what, measured, baseline, ratio, goal, met))
+        verdict = "" if ok is None else " met" if ok else " NOT MET"
+        print(f"  {what}: {measured} against {baseline}: {ratio} (goal {goal}){verdict}", flush=True)
 
     def markdown(self):
-        lines = ["| what | measured | target | met |", "|---|---|---|---|"]
-        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in self.rows]
+        lines = ["| what | measured | baseline | ratio | goal | met |", "|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
         return "\n".join(lines)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x"
+
+
+# ---- PostgreSQL: a throwaway server and a proxy that delays and counts ----
+
+
+def pg_binaries():
+    found = [path.parent for path in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
+    found.sort(key=lambda bin: int(bin.parent.name) if bin.parent.name.isdigit() else 0)
+    if found:
+        return found[-1]
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+class Postgres:
+    """A server in a fresh folder, listening only on a Unix socket there,
+    as tests/pg.rs starts one; under root it runs as the `postgres` user."""
+
+    def __init__(self, bin):
+        self.bin = bin
+        self.as_postgres = os.geteuid() == 0
+        self.dir = Path(tempfile.mkdtemp(prefix="idem-bench-pg-"))
+        if self.as_postgres:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self.data = self.dir / "data"
+        self.tool("initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C",
+                  "--no-sync")
+        self.tool("pg_ctl", "-D", self.data, "-o", f"-k {self.dir} -c listen_addresses= -c max_connections=200",
+                  "-l", self.dir / "server.log", "-w", "start")
+        self.socket = self.dir / ".s.PGSQL.5432"
+        sh(self.bin / "psql", "-X", "-q", "-h", self.dir, "-U", "postgres", "-d", "postgres",
+           "-c", "CREATE DATABASE idem", stdout=subprocess.DEVNULL)
+
+    def tool(self, name, *args):
+        prefix = ["runuser", "-u", "postgres", "--"] if self.as_postgres else []
+        done = subprocess.run([*prefix, str(self.bin / name), *map(str, args)], cwd=self.dir,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            log = self.dir / "server.log"
+            sys.exit(f"bench: {name} failed: {done.stderr}{log.read_text() if log.exists() else ''}")
+
+    def stop(self):
+        self.tool("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Proxy:
+    """Listens on 127.0.0.1 and forwards each connection to a Unix socket,
+    holding every chunk `delay` seconds each way (a link of 2·delay round
+    trip). A round trip is a burst from the client followed by one from the
+    server; the counts are summed over every connection."""
+
+    def __init__(self, upstream, delay):
+        self.upstream = str(upstream)
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.round_trips = 0
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def counts(self):
+        """(round trips, connections) since the last call."""
+        with self.lock:
+            counts = (self.round_trips, self.connections)
+            self.round_trips = self.connections = 0
+        return counts
+
+    def accept(self):
+        while True:
+            client, _ = self.listener.accept()
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(self.upstream)
+            link = {"last": None, "open": 2}
+            with self.lock:
+                self.connections += 1
+            for source, sink, side in [(client, server, "client"), (server, client, "server")]:
+                chunks = queue.Queue()
+                threading.Thread(target=self.read, args=(source, chunks, side, link), daemon=True).start()
+                threading.Thread(target=self.write, args=(sink, chunks, link, (client, server)),
+                                 daemon=True).start()
+
+    def read(self, source, chunks, side, link):
+        while True:
+            try:
+                data = source.recv(1 << 16)
+            except OSError:
+                data = b""
+            with self.lock:
+                if data and side == "server" and link["last"] == "client":
+                    self.round_trips += 1
+                if data:
+                    link["last"] = side
+            chunks.put((time.monotonic() + self.delay, data))
+            if not data:
+                return
+
+    def write(self, sink, chunks, link, ends):
+        while True:
+            deadline, data = chunks.get()
+            pause = deadline - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            try:
+                if data:
+                    sink.sendall(data)
+                    continue
+                sink.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            break
+        with self.lock:
+            link["open"] -= 1
+            last = link["open"] == 0
+        if last:
+            for end in ends:
+                end.close()
+
+
+def postgres_rows(table, runs, work, quick):
+    bin = pg_binaries()
+    why = None
+    if bin is None:
+        why = "no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin or on PATH"
+    elif os.geteuid() == 0 and not shutil.which("runuser"):
+        why = "run as root, the server needs runuser (util-linux) to run as the postgres user"
+    if why:
+        if quick:
+            print(f"PostgreSQL rows left out: {why}", flush=True)
+            return
+        sys.exit(f"bench: {why}; install the postgresql package (run as root, or as a user initdb accepts)")
+    server = Postgres(bin)
+    try:
+        proxy = Proxy(server.socket, 0.001)
+        url = f"postgresql://postgres@127.0.0.1:{proxy.port}/idem"
+        env = idem_env(work, url)
+        skip = [IDEM, "run", "--key", "bench", "--", "true"]
+        first = [IDEM, "run", "--key", "first", "--force", "--", "true"]
+        psql = [bin / "psql", "-X", "-q", "-d",
+                f"host=127.0.0.1 port={proxy.port} user=postgres dbname=idem sslmode=disable", "-c", "SELECT 1"]
+        sh(*skip, env=env, stdout=subprocess.DEVNULL)
+        sh(*first, env=env, stdout=subprocess.DEVNULL)
+
+        def round_trips(command):
+            counts = []
+            for _ in range(5):
+                proxy.counts()
+                sh(*command, env=env, stdout=subprocess.DEVNULL)
+                counts.append(proxy.counts())
+            trips = sorted(count[0] for count in counts)
+            connections = statistics.median_low(count[1] for count in counts)
+            spread = "" if trips[0] == trips[-1] else f" ({trips[0]}-{trips[-1]})"
+            return trips[len(trips) // 2], f"{trips[len(trips) // 2]}{spread}", connections
+
+        base_trips, base_text, _ = round_trips(psql)
+        skip_trips, skip_text, skip_connections = round_trips(skip)
+        first_trips, first_text, first_connections = round_trips(first)
+        print("  timing the PostgreSQL rows", flush=True)
+        base, skip_time, first_time = hyperfine(
+            [" ".join(f"'{arg}'" if " " in str(arg) else str(arg) for arg in psql),
+             " ".join(map(str, skip)), " ".join(map(str, first))], 10 if quick else runs, env)
+        link = "PostgreSQL through a 2 ms round-trip proxy"
+        baseline = f"psql -c 'SELECT 1': {base_text} round trips, {base}"
+        for what, trips, text, connections, timing, goal in [
+                ("skip", skip_trips, skip_text, skip_connections, skip_time, 3),
+                ("first run (`--force -- true`)", first_trips, first_text, first_connections, first_time, 8)]:
+            table.add(f"{link}: {what}",
+                      f"{text} round trips over {connections} connection{'s' * (connections != 1)}, {timing}",
+                      baseline, f"{trips / base_trips:.1f}x the round trips, {ratio(timing.median, base.median)} "
+                      "the time", f"<= {goal} round trips", trips <= goal)
+    finally:
+        server.stop()
+
+
+# ---- the rows -----------------------------------------------------------------
+
+
+def process_rows(table, runs, work, env, floor, bkt):
+    """The single-process paths, measured in one hyperfine run."""
+    lock = work / "lock"
+    lock.touch()
+    sh(IDEM, "run", "--key", "bench", "--", "true", env=env)
+    commands = {
+        "floor": f"{floor} {work / 'floor-record'} true",
+        "flock": f"flock {lock} true",
+        "skip": f"{IDEM} run --key bench -- true",
+        "first": f"{IDEM} run --key first --force -- true",
+    }
+    if bkt:
+        cache = work / "bkt"
+        sh(bkt, "--ttl", "1h", "--cache-dir", cache, "--", "true", env=env)
+        commands["bkt hit"] = f"{bkt} --ttl 1h --cache-dir {cache} -- true"
+        commands["bkt miss"] = f"{bkt} --ttl 1h --cache-dir {cache} --force -- true"
+    timings = dict(zip(commands, hyperfine(list(commands.values()), runs, env)))
+    floor_time, flock_time, skip, first = (timings[name] for name in ["floor", "flock", "skip", "first"])
+    table.add("first run: `idem run --key K --force -- true` / floor", first.detail(),
+              f"floor {floor_time.detail()}", ratio(first.median, floor_time.median), "<= 1.3x",
+              first.median <= 1.3 * floor_time.median)
+    table.add("skip: `idem run --key K -- true`, K succeeded / `flock L true`", skip.detail(),
+              f"flock {flock_time.detail()}", ratio(skip.median, flock_time.median), "<= 0.7x",
+              skip.median <= 0.7 * flock_time.median)
+    if bkt:
+        hit, miss = timings["bkt hit"], timings["bkt miss"]
+        table.add("skip / bkt's cache hit", str(skip), f"bkt hit {hit.detail()}", ratio(skip.median, hit.median),
+                  "<= 1.0x", skip.median <= hit.median)
+        table.add("reference: bkt's cache hit / flock", str(hit), f"flock {flock_time}",
+                  ratio(hit.median, flock_time.median), "—", None)
+        table.add("reference: bkt's cache miss (`--force`) / floor", miss.detail(), f"floor {floor_time}",
+                  ratio(miss.median, floor_time.median), "—", None)
+
+
+def big_ledger_rows(table, runs, work, env, small, big_runs, jobs):
+    """A ledger of `big_runs` runs made by `ledger import`, measured right
+    after the import, before anything checkpoints its write-ahead log."""
+    big = work / "big" / "ledger.db"
+    big.parent.mkdir()
+    export = work / "export.jsonl"
+    write_export(export, big_runs, jobs)
+    big_env = idem_env(work, big)
+    started = time.monotonic()
+    import_kib = peak_rss([IDEM, "ledger", "import", "--quiet", export], big_env)
+    print(f"  imported {big_runs:,} runs in {time.monotonic() - started:.1f} s", flush=True)
+    export.unlink()
+    size = f"{big_runs:,} runs"
+    skip_small, skip_big, list_small, list_big = hyperfine(
+        [f"{IDEM} --db {small} run --key bench -- true", f"{IDEM} --db {big} run --key bench -- true",
+         f"{IDEM} --db {small} ledger list --limit 50", f"{IDEM} --db {big} ledger list --limit 50"], runs, env)
+    for what, a, b in [("skip", skip_big, skip_small), ("`ledger list --limit 50`", list_big, list_small)]:
+        table.add(f"{what}, {size} right after `ledger import` / 10 runs", str(a), f"10 runs {b}",
+                  ratio(a.median, b.median), "<= 1.1x", a.median <= 1.1 * b.median)
+    status_small, status_big, metrics_small, metrics_big = hyperfine(
+        [f"{IDEM} --db {small} status", f"{IDEM} --db {big} status",
+         f"{IDEM} --db {small} ledger metrics", f"{IDEM} --db {big} ledger metrics"],
+        max(10, runs // 10), env, ignore_failure=True)
+    for what, a, b in [("`idem status`", status_big, status_small),
+                       ("`idem ledger metrics`", metrics_big, metrics_small)]:
+        table.add(f"{what}, {size} of {jobs:,} daily jobs", str(a), f"10 runs {b}", ratio(a.median, b.median),
+                  "<= 50 ms", a.median <= 0.05)
+    return import_kib, size
+
+
+def race_rows(table, work, floor, rounds, trials):
+    """200 runs of distinct keys started at once, against 200 floors."""
+    rates, floor_rates, errors = [], [], 0
+    for round in range(rounds):
+        fresh = idem_env(work, work / f"race-{round}" / "ledger.db")
+        seconds, outputs = race([[IDEM, "run", "--key", f"k{i}", "--", "true"] for i in range(200)], fresh,
+                                work / f"race-{round}" / "stderr")
+        rates.append(200 / seconds)
+        errors += sum(1 for code, stderr in outputs if code != 0 or stderr)
+        seconds, _ = race([[floor, work / f"race-floor-{round}", "true"] for _ in range(200)], fresh,
+                          work / f"race-floor-{round}-stderr")
+        floor_rates.append(200 / seconds)
+    rate, floor_rate = statistics.median(rates), statistics.median(floor_rates)
+    table.add(f"200 concurrent first runs of distinct keys, fresh ledger (median of {rounds})",
+              f"{rate:.0f} runs/s, {errors} errors", f"200 floors at once: {floor_rate:.0f} runs/s",
+              f"{rate / floor_rate:.2f}x", ">= 800 runs/s, 0 errors", rate >= 800 and errors == 0)
+
+    good = 0
+    for trial in range(trials):
+        count = work / f"count-{trial}"
+        one = idem_env(work, work / f"one-{trial}" / "ledger.db")
+        _, outputs = race([[IDEM, "run", "--key", "one", "--shell", "--", f"echo x >> {count}; sleep 0.05"]] * 200,
+                          one, work / f"one-{trial}" / "stderr")
+        executions = len(count.read_text().splitlines()) if count.exists() else 0
+        good += executions == 1 and all(code in (0, 75) for code, _ in outputs)
+    table.add("200 concurrent runs of one key", f"one execution in {good} of {trials} trials", "—", "—",
+              f"{trials} of {trials}", good == trials)
+
+
+def storage_rows(table, work, n):
+    # A key per run (as with {date} keys) carries its key's row too; a
+    # key run again and again (--ttl, --force, a failing job) does not.
+    for label, key_of in [("a new key each run", lambda i: f"nightly-backup-{i}"),
+                          ("one key run again", lambda i: "nightly-backup")]:
+        real = work / f"real-{len(label)}" / "ledger.db"
+        real_env = idem_env(work, real)
+        sh(IDEM, "run", "--key", "warm", "--", "true", env=real_env)
+        before = ledger_bytes(real)
+        for i in range(n):
+            sh(IDEM, "run", "--key", key_of(i), "--force", "--capture", "0", "--",
+               "true", "/usr/local/bin/backup", "--all", env=real_env)
+        per_run = (ledger_bytes(real) - before) / n
+        table.add(f"storage per run without output, {label}", f"{per_run:.0f} bytes", "—", "—", "<= 250 bytes",
+                  per_run <= 250)
+
+
+def output_rows(table, work, env, floor, size, import_kib, history):
+    produce = f"head -c {size} /dev/zero"
+    pipe_base, pipe_idem = hyperfine([
+        f"sh -c '{produce} | cat > /dev/null'",
+        f"sh -c '{IDEM} run --key out --force -- {produce} > /dev/null'",
+    ], 3 if size < (1 << 30) else 10, env)
+    delivered = subprocess.run(f"{IDEM} run --key out-count --force -- {produce} | wc -c", shell=True,
+                               env=env, capture_output=True, text=True).stdout.strip()
+    amount = f"{size >> 20} MiB" if size < (1 << 30) else f"{size >> 30} GiB"
+    table.add(f"{amount} of output through `idem run` / through `cat`",
+              f"{pipe_idem}, {delivered} bytes delivered", f"cat {pipe_base}",
+              f"{pipe_base.median / pipe_idem.median:.2f}x the throughput", ">= 0.8x, every byte",
+              pipe_base.median >= 0.8 * pipe_idem.median and delivered == str(size))
+    if not Path("/usr/bin/time").exists():
+        print("  peak memory rows left out: /usr/bin/time is missing (Debian: apt-get install time)")
+        return
+    floor_kib = peak_rss([floor, work / "rss-record", "true"], env)
+    baseline = f"floor {floor_kib / 1024:.1f} MiB"
+    for what, args in [(f"`idem run` with {amount} of output", []),
+                       (f"`idem run --capture 1MiB` with {amount} of output", ["--capture", "1MiB"])]:
+        kib = peak_rss([IDEM, "run", "--key", "mem", "--force", *args, "--", "head", "-c", size, "/dev/zero"],
+                       env)
+        table.add(f"peak RSS of {what}", f"{kib / 1024:.1f} MiB", baseline, ratio(kib, floor_kib), "<= 16 MiB",
+                  kib <= 16 * 1024)
+    table.add(f"peak RSS of `ledger import` of {history}", f"{import_kib / 1024:.1f} MiB", baseline,
+              ratio(import_kib, floor_kib), "<= 16 MiB", import_kib <= 16 * 1024)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that the script works")
-    options = parser.parse_args()
-    quick = options.quick
-    for tool in ["hyperfine", "flock", "sqlite3"]:
+    quick = parser.parse_args().quick
+    for tool, package in [("hyperfine", "hyperfine"), ("flock", "util-linux"), ("sqlite3", "sqlite3"),
+                          ("cc", "gcc")]:
         if not shutil.which(tool):
-            sys.exit(f"bench: {tool} is missing; install it (Debian: apt-get install hyperfine util-linux sqlite3)")
-    sh("cargo", "build", "--release", "--locked", "--quiet", cwd=ROOT)
+            sys.exit(f"bench: {tool} is missing; install it (Debian: apt-get install {package})")
+    # Built where IDEM points, whatever CARGO_TARGET_DIR says.
+    sh("cargo", "build", "--release", "--locked", "--quiet", cwd=ROOT,
+       env=dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target")))
+    floor = build_floor()
+    bkt = find_bkt(quick)
     runs = 30 if quick else 300
     big_runs = 20_000 if quick else 1_000_000
-    trials = 2 if quick else 20
-    output_bytes = (64 << 20) if quick else (1 << 30)
+    jobs = 20 if quick else 1000
     table = Table()
 
     with tempfile.TemporaryDirectory(prefix="idem-bench-") as tmp:
         work = Path(tmp)
-        lock = work / "lock"
-        lock.touch()
-        small = work / "small" / "ledger.db"
-        env = idem_env(work, small)
-        for i in range(10):
-            sh(str(IDEM), "run", "--key", f"job-{i}", "--", "true", env=env)
-        sh(str(IDEM), "run", "--key", "bench", "--", "true", env=env)
-        flock = f"flock {lock} true"
+        env = idem_env(work, work / "process" / "ledger.db")
+        # The ten-run ledger the big one is measured against: `bench` and
+        # nine other keys, each run once.
+        small = work / "ten" / "ledger.db"
+        for key in ["bench", *(f"job-{i}" for i in range(9))]:
+            sh(IDEM, "--db", small, "run", "--key", key, "--", "true", env=env)
 
-        print("skip and first-run paths", flush=True)
-        base, skip, first = hyperfine(
-            [flock, f"{IDEM} run --key bench -- true", f"{IDEM} run --key bench --force -- true"], runs, env)
-        table.add("skip path / flock", f"{skip / base:.2f}x ({skip * 1e3:.2f} ms / {base * 1e3:.2f} ms)",
-                  "<= 1.0x", skip <= base)
-        table.add("first-run path / flock", f"{first / base:.2f}x ({first * 1e3:.2f} ms / {base * 1e3:.2f} ms)",
-                  "<= 1.6x", first <= 1.6 * base)
-
-        print("200 concurrent runs of distinct keys on a fresh ledger", flush=True)
-        fresh = idem_env(work, work / "fresh" / "ledger.db")
-        started = time.monotonic()
-        children = [subprocess.Popen([str(IDEM), "run", "--key", f"k{i}", "--", "true"], env=fresh,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(200)]
-        results = [(child.wait(), child.stderr.read()) for child in children]
-        seconds = time.monotonic() - started
-        errors = sum(1 for code, stderr in results if code != 0 or stderr)
-        rate = 200 / seconds
-        table.add("200 concurrent distinct keys", f"{rate:.0f} runs/s, {errors} errors", ">= 400 runs/s, 0 errors",
-                  rate >= 400 and errors == 0)
-
-        print("200 concurrent runs of one key", flush=True)
-        good = 0
-        for trial in range(trials):
-            count = work / f"count-{trial}"
-            one = idem_env(work, work / f"one-{trial}" / "ledger.db")
-            _, outputs = race(one, 200, ["run", "--key", "one", "--shell", "--",
-                                         f"echo x >> {count}; sleep 0.05"])
-            executions = len(count.read_text().splitlines()) if count.exists() else 0
-            codes_ok = all(code in (0, 75) for code, _, _ in outputs)
-            good += executions == 1 and codes_ok
-        table.add("200 concurrent runs of one key", f"one execution in {good} of {trials} trials",
-                  f"{trials} of {trials}", good == trials)
-
-        print(f"ledger of {big_runs} runs against one of 10", flush=True)
-        big = work / "big" / "ledger.db"
-        big_env = idem_env(work, big)
-        make_big_ledger(big, big_env, big_runs, max(10, big_runs // 100))
-        skip_small, skip_big = hyperfine([f"{IDEM} --db {small} run --key bench -- true",
-                                          f"{IDEM} --db {big} run --key bench -- true"], runs, env)
-        table.add(f"skip path, {big_runs} runs / 10 runs", f"{skip_big / skip_small:.2f}x", "<= 1.1x",
-                  skip_big <= 1.1 * skip_small)
-        list_small, list_big = hyperfine([f"{IDEM} --db {small} ledger list --limit 50",
-                                          f"{IDEM} --db {big} ledger list --limit 50"], runs, env)
-        table.add(f"ledger list --limit 50, {big_runs} runs / 10 runs", f"{list_big / list_small:.2f}x",
-                  "<= 1.2x", list_big <= 1.2 * list_small)
-
-        jobs = 20 if quick else 1000
-        print(f"status and metrics, {big_runs} runs of {jobs} daily jobs", flush=True)
-        by_job = work / "jobs" / "ledger.db"
-        make_jobs_ledger(by_job, idem_env(work, by_job), big_runs, jobs)
-        status, metrics = hyperfine([f"sh -c '{IDEM} --db {by_job} status > /dev/null; true'",
-                                     f"{IDEM} --db {by_job} ledger metrics"], max(10, runs // 10), env)
-        table.add(f"idem status, {big_runs} runs of {jobs} jobs", f"{status * 1e3:.1f} ms", "< 50 ms",
-                  status < 0.05)
-        table.add(f"ledger metrics, {big_runs} runs of {jobs} jobs", f"{metrics * 1e3:.1f} ms", "< 50 ms",
-                  metrics < 0.05)
-
+        print("floor, flock, bkt and idem's skip and first run", flush=True)
+        process_rows(table, runs, work, env, floor, bkt)
+        print(f"ledger import of {big_runs:,} runs, then the same commands on it and on 10 runs", flush=True)
+        import_kib, history = big_ledger_rows(table, runs, work, env, small, big_runs, jobs)
+        print("200 concurrent runs", flush=True)
+        race_rows(table, work, floor, 1 if quick else 5, 2 if quick else 20)
+        print("PostgreSQL through a proxy adding 1 ms each way", flush=True)
+        postgres_rows(table, runs, work, quick)
         print("storage per run", flush=True)
-        n = 200 if quick else 2000
-        # A key per run (as with {date} keys) carries its key's row too; a
-        # key run again and again (--ttl, --force, a failing job) does not.
-        for label, key_of in [("a new key each run", lambda i: f"nightly-backup-{i}"),
-                              ("one key run again", lambda i: "nightly-backup")]:
-            real = work / f"real-{len(label)}" / "ledger.db"
-            real_env = idem_env(work, real)
-            sh(str(IDEM), "run", "--key", "warm", "--", "true", env=real_env)
-            before = ledger_bytes(real)
-            for i in range(n):
-                sh(str(IDEM), "run", "--key", key_of(i), "--force", "--capture", "0", "--",
-                   "true", "/usr/local/bin/backup", "--all", env=real_env)
-            per_run = (ledger_bytes(real) - before) / n
-            table.add(f"storage per run, {label}", f"{per_run:.0f} bytes", "<= 250 bytes", per_run <= 250)
-
+        storage_rows(table, work, 200 if quick else 2000)
         print("output throughput and memory", flush=True)
-        size = output_bytes
-        produce = f"head -c {size} /dev/zero"
-        pipe_base, pipe_idem = hyperfine([
-            f"sh -c '{produce} | cat > /dev/null'",
-            f"sh -c '{IDEM} run --key out --force -- {produce} > /dev/null'",
-        ], 3 if quick else 10, env)
-        delivered = subprocess.run(f"{IDEM} run --key out-count --force -- {produce} | wc -c", shell=True,
-                                   env=env, capture_output=True, text=True).stdout.strip()
-        ratio = pipe_base / pipe_idem
-        table.add(f"{size >> 20} MiB through idem / through cat", f"{ratio:.2f}x throughput, {delivered} bytes delivered",
-                  ">= 0.8x, every byte", ratio >= 0.8 and delivered == str(size))
-        if Path("/usr/bin/time").exists():
-            measured = subprocess.run(["/usr/bin/time", "-v", str(IDEM), "run", "--key", "mem", "--force", "--",
-                                       "head", "-c", str(size), "/dev/zero"], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
-            kib = next(int(line.split()[-1]) for line in measured.splitlines() if "Maximum resident" in line)
-            table.add("peak memory of idem run", f"{kib / 1024:.1f} MiB", "<= 16 MiB", kib <= 16 * 1024)
-        else:
-            print("  peak memory: skipped, /usr/bin/time is missing (Debian: apt-get install time)")
+        output_rows(table, work, env, floor, (64 << 20) if quick else (1 << 30), import_kib, history)
 
     print()
     print(table.markdown())
     machine = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
-    print(f"\n{os.cpu_count()} cores, {machine}; medians of hyperfine runs")
+    print(f"\n{os.cpu_count()} cores, {machine}; hyperfine -N medians of {runs} runs"
+          f"{' (--quick: small sizes, not figures to quote)' if quick else ''}")
 
 
 if __name__ == "__main__":
