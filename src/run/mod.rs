@@ -38,7 +38,7 @@ use crate::key::{self, Template};
 use crate::ledger::{
     self, Attempt, Claim, JobInfo, Ledger, Location, NewRun, Outcome, Plan, Status,
 };
-use crate::process::{self, AttemptEnd, End, Notice, Sink, Spec, Supervisor};
+use crate::process::{self, AttemptEnd, AttemptError, End, Notice, Sink, Spec, Supervisor};
 use decide::{decide, Decision, Rules, Verdict};
 pub use report::Reporter;
 
@@ -505,7 +505,6 @@ fn execute(
         if !job_env.iter().any(|(name, _)| *name == "IDEM_SLOT") {
             spec.env_remove.push("IDEM_SLOT");
         }
-        let mut unrecorded = false;
         let share = match claim
             .hold
             .as_ref()
@@ -531,11 +530,7 @@ fn execute(
             &mut stdout,
             &mut stderr,
             share,
-            &mut |pgid| {
-                ledger
-                    .attempt_started(claim, attempt_number, pgid)
-                    .inspect_err(|_| unrecorded = true)
-            },
+            &mut |pgid| ledger.attempt_started(claim, attempt_number, pgid),
             &mut |notice| {
                 let line = match notice {
                     Notice::LeftRunning { count, pids } => {
@@ -564,9 +559,10 @@ fn execute(
                 // Held output is shown, as after any run that did not succeed.
                 let _ = stdout.release(&mut std::io::stdout());
                 let _ = stderr.release(&mut std::io::stderr());
-                if !unrecorded {
-                    return Err(error);
-                }
+                let error = match error {
+                    AttemptError::Failed(error) => return Err(error),
+                    AttemptError::Unrecorded(error) => error,
+                };
                 // The command was held and never ran: the run failed, known
                 // and not abandoned, if the ledger still takes that write.
                 let _ = ledger.finish(claim, None, &failed(exit::IDEM_FAILED, None));
