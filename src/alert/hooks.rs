@@ -25,7 +25,7 @@ pub struct Event<'a> {
     pub name: &'static str,
     pub job: &'a str,
     pub key: &'a str,
-    pub run_id: String,
+    pub run_id: &'a str,
     /// `IDEM_EXIT_CODE`; none for `slow`, whose attempt still runs.
     pub exit_code: Option<i32>,
     /// `IDEM_FAILURES`: the job's failures in a row.
@@ -115,7 +115,7 @@ fn hook_command(command: &OsStr, event: &Event, output: &Path) -> Command {
         .env("IDEM_EVENT", event.name)
         .env("IDEM_JOB", event.job)
         .env("IDEM_KEY", event.key)
-        .env("IDEM_RUN_ID", &event.run_id)
+        .env("IDEM_RUN_ID", event.run_id)
         .env("IDEM_FAILURES", event.failures.to_string())
         .env("IDEM_OUTPUT", output)
         .env_remove("IDEM_ATTEMPT")
