@@ -19,5 +19,6 @@ mod pg;
 mod postgres;
 mod recipes;
 mod run;
+mod run_engine;
 mod wrapper;
 mod wrapper_ux;

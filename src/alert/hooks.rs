@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ pub struct Event<'a> {
     pub name: &'static str,
     pub job: &'a str,
     pub key: &'a str,
-    pub run_id: String,
+    pub run_id: &'a str,
     /// `IDEM_EXIT_CODE`; none for `slow`, whose attempt still runs.
     pub exit_code: Option<i32>,
     /// `IDEM_FAILURES`: the job's failures in a row.
@@ -59,44 +60,9 @@ fn try_run(command: &OsStr, event: &Event) -> (Option<i32>, Result<(), String>) 
 /// The hook's exit code (128+N when killed by signal N), and whether it
 /// succeeded; an error when it could not be started.
 fn start_and_wait(command: &OsStr, event: &Event) -> Result<(i32, Result<(), String>), String> {
-    // tempfile makes it 0600 in TMPDIR: the tail may hold what the command
-    // printed of a secret. It is removed when the hook is done.
-    let mut output = tempfile::Builder::new()
-        .prefix("idem-output-")
-        .tempfile()
+    let output = output_file(event.output)
         .map_err(|error| format!("got no output file ({error}; check TMPDIR)"))?;
-    output
-        .write_all(event.output)
-        .and_then(|()| output.flush())
-        .map_err(|error| format!("got no output file ({error}; check TMPDIR)"))?;
-    // The hook's output goes to idem's stderr: stdout is the command's.
-    let to_stderr = || {
-        std::io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_or_else(|_| Stdio::null(), Stdio::from)
-    };
-    let mut hook = Command::new("/bin/sh");
-    hook.arg("-c")
-        .arg(command)
-        .env("IDEM_EVENT", event.name)
-        .env("IDEM_JOB", event.job)
-        .env("IDEM_KEY", event.key)
-        .env("IDEM_RUN_ID", &event.run_id)
-        .env("IDEM_FAILURES", event.failures.to_string())
-        .env("IDEM_OUTPUT", output.path())
-        .env_remove("IDEM_ATTEMPT")
-        .env_remove("IDEM_MAX_ATTEMPTS")
-        .env_remove("IDEM_FENCE")
-        .stdin(Stdio::null())
-        .stdout(to_stderr())
-        .stderr(to_stderr())
-        .process_group(0);
-    match event.exit_code {
-        Some(code) => hook.env("IDEM_EXIT_CODE", code.to_string()),
-        None => hook.env_remove("IDEM_EXIT_CODE"),
-    };
-    let mut child = hook
+    let mut child = hook_command(command, event, output.path())
         .spawn()
         .map_err(|error| format!("could not start /bin/sh ({error})"))?;
     let until = Instant::now() + HOOK_LIMIT;
@@ -121,7 +87,55 @@ fn start_and_wait(command: &OsStr, event: &Event) -> Result<(i32, Result<(), Str
             }
         }
     };
-    Ok(match (status.code(), status.signal()) {
+    Ok(judge(status))
+}
+
+/// The output tail for `IDEM_OUTPUT`. tempfile makes it 0600 in TMPDIR:
+/// the tail may hold what the command printed of a secret. It is removed
+/// when the hook is done.
+fn output_file(output: &[u8]) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::Builder::new().prefix("idem-output-").tempfile()?;
+    file.write_all(output)?;
+    file.flush()?;
+    Ok(file)
+}
+
+/// `/bin/sh -c command` in a process group of its own, told `event`.
+fn hook_command(command: &OsStr, event: &Event, output: &Path) -> Command {
+    // The hook's output goes to idem's stderr: stdout is the command's.
+    let to_stderr = || {
+        std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_or_else(|_| Stdio::null(), Stdio::from)
+    };
+    let mut hook = Command::new("/bin/sh");
+    hook.arg("-c")
+        .arg(command)
+        .env("IDEM_EVENT", event.name)
+        .env("IDEM_JOB", event.job)
+        .env("IDEM_KEY", event.key)
+        .env("IDEM_RUN_ID", event.run_id)
+        .env("IDEM_FAILURES", event.failures.to_string())
+        .env("IDEM_OUTPUT", output)
+        .env_remove("IDEM_ATTEMPT")
+        .env_remove("IDEM_MAX_ATTEMPTS")
+        .env_remove("IDEM_FENCE")
+        .stdin(Stdio::null())
+        .stdout(to_stderr())
+        .stderr(to_stderr())
+        .process_group(0);
+    match event.exit_code {
+        Some(code) => hook.env("IDEM_EXIT_CODE", code.to_string()),
+        None => hook.env_remove("IDEM_EXIT_CODE"),
+    };
+    hook
+}
+
+/// How a hook that exited did: its code (128+N for signal N), and what
+/// went wrong, if anything.
+fn judge(status: std::process::ExitStatus) -> (i32, Result<(), String>) {
+    match (status.code(), status.signal()) {
         (Some(0), _) => (0, Ok(())),
         (Some(127), _) => (
             127,
@@ -130,5 +144,5 @@ fn start_and_wait(command: &OsStr, event: &Event) -> Result<(i32, Result<(), Str
         (Some(code), _) => (code, Err(format!("exited {code}"))),
         (None, Some(signal)) => (128 + signal, Err(format!("was killed by signal {signal}"))),
         (None, None) => (-1, Err("ended without an exit code".to_owned())),
-    })
+    }
 }

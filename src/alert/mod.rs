@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cli::RunArgs;
 use crate::exit::Failure;
 use crate::ledger::{Attempt, Claim, HookRun, Ledger, Outcome, Status};
 use crate::run::Reporter;
@@ -26,17 +25,38 @@ pub use hooks::HOOK_LIMIT;
 use ping::Ping;
 
 /// Refuses a bad `--ping` before anything runs, without printing it.
-pub fn check(args: &RunArgs) -> Result<()> {
-    if let Some(url) = &args.ping {
-        ping::check(url).map_err(Failure::usage)?;
-    }
+pub fn check_ping(url: &str) -> Result<()> {
+    ping::check(url).map_err(Failure::usage)?;
     Ok(())
 }
 
-/// Whether the command's output is held until the outcome is known: under
-/// `--quiet-success`, and when a failure may be quiet (`--alert-after` > 1).
-pub fn holds_output(args: &RunArgs) -> bool {
-    args.quiet_success || args.alert_after > 1
+/// What a run was asked to tell, and when.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--alert-after`: the failures of the job in a row that make an alert.
+    pub alert_after: u64,
+    pub quiet_success: bool,
+    pub on_failure: Option<OsString>,
+    pub on_recovery: Option<OsString>,
+    pub warn_after: Option<Duration>,
+    /// `--ping`, checked (see [`check_ping`]).
+    pub ping: Option<String>,
+}
+
+impl Settings {
+    /// Whether the command's output is held until the outcome is known:
+    /// under `--quiet-success`, and when a failure may be quiet
+    /// (`--alert-after` > 1).
+    pub fn holds_output(&self) -> bool {
+        self.quiet_success || self.alert_after > 1
+    }
+
+    /// Whether a run needs its job's failures in a row: for a threshold,
+    /// or to tell a hook. Without them a run reads nothing more of the
+    /// ledger.
+    fn counts(&self) -> bool {
+        self.alert_after > 1 || self.on_failure.is_some() || self.on_recovery.is_some()
+    }
 }
 
 /// What an outcome means to a person.
@@ -55,21 +75,15 @@ pub struct Alerts {
 }
 
 struct Inner {
+    settings: Settings,
     job: String,
     key: String,
     run_id: String,
-    alert_after: u64,
     /// The job's failures in a row when the run was claimed.
     before: u64,
-    /// Whether anything here needs that count (see [`counts`]).
-    counts: bool,
-    quiet_success: bool,
-    on_failure: Option<OsString>,
-    on_recovery: Option<OsString>,
-    warn_after: Option<Duration>,
-    ping: Option<Ping>,
     /// The start ping, sent beside the command.
     started: Mutex<Option<JoinHandle<()>>>,
+    ping: Option<Ping>,
     reporter: Reporter,
     claimed: uuid::Uuid,
     /// The hooks that ran, to be recorded with the run.
@@ -80,33 +94,29 @@ impl Alerts {
     /// Called once the claim has committed: reads the job's failures in a
     /// row and sends `URL/start`.
     pub fn start(
-        args: &RunArgs,
+        settings: &Settings,
         claim: &Claim,
         job: &str,
         ledger: &mut dyn Ledger,
         reporter: &Reporter,
     ) -> Alerts {
         let run_id = claim.run_id.to_string();
-        let ping = args.ping.as_deref().map(Ping::new);
+        let ping = settings.ping.as_deref().map(Ping::new);
         let started = ping
             .as_ref()
             .map(|ping| ping.start(&run_id, &claim.key, reporter));
+        let before = if settings.counts() {
+            failures_in_a_row(ledger, job).unwrap_or(0)
+        } else {
+            0
+        };
         Alerts {
             inner: Arc::new(Inner {
+                settings: settings.clone(),
                 job: job.to_owned(),
                 key: claim.key.clone(),
                 run_id,
-                alert_after: args.alert_after,
-                before: if counts(args) {
-                    failures_in_a_row(ledger, job).unwrap_or(0)
-                } else {
-                    0
-                },
-                counts: counts(args),
-                quiet_success: args.quiet_success,
-                on_failure: args.on_failure.clone(),
-                on_recovery: args.on_recovery.clone(),
-                warn_after: args.warn_after.map(Into::into),
+                before,
                 ping,
                 started: Mutex::new(started),
                 reporter: reporter.clone(),
@@ -119,7 +129,7 @@ impl Alerts {
     /// Watches attempt `number` for `--warn-after`: reports it once if it is
     /// still running then. Dropping the watch ends it.
     pub fn watch(&self, number: u32) -> Option<Watch> {
-        let after = self.inner.warn_after?;
+        let after = self.inner.settings.warn_after?;
         let (ended, wait) = mpsc::channel::<()>();
         let inner = Arc::clone(&self.inner);
         let thread = std::thread::spawn(move || {
@@ -137,19 +147,21 @@ impl Alerts {
     /// again (another key of the job may have failed meanwhile).
     pub fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
         let inner = &self.inner;
+        let alert_after = inner.settings.alert_after;
         if outcome.status == Status::Succeeded {
             return Verdict::Success {
-                recovery: inner.before >= inner.alert_after,
+                recovery: inner.before >= alert_after,
             };
         }
         let failures = inner
-            .counts
+            .settings
+            .counts()
             .then(|| failures_in_a_row(ledger, &inner.job))
             .flatten()
             .filter(|failures| *failures > 0)
             .unwrap_or(inner.before + 1);
         Verdict::Failure {
-            alert: failures >= inner.alert_after,
+            alert: failures >= alert_after,
             failures,
         }
     }
@@ -159,7 +171,7 @@ impl Alerts {
     /// that cron mails nothing.
     pub fn shows_output(&self, verdict: Verdict) -> bool {
         match verdict {
-            Verdict::Success { .. } => !self.inner.quiet_success,
+            Verdict::Success { .. } => !self.inner.settings.quiet_success,
             Verdict::Failure { alert, .. } => alert,
         }
     }
@@ -202,10 +214,11 @@ impl Alerts {
 
     fn tell_now(&self, verdict: Verdict, outcome: &Outcome, last: Option<&Attempt>) {
         let inner = &*self.inner;
+        let settings = &inner.settings;
         let (hook, event, failures, suffix) = match verdict {
             Verdict::Success { recovery } => (
                 recovery
-                    .then_some(inner.on_recovery.as_ref())
+                    .then_some(settings.on_recovery.as_ref())
                     .flatten()
                     .map(|hook| ("--on-recovery", hook)),
                 "recovery",
@@ -214,7 +227,7 @@ impl Alerts {
             ),
             Verdict::Failure { alert, failures } => (
                 alert
-                    .then_some(inner.on_failure.as_ref())
+                    .then_some(settings.on_failure.as_ref())
                     .flatten()
                     .map(|hook| ("--on-failure", hook)),
                 "failure",
@@ -230,29 +243,16 @@ impl Alerts {
             .map(|attempt| [&attempt.stdout_tail[..], &attempt.stderr_tail[..]].concat())
             .unwrap_or_default();
         if let Some((flag, command)) = hook {
-            let event = hooks::Event {
-                name: event,
-                job: &inner.job,
-                key: &inner.key,
-                run_id: inner.run_id.clone(),
-                exit_code: Some(outcome.exit_code),
+            inner.hook(
+                flag,
+                command,
+                event,
+                Some(outcome.exit_code),
                 failures,
-                output: &output,
-            };
-            let code = hooks::run(flag, command, &event, &inner.reporter);
-            inner.ran(event.name, code);
-        }
-        if let Some(ping) = &inner.ping {
-            inner.after_start();
-            ping.send(
-                suffix,
-                &inner.run_id,
-                ping::body(&output),
-                ping::BUDGET,
-                &inner.key,
-                &inner.reporter,
+                &output,
             );
         }
+        inner.ping(suffix, ping::body(&output));
     }
 }
 
@@ -294,26 +294,44 @@ impl Inner {
             humantime::format_duration(after)
         );
         self.reporter.notice(&mut std::io::stderr(), &line);
-        if let Some(command) = &self.on_failure {
-            let event = hooks::Event {
-                name: "slow",
-                job: &self.job,
-                key: &self.key,
-                run_id: self.run_id.clone(),
-                exit_code: None,
-                failures: self.before,
-                output: &[],
-            };
-            let code = hooks::run("--on-failure", command, &event, &self.reporter);
-            self.ran("slow", code);
+        if let Some(command) = &self.settings.on_failure {
+            self.hook("--on-failure", command, "slow", None, self.before, &[]);
         }
+        self.ping("/log", crate::exit::line(&line).as_bytes());
+    }
+
+    /// Runs hook `command` (given as `flag`) for `event`, and keeps what it
+    /// did for the ledger.
+    fn hook(
+        &self,
+        flag: &str,
+        command: &OsString,
+        event: &'static str,
+        exit_code: Option<i32>,
+        failures: u64,
+        output: &[u8],
+    ) {
+        let event = hooks::Event {
+            name: event,
+            job: &self.job,
+            key: &self.key,
+            run_id: &self.run_id,
+            exit_code,
+            failures,
+            output,
+        };
+        let code = hooks::run(flag, command, &event, &self.reporter);
+        self.ran(event.name, code);
+    }
+
+    /// Sends `URL{suffix}` with `body`, after the start ping, if `--ping`.
+    fn ping(&self, suffix: &str, body: &[u8]) {
         if let Some(ping) = &self.ping {
             self.after_start();
-            let body = crate::exit::line(&line);
             ping.send(
-                "/log",
+                suffix,
                 &self.run_id,
-                body.as_bytes(),
+                body,
                 ping::BUDGET,
                 &self.key,
                 &self.reporter,
@@ -340,22 +358,11 @@ impl Drop for Watch {
     }
 }
 
-/// Whether a run needs its job's failures in a row: for a threshold, or
-/// to tell a hook. Without them a run reads nothing more of the ledger.
-fn counts(args: &RunArgs) -> bool {
-    args.alert_after > 1 || args.on_failure.is_some() || args.on_recovery.is_some()
-}
-
 /// The job's failures in a row, from its ledger row; `None` when the
 /// ledger cannot tell (then the run's own count stands in).
 fn failures_in_a_row(ledger: &mut dyn Ledger, job: &str) -> Option<u64> {
-    // The jobs query takes a glob: a name holding glob characters is
-    // looked for among all.
-    let glob = (!job.contains(['*', '?', '['])).then_some(job);
-    ledger
-        .jobs(glob)
-        .ok()?
-        .into_iter()
-        .find(|state| state.job == job)
+    crate::run::job_state(ledger, job)
+        .ok()
+        .flatten()
         .map(|state| state.failures)
 }

@@ -419,19 +419,9 @@ unsafe fn execute(
 unsafe fn executed(pid: pid_t, report: RawFd) -> Result<pid_t, i32> {
     unsafe {
         let mut bytes = [0u8; 4];
-        let mut got = 0usize;
-        while got < 4 {
-            let read = libc::read(report, bytes.as_mut_ptr().add(got).cast(), 4 - got);
-            if read > 0 {
-                got += read as usize;
-            } else if read < 0 && errno() == libc::EINTR {
-                continue;
-            } else {
-                break;
-            }
-        }
+        let got = read_full(report, &mut bytes);
         libc::close(report);
-        if got < 4 {
+        if got < bytes.len() {
             return Ok(pid);
         }
         let mut status = 0;
@@ -854,23 +844,34 @@ unsafe fn send(door: RawFd, frame: &[u8; FROM_GUARDIAN]) -> bool {
 /// Reads one frame from idem; `None` at end of file or on an error.
 unsafe fn receive(door: RawFd) -> Option<(u8, i64, i64)> {
     let mut frame = [0u8; TO_GUARDIAN];
-    let mut got = 0usize;
-    while got < TO_GUARDIAN {
-        let read =
-            unsafe { libc::read(door, frame.as_mut_ptr().add(got).cast(), TO_GUARDIAN - got) };
-        if read > 0 {
-            got += read as usize;
-        } else if read < 0 && errno() == libc::EINTR {
-            continue;
-        } else {
-            return None;
-        }
+    if unsafe { read_full(door, &mut frame) } < TO_GUARDIAN {
+        return None;
     }
     let mut a = [0u8; 8];
     let mut b = [0u8; 8];
     a.copy_from_slice(frame.get(1..9)?);
     b.copy_from_slice(frame.get(9..17)?);
     Some((frame[0], i64::from_le_bytes(a), i64::from_le_bytes(b)))
+}
+
+/// Reads into all of `buffer` unless end of file or an error comes first
+/// (an interrupted read is read again); how many bytes it got. No
+/// allocation: the guardian calls it after fork.
+unsafe fn read_full(fd: RawFd, buffer: &mut [u8]) -> usize {
+    let mut got = 0usize;
+    while got < buffer.len() {
+        // SAFETY: the rest of `buffer` is ours to write.
+        let read =
+            unsafe { libc::read(fd, buffer.as_mut_ptr().add(got).cast(), buffer.len() - got) };
+        if read > 0 {
+            got += read as usize;
+        } else if read < 0 && errno() == libc::EINTR {
+            continue;
+        } else {
+            break;
+        }
+    }
+    got
 }
 
 /// The monotonic clock in ms, shared by idem and the guardian.

@@ -245,6 +245,21 @@ impl AttemptEnd {
     }
 }
 
+/// Why an attempt has no end to tell.
+#[derive(Debug)]
+pub enum AttemptError {
+    /// `started` failed: the command was held and never ran.
+    Unrecorded(anyhow::Error),
+    /// idem could not start the command, or lost track of it.
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for AttemptError {
+    fn from(error: anyhow::Error) -> AttemptError {
+        AttemptError::Failed(error)
+    }
+}
+
 /// Owns the signal handlers and the event queue for one `idem run`.
 pub struct Supervisor {
     sender: Sender<Event>,
@@ -341,8 +356,9 @@ impl Supervisor {
     /// Runs one attempt to its end: until every process it started is gone.
     /// `started` is told the guardian's pid (the attempt's first process)
     /// before the command runs, so its owner is recorded first: if that
-    /// fails, the command never starts and the error is returned. `waiting`
-    /// is told what a person should hear of meanwhile (see [`Notice`]).
+    /// fails, the command never starts ([`AttemptError::Unrecorded`]).
+    /// `waiting` is told what a person should hear of meanwhile (see
+    /// [`Notice`]).
     pub fn attempt(
         &self,
         spec: &Spec<'_>,
@@ -351,98 +367,47 @@ impl Supervisor {
         hold: Option<OwnedFd>,
         started: &mut dyn FnMut(u32) -> Result<()>,
         waiting: &mut dyn FnMut(Notice<'_>),
-    ) -> Result<AttemptEnd> {
+    ) -> Result<AttemptEnd, AttemptError> {
         let started_at = Timestamp::now();
-        let not_started = |code, reason| AttemptEnd::not_started(started_at, code, reason);
         let (argv, env) = command_line(spec);
         let prepared = match guardian::Prepared::new(&argv, &env, &spec.env_remove) {
             Ok(prepared) => prepared,
-            Err(error) => {
-                let (code, reason) = spawn_failure(spec, &error);
-                return Ok(not_started(code, reason));
-            }
+            Err(error) => return Ok(not_started(spec, started_at, &error)),
         };
-        let Pipes {
-            out: (out_read, out_write),
-            err: (err_read, err_write),
-            stdin: (stdin_read, stdin_write),
-        } = Pipes::open(spec)?;
-        let (mut gate, door) =
-            UnixStream::pair().context("could not create a socket pair to start the command")?;
-        let fds = guardian::Fds {
-            door: door.as_raw_fd(),
-            stdin: stdin_read.as_ref().map(AsRawFd::as_raw_fd),
-            stdout: out_write.as_raw_fd(),
-            stderr: err_write.as_ref().unwrap_or(&out_write).as_raw_fd(),
-            hold: hold.as_ref().map(AsRawFd::as_raw_fd),
-            foreground: spec
-                .terminal
-                .then(|| (libc::STDIN_FILENO, nix::unistd::getpgrp().as_raw())),
-        };
-        // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
-        // the guardian's async-signal-safe code.
-        let pid = unsafe { guardian::start(&prepared, &fds) }
-            .context("could not start the command (fork failed)")?;
-        // The attempt's processes hold the lock now; idem has its own.
-        drop((out_write, err_write, door, hold, stdin_read));
+        let Forked {
+            pid,
+            gate,
+            out,
+            err,
+            stdin,
+        } = fork(spec, &prepared, hold)?;
         let capture = spec.capture;
         let gone = AtomicBool::new(false);
         let fed = AtomicBool::new(false);
-        let fed = &fed;
-        let gone = &gone;
+        let (fed, gone) = (&fed, &gone);
         std::thread::scope(|scope| {
             // Set as this closure returns, before the scope joins the feeder.
             let _stop_feeding = RaiseOnDrop(fed);
-            if let (Some(spool), Some(write)) = (spec.stdin, stdin_write) {
+            if let (Some(spool), Some(write)) = (spec.stdin, stdin) {
                 scope.spawn(move || spool.feed(File::from(write), fed));
             }
-            let out = Some(
-                scope.spawn(move || pump(File::from(out_read), stdout.writer(), capture, gone)),
-            );
-            let err = err_read.map(|err_read| {
-                scope.spawn(move || pump(File::from(err_read), stderr.writer(), capture, gone))
+            let out = scope.spawn(move || pump(File::from(out), stdout.writer(), capture, gone));
+            let err = err.map(|err| {
+                scope.spawn(move || pump(File::from(err), stderr.writer(), capture, gone))
             });
-            let join = |handle: Option<std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>>| {
-                handle
-                    .map(|handle| handle.join().unwrap_or_default())
-                    .unwrap_or_default()
+            let followed = self.admit_and_follow(scope, spec, gate, pid, started, waiting);
+            let join = |handle: std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>| {
+                handle.join().unwrap_or_default()
             };
-            let grace = spec.kill_after.as_millis() as i64;
-            let admitted = self.admit(&mut gate, grace, started);
-            let (command, admitted) = match admitted {
-                Ok(admitted) => admitted,
-                Err(error) => {
-                    // The guardian reads end of file and leaves, running nothing.
-                    drop(gate);
-                    reap(pid);
-                    join(out);
-                    join(err);
-                    return Err(error);
-                }
-            };
-            if let Some(errno) = admitted {
-                reap(pid);
-                join(out);
-                join(err);
-                let (code, reason) = spawn_failure(spec, &io::Error::from_raw_os_error(errno));
-                return Ok(not_started(code, reason));
-            }
-            let reader = gate.try_clone().context("could not watch the command")?;
-            let sender = self.sender.clone();
-            scope.spawn(move || watch_guardian(reader, pid, &sender));
-            if let Ok(mut link) = self.link.lock() {
-                link.guardian = Some(gate);
-            }
-            let ended = self.supervise(spec, command, waiting);
-            if let Ok(mut link) = self.link.lock() {
-                link.guardian = None;
-            }
-            if spec.terminal {
-                take_the_terminal_back();
-            }
-            let (status, timed_out, interrupted) = ended?;
             let (stdout_tail, stdout_cut) = join(out);
-            let (stderr_tail, stderr_cut) = join(err);
+            let (stderr_tail, stderr_cut) = err.map(join).unwrap_or_default();
+            let ended = match followed? {
+                Followed::NotExecuted(errno) => {
+                    let error = io::Error::from_raw_os_error(errno);
+                    return Ok(not_started(spec, started_at, &error));
+                }
+                Followed::Ended(ended) => ended,
+            };
             Ok(AttemptEnd {
                 started_at,
                 stdout_tail,
@@ -450,12 +415,43 @@ impl Supervisor {
                 cut: stdout_cut || stderr_cut,
                 reader_gone: gone.load(Ordering::Relaxed),
                 finished_at: Timestamp::now(),
-                end: status,
-                timed_out,
-                interrupted,
+                end: ended.end,
+                timed_out: ended.timed_out,
+                interrupted: ended.interrupted,
                 stopped: self.stopped(),
             })
         })
+    }
+
+    /// Lets the forked command in (see [`Supervisor::admit`]) and follows
+    /// it to its end; a guardian that ran nothing is reaped at once.
+    fn admit_and_follow<'scope>(
+        &self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        spec: &Spec<'_>,
+        mut gate: UnixStream,
+        pid: i32,
+        started: &mut dyn FnMut(u32) -> Result<()>,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<Followed, AttemptError> {
+        match self.admit(&mut gate, spec.kill_after, started) {
+            Err(error) => {
+                // The guardian reads end of file and leaves, running nothing.
+                drop(gate);
+                reap(pid);
+                Err(error)
+            }
+            Ok((_, Some(errno))) => {
+                reap(pid);
+                Ok(Followed::NotExecuted(errno))
+            }
+            Ok((command, None)) => {
+                let reader = gate.try_clone().context("could not watch the command")?;
+                let sender = self.sender.clone();
+                scope.spawn(move || watch_guardian(reader, pid, &sender));
+                Ok(Followed::Ended(self.follow(spec, gate, command, waiting)?))
+            }
+        }
     }
 
     /// The gate: reads the guardian's pid, has `started` record it, and
@@ -465,13 +461,13 @@ impl Supervisor {
     fn admit(
         &self,
         gate: &mut UnixStream,
-        grace: i64,
+        kill_after: Duration,
         started: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<(i32, Option<i32>)> {
+    ) -> Result<(i32, Option<i32>), AttemptError> {
         let hello = read_report(gate)
             .filter(|report| report.kind == guardian::RUNNING)
             .context("the command's guardian did not start")?;
-        started(hello.a as u32)?;
+        started(hello.a as u32).map_err(AttemptError::Unrecorded)?;
         let deadline = self
             .link
             .lock()
@@ -479,17 +475,43 @@ impl Supervisor {
             .and_then(|link| link.deadline)
             .map_or(0, |(until, _)| until);
         if deadline != 0 && monotonic_ms() >= deadline {
-            anyhow::bail!("the claim's lease ran out before the command could start");
+            return Err(anyhow::anyhow!(
+                "the claim's lease ran out before the command could start"
+            )
+            .into());
         }
+        let grace = kill_after.as_millis() as i64;
         gate.write_all(&guardian::encode_to(guardian::GO, deadline, grace))
             .context("could not start the command: its guardian is gone")?;
         // No answer: the guardian was killed as the command started, or
         // found the lease run out; what it ran, if anything, is waited for.
-        match read_report(gate) {
-            Some(report) if report.kind == guardian::NOT_EXECUTED => Ok((0, Some(report.a))),
-            Some(report) if report.kind == guardian::RUNNING => Ok((report.a, None)),
-            _ => Ok((0, None)),
+        Ok(match read_report(gate) {
+            Some(report) if report.kind == guardian::NOT_EXECUTED => (0, Some(report.a)),
+            Some(report) if report.kind == guardian::RUNNING => (report.a, None),
+            _ => (0, None),
+        })
+    }
+
+    /// Follows an admitted command (see [`Supervisor::admit`]) to its end,
+    /// its guardian linked for the while, so that a [`Stopper`] reaches it.
+    fn follow(
+        &self,
+        spec: &Spec<'_>,
+        gate: UnixStream,
+        command: i32,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<Supervised> {
+        if let Ok(mut link) = self.link.lock() {
+            link.guardian = Some(gate);
         }
+        let ended = self.supervise(spec, command, waiting);
+        if let Ok(mut link) = self.link.lock() {
+            link.guardian = None;
+        }
+        if spec.terminal {
+            take_the_terminal_back();
+        }
+        ended
     }
 
     /// Waits for the guardian to end (every process of the attempt gone)
@@ -499,23 +521,15 @@ impl Supervisor {
         spec: &Spec<'_>,
         command: i32,
         waiting: &mut dyn FnMut(Notice<'_>),
-    ) -> Result<(End, bool, Option<i32>)> {
-        let mut guardian_gone = false;
-        let send = |signal: i32, cont: bool, guardian_gone: bool| {
-            self.signal_attempt(command, guardian_gone, signal, cont)
-        };
+    ) -> Result<Supervised> {
         let held = || spec.still_held.is_some_and(|held| held());
-        let mut deadline = spec.timeout.map(|timeout| Instant::now() + timeout);
-        let mut kill_at: Option<Instant> = None;
-        let mut timed_out = false;
-        let mut interrupted = None;
-        let mut main = None;
-        let mut gone = None;
+        let mut watch = Supervision {
+            command,
+            deadline: spec.timeout.map(|timeout| Instant::now() + timeout),
+            ..Supervision::default()
+        };
         let guardian = loop {
-            // With the guardian gone, look again at the lock now and then.
-            let look = gone.map(|_| Instant::now() + Duration::from_millis(50));
-            let next = [deadline, kill_at, look].into_iter().flatten().min();
-            match self.next_event(next) {
+            match self.next_event(watch.next_look()) {
                 Ok(Event::Ended(status)) => {
                     // A guardian that ended while processes of the attempt
                     // still hold the run's lock was killed: the attempt is
@@ -523,58 +537,76 @@ impl Supervisor {
                     if !held() {
                         break status;
                     }
-                    guardian_gone = true;
-                    gone = Some(status);
+                    watch.guardian_gone = Some(status);
                 }
-                Err(RecvTimeoutError::Timeout) if gone.is_some() && !held() => {
-                    if let Some(status) = gone {
+                Err(RecvTimeoutError::Timeout) if watch.guardian_gone.is_some() && !held() => {
+                    if let Some(status) = watch.guardian_gone {
                         break status;
                     }
                 }
-                Ok(Event::Told(report)) => self.on_report(&report, &mut main, waiting),
-                Ok(Event::Continued) => {
-                    if let Ok(mut link) = self.link.lock() {
-                        link.tell(guardian::RESUME, 0, 0);
-                    }
-                }
+                Ok(Event::Told(report)) => self.on_report(&report, &mut watch.main, waiting),
+                Ok(Event::Continued) => self.tell(guardian::RESUME, 0, 0),
                 Ok(Event::Stop { reason, grace }) => {
-                    if self.stopped().is_none() {
-                        self.note_stop(reason);
-                        send(libc::SIGTERM, true, guardian_gone);
-                        kill_at = Some(Instant::now() + grace.min(spec.kill_after));
-                        deadline = None;
-                    }
+                    self.on_stop(&mut watch, reason, grace.min(spec.kill_after));
                 }
-                Ok(Event::Signal(signal)) => {
-                    if interrupted.is_some() {
-                        // A second signal: the operator means it.
-                        send(libc::SIGKILL, false, guardian_gone);
-                    } else {
-                        interrupted = Some(signal);
-                        send(signal, false, guardian_gone);
-                        waiting(Notice::Interrupted(signal));
-                    }
-                    deadline = None;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let now = Instant::now();
-                    if deadline.is_some_and(|at| at <= now) {
-                        timed_out = true;
-                        deadline = None;
-                        send(spec.timeout_signal, true, guardian_gone);
-                        kill_at = Some(now + spec.kill_after);
-                    } else if kill_at.is_some_and(|at| at <= now) {
-                        send(libc::SIGKILL, false, guardian_gone);
-                        // Again soon, for what forked meanwhile.
-                        kill_at = Some(now + Duration::from_millis(100));
-                    }
-                }
+                Ok(Event::Signal(signal)) => self.on_signal(&mut watch, signal, waiting),
+                Err(RecvTimeoutError::Timeout) => self.on_time(&mut watch, spec),
                 Err(RecvTimeoutError::Disconnected) => {
                     anyhow::bail!("lost track of the command (event queue closed)")
                 }
             }
         };
-        Ok((end_of(main, guardian), timed_out, interrupted))
+        Ok(Supervised {
+            end: end_of(watch.main, guardian),
+            timed_out: watch.timed_out,
+            interrupted: watch.interrupted,
+        })
+    }
+
+    /// A [`Stopper`] asks to stop the command: SIGTERM, SIGKILL `grace`
+    /// later; the first reason is the one told.
+    fn on_stop(&self, watch: &mut Supervision, reason: String, grace: Duration) {
+        if self.stopped().is_none() {
+            self.note_stop(reason);
+            self.signal_attempt(watch, libc::SIGTERM, true);
+            watch.kill_at = Some(Instant::now() + grace);
+            watch.deadline = None;
+        }
+    }
+
+    /// idem was sent `signal`: passed on, and a second one kills.
+    fn on_signal(&self, watch: &mut Supervision, signal: i32, waiting: &mut dyn FnMut(Notice<'_>)) {
+        if watch.interrupted.is_some() {
+            // A second signal: the operator means it.
+            self.signal_attempt(watch, libc::SIGKILL, false);
+        } else {
+            watch.interrupted = Some(signal);
+            self.signal_attempt(watch, signal, false);
+            waiting(Notice::Interrupted(signal));
+        }
+        watch.deadline = None;
+    }
+
+    /// The timeout ran out, or it is time to SIGKILL.
+    fn on_time(&self, watch: &mut Supervision, spec: &Spec<'_>) {
+        let now = Instant::now();
+        if watch.deadline.is_some_and(|at| at <= now) {
+            watch.timed_out = true;
+            watch.deadline = None;
+            self.signal_attempt(watch, spec.timeout_signal, true);
+            watch.kill_at = Some(now + spec.kill_after);
+        } else if watch.kill_at.is_some_and(|at| at <= now) {
+            self.signal_attempt(watch, libc::SIGKILL, false);
+            // Again soon, for what forked meanwhile.
+            watch.kill_at = Some(now + Duration::from_millis(100));
+        }
+    }
+
+    /// Tells the current attempt's guardian, if it still listens.
+    fn tell(&self, kind: u8, a: i64, b: i64) {
+        if let Ok(mut link) = self.link.lock() {
+            link.tell(kind, a, b);
+        }
     }
 
     /// The next event, waiting until `at` at the most (`Timeout` then).
@@ -590,16 +622,15 @@ impl Supervisor {
         }
     }
 
-    /// Sends `signal` to every process of the attempt, through its
-    /// guardian; without it (killed), only the command's group is reached.
-    fn signal_attempt(&self, command: i32, guardian_gone: bool, signal: i32, cont: bool) {
-        if !guardian_gone {
-            if let Ok(mut link) = self.link.lock() {
-                link.tell(guardian::SIGNAL, signal.into(), cont.into());
-            }
-        } else if command > 0 {
+    /// Sends `signal` (and SIGCONT after it, with `cont`) to every process
+    /// of the attempt, through its guardian; without it (killed), only the
+    /// command's group is reached.
+    fn signal_attempt(&self, watch: &Supervision, signal: i32, cont: bool) {
+        if watch.guardian_gone.is_none() {
+            self.tell(guardian::SIGNAL, signal.into(), cont.into());
+        } else if watch.command > 0 {
             // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(-command, signal) };
+            unsafe { libc::kill(-watch.command, signal) };
         }
     }
 
@@ -622,6 +653,107 @@ impl Supervisor {
             _ => {}
         }
     }
+}
+
+/// What supervising an attempt keeps track of.
+#[derive(Default)]
+struct Supervision {
+    /// The command's process group (0: unknown).
+    command: i32,
+    /// `--timeout` runs out then.
+    deadline: Option<Instant>,
+    /// SIGKILL then.
+    kill_at: Option<Instant>,
+    timed_out: bool,
+    /// The signal idem received and passed on.
+    interrupted: Option<i32>,
+    /// The main process's wait status, as the guardian told it.
+    main: Option<i32>,
+    /// The guardian's end, when it ended while processes of the attempt
+    /// still held the run's lock (it was killed).
+    guardian_gone: Option<WaitStatus>,
+}
+
+impl Supervision {
+    /// When to look again without an event: at the timeout, at the
+    /// SIGKILL, and now and then at the lock once the guardian is gone.
+    fn next_look(&self) -> Option<Instant> {
+        let look = self
+            .guardian_gone
+            .map(|_| Instant::now() + Duration::from_millis(50));
+        [self.deadline, self.kill_at, look]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// How a supervised attempt ended.
+struct Supervised {
+    end: End,
+    timed_out: bool,
+    interrupted: Option<i32>,
+}
+
+/// What came of an admitted command.
+enum Followed {
+    /// It could not be executed (the errno).
+    NotExecuted(i32),
+    Ended(Supervised),
+}
+
+/// An attempt's first process, forked, and idem's ends of its pipes.
+struct Forked {
+    /// The guardian's pid.
+    pid: i32,
+    /// idem's end of the socket to the guardian.
+    gate: UnixStream,
+    out: OwnedFd,
+    /// None when stderr is merged into stdout.
+    err: Option<OwnedFd>,
+    /// Where the spool feeds the command's stdin.
+    stdin: Option<OwnedFd>,
+}
+
+/// Forks the attempt's guardian with its ends of the pipes and `hold`;
+/// idem keeps only its own ends.
+fn fork(spec: &Spec<'_>, prepared: &guardian::Prepared, hold: Option<OwnedFd>) -> Result<Forked> {
+    let Pipes {
+        out: (out_read, out_write),
+        err: (err_read, err_write),
+        stdin: (stdin_read, stdin_write),
+    } = Pipes::open(spec)?;
+    let (gate, door) =
+        UnixStream::pair().context("could not create a socket pair to start the command")?;
+    let fds = guardian::Fds {
+        door: door.as_raw_fd(),
+        stdin: stdin_read.as_ref().map(AsRawFd::as_raw_fd),
+        stdout: out_write.as_raw_fd(),
+        stderr: err_write.as_ref().unwrap_or(&out_write).as_raw_fd(),
+        hold: hold.as_ref().map(AsRawFd::as_raw_fd),
+        foreground: spec
+            .terminal
+            .then(|| (libc::STDIN_FILENO, nix::unistd::getpgrp().as_raw())),
+    };
+    // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
+    // the guardian's async-signal-safe code.
+    let pid = unsafe { guardian::start(prepared, &fds) }
+        .context("could not start the command (fork failed)")?;
+    // The attempt's processes hold the lock now; idem has its own.
+    drop((out_write, err_write, door, hold, stdin_read));
+    Ok(Forked {
+        pid,
+        gate,
+        out: out_read,
+        err: err_read,
+        stdin: stdin_write,
+    })
+}
+
+/// An attempt whose command could not be executed: 126 or 127, said.
+fn not_started(spec: &Spec<'_>, started_at: Timestamp, error: &io::Error) -> AttemptEnd {
+    let (code, reason) = spawn_failure(spec, error);
+    AttemptEnd::not_started(started_at, code, reason)
 }
 
 /// The main process's status (`main`, as the guardian told it), as a shell

@@ -5,45 +5,26 @@
 use anyhow::Result;
 use jiff::Timestamp;
 
+use super::config::Config;
 use super::decide::Rules;
 use super::{run_key, Reporter};
-use crate::cli::RunArgs;
-use crate::exit::{self, Failure};
-use crate::key::{Period, Template};
-use crate::ledger::{self, Head, JobInfo, Ledger, Location, Status, CHECK_EVERY};
+use crate::exit;
+use crate::key::Period;
+use crate::ledger::{self, Head, JobInfo, JobState, Ledger, Location, Status, CHECK_EVERY};
 
-/// The run's job: `--job`, else the key as typed, with the zone its keys
-/// are made in (so that `status` judges periods as the keys were cut).
-pub(super) fn job_info(args: &RunArgs, template: &Template) -> Result<JobInfo> {
-    let name = args.job.clone().unwrap_or_else(|| args.key.clone());
-    if name.is_empty()
-        || name.len() > crate::key::MAX_KEY_BYTES
-        || name.chars().any(crate::key::is_hidden)
-    {
-        return Err(Failure::usage(format!(
-            "invalid --job '{}': name the job with 1 to {} bytes of printable characters",
-            crate::render::printable(&name),
-            crate::key::MAX_KEY_BYTES
-        ))
-        .into());
-    }
-    let zone = if template.needs_time() {
-        jiff::tz::TimeZone::system().iana_name().map(str::to_owned)
-    } else {
-        None
-    };
-    Ok(JobInfo {
-        name,
-        template: args.key.clone(),
-        zone,
-    })
+/// The job's row in the ledger, if it has one.
+pub fn job_state(ledger: &mut dyn Ledger, job: &str) -> Result<Option<JobState>> {
+    Ok(ledger
+        .jobs(Some(&glob_literal(job)))?
+        .into_iter()
+        .find(|state| state.job == job))
 }
 
 /// After a skip: stamps that the job was called, at most once a minute,
 /// so `status` can tell a job cron still calls. Bookkeeping only: a ledger
 /// that refuses it (read-only) changes nothing about the skip.
 pub(super) fn stamp(job: &JobInfo, head: Option<&Head>, rules: &Rules, ledger: &mut dyn Ledger) {
-    let now = head.and_then(|head| head.read_at).unwrap_or(rules.now);
+    let now = rules.clock(head);
     let due = head
         .and_then(|head| head.checked_at)
         .is_none_or(|at| now.duration_since(at).unsigned_abs() >= CHECK_EVERY);
@@ -64,27 +45,19 @@ fn slot(start: &jiff::Zoned) -> String {
 /// key (claim, retries, no overlap, crash safety). Exits with the current
 /// run's code, else the first failure of a caught-up one.
 pub(super) fn run(
-    args: &RunArgs,
-    template: &Template,
-    job: &JobInfo,
+    config: &Config,
+    period: Period,
     periods: u32,
     location: &Location,
     reporter: &Reporter,
 ) -> Result<u8> {
-    let Some(period) = template.period() else {
-        return Err(Failure::usage(format!(
-            "--catch-up needs a key template with a time placeholder ({{minute}} {{hour}} {{date}} {{week}} {{month}} {{year}}); key '{}' has none",
-            crate::render::printable(&args.key)
-        ))
-        .into());
-    };
     let now = jiff::Zoned::now();
     let host = crate::host::name();
     let current = period.start(&now);
-    let missed = missed(args, template, job, period, &now, periods, &host, location)?;
+    let missed = missed(config, period, &now, periods, &host, location)?;
     let mut first_failure = None;
     for (key, start) in missed {
-        let code = match run_key(args, &key, job, Some(&slot(&start)), location, reporter) {
+        let code = match run_key(config, &key, Some(&slot(&start)), location, reporter) {
             Ok(code) => code,
             // A past key refused for itself (its command changed, its last
             // run was abandoned under --on-abandoned fail): said, and the
@@ -102,15 +75,15 @@ pub(super) fn run(
         };
         let quiet = [
             exit::SUCCESS,
-            args.skipped_exit_code,
-            args.conflict_exit_code,
+            config.skipped_exit_code,
+            config.conflict_exit_code,
         ];
         if first_failure.is_none() && !quiet.contains(&code) {
             first_failure = Some(code);
         }
     }
-    let key = template.expand(&now, &host)?;
-    let code = run_key(args, &key, job, Some(&slot(&current)), location, reporter)?;
+    let key = config.template.expand(&now, &host)?;
+    let code = run_key(config, &key, Some(&slot(&current)), location, reporter)?;
     Ok(match first_failure {
         Some(failure) if code == exit::SUCCESS => failure,
         _ => code,
@@ -118,12 +91,10 @@ pub(super) fn run(
 }
 
 /// The earlier periods to run: within the last `periods`, not before the
-/// job's first recorded run, whose key has no success, oldest first.
-#[allow(clippy::too_many_arguments)]
+/// job's first recorded run, whose key has no success that still counts,
+/// oldest first.
 fn missed(
-    args: &RunArgs,
-    template: &Template,
-    job: &JobInfo,
+    config: &Config,
     period: Period,
     now: &jiff::Zoned,
     periods: u32,
@@ -133,16 +104,13 @@ fn missed(
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return Ok(Vec::new());
     };
-    let first_run = ledger
-        .jobs(Some(&glob_literal(&job.name)))?
-        .into_iter()
-        .find(|state| state.job == job.name)
-        .and_then(|state| state.first_run);
+    let first_run = job_state(ledger.as_mut(), &config.job.name)?.and_then(|state| state.first_run);
     // A new job does not replay history.
     let Some(first_run) = first_run else {
         return Ok(Vec::new());
     };
     let oldest = period.start(&first_run.to_zoned(now.time_zone().clone()));
+    let rules = config.rules(Timestamp::now());
     let mut missed = Vec::new();
     for back in (1..=i64::from(periods)).rev() {
         let Some(start) = period.shift(now, -back) else {
@@ -151,10 +119,10 @@ fn missed(
         if start < oldest {
             continue;
         }
-        let key = template.expand(&start, host)?;
+        let key = config.template.expand(&start, host)?;
         let succeeded = ledger
             .head(&key)?
-            .is_some_and(|head| head.run.status == Status::Succeeded && fresh(args, &head));
+            .is_some_and(|head| head.run.status == Status::Succeeded && rules.fresh(&head));
         if !succeeded {
             missed.push((key, start));
         }
@@ -162,19 +130,8 @@ fn missed(
     Ok(missed)
 }
 
-/// Whether a success still counts under `--ttl`.
-fn fresh(args: &RunArgs, head: &Head) -> bool {
-    let Some(ttl) = args.ttl else {
-        return true;
-    };
-    let now = head.read_at.unwrap_or_else(Timestamp::now);
-    head.run
-        .finished_at
-        .is_some_and(|at| now.duration_since(at).unsigned_abs() < *ttl)
-}
-
 /// A glob that matches `text` alone.
-pub fn glob_literal(text: &str) -> String {
+fn glob_literal(text: &str) -> String {
     let mut glob = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -18,10 +18,41 @@ pub struct Rules {
     pub now: Timestamp,
 }
 
+impl Rules {
+    /// The time by the clock that stamped the key's runs: a shared
+    /// database's when the head was read from one, else this host's.
+    pub fn clock(&self, head: Option<&Head>) -> Timestamp {
+        head.and_then(|head| head.read_at).unwrap_or(self.now)
+    }
+
+    /// Whether the head's success still counts under `--ttl`. A success
+    /// stamped ahead of the clock (a clock that ran fast, then was set
+    /// right) does not: taken as fresh, it would count for as long as the
+    /// clock was ahead, longer than one made now. Without a finish time its
+    /// age is unknown, and under a TTL it is not fresh either.
+    pub fn fresh(&self, head: &Head) -> bool {
+        match (self.ttl, head.run.finished_at) {
+            (Some(ttl), Some(finished)) => {
+                let age = self.clock(Some(head)).duration_since(finished);
+                !age.is_negative() && age.unsigned_abs() < ttl
+            }
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Claim the key and run; `recovered` when the last run was abandoned.
     Run { recovered: bool },
+    /// Nothing runs.
+    Refuse(Refusal),
+}
+
+/// Why nothing runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
     /// The key succeeded within its TTL with this command.
     Skip { finished_at: Timestamp },
     /// The key succeeded with a different command (exit 65).
@@ -32,6 +63,13 @@ pub enum Verdict {
     Lingering,
     /// The last run was abandoned and `--on-abandoned fail` was given (69).
     AbandonedFail,
+}
+
+impl Refusal {
+    /// Whether another run holds the key: something `--wait` waits out.
+    pub fn held(&self) -> bool {
+        matches!(self, Refusal::Busy { .. } | Refusal::Lingering)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +93,9 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
         verdict,
         abandon_head: false,
     };
+    let refuse = |refusal| decision(Verdict::Refuse(refusal));
     if lingering {
-        return decision(Verdict::Lingering);
+        return refuse(Refusal::Lingering);
     }
     let Some(head) = head else {
         return decision(Verdict::Run { recovered: false });
@@ -65,7 +104,7 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
     let abandoned = match (&run.status, &head.owner) {
         (Status::Running, Some(owner)) if owner.presumed_alive() => {
             // Even --force never overlaps a live run.
-            return decision(Verdict::Busy {
+            return refuse(Refusal::Busy {
                 owner: owner.clone(),
                 since: run.started_at,
             });
@@ -73,29 +112,15 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
         (Status::Running, _) => true,
         (Status::Abandoned, _) => false,
         (Status::Succeeded, _) => {
-            // A success stamped ahead of the clock (a clock that ran fast,
-            // then was set right) is no success within its TTL: taken as
-            // fresh, it would count for as long as the clock was ahead,
-            // longer than one made now. Without a finish time its age is
-            // unknown, and under a TTL it is not fresh either.
-            let fresh = match (rules.ttl, run.finished_at) {
-                (Some(ttl), Some(finished)) => {
-                    let now = head.read_at.unwrap_or(rules.now);
-                    let age = now.duration_since(finished);
-                    !age.is_negative() && age.unsigned_abs() < ttl
-                }
-                (Some(_), None) => false,
-                (None, _) => true,
-            };
-            return decision(if rules.force || !fresh {
-                Verdict::Run { recovered: false }
+            return if rules.force || !rules.fresh(head) {
+                decision(Verdict::Run { recovered: false })
             } else if run.fingerprint() != rules.fingerprint {
-                Verdict::Mismatch
+                refuse(Refusal::Mismatch)
             } else {
-                Verdict::Skip {
+                refuse(Refusal::Skip {
                     finished_at: run.finished_at.unwrap_or(run.started_at),
-                }
-            });
+                })
+            };
         }
         (Status::Failed, _) => return decision(Verdict::Run { recovered: false }),
     };
@@ -103,7 +128,7 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
     let verdict = if rules.force || rules.on_abandoned == OnAbandoned::Rerun {
         Verdict::Run { recovered: true }
     } else {
-        Verdict::AbandonedFail
+        Verdict::Refuse(Refusal::AbandonedFail)
     };
     Decision {
         verdict,
@@ -170,82 +195,64 @@ mod tests {
         decide(head.as_ref(), false, &rules)
     }
 
+    /// A decision by its kind, for a table of cases.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Kind {
+        Run { recovered: bool },
+        Skip,
+        Mismatch,
+        Busy,
+        Lingering,
+        AbandonedFail,
+    }
+
+    fn kind(verdict: &Verdict) -> Kind {
+        match verdict {
+            Verdict::Run { recovered } => Kind::Run {
+                recovered: *recovered,
+            },
+            Verdict::Refuse(Refusal::Skip { .. }) => Kind::Skip,
+            Verdict::Refuse(Refusal::Mismatch) => Kind::Mismatch,
+            Verdict::Refuse(Refusal::Busy { .. }) => Kind::Busy,
+            Verdict::Refuse(Refusal::Lingering) => Kind::Lingering,
+            Verdict::Refuse(Refusal::AbandonedFail) => Kind::AbandonedFail,
+        }
+    }
+
     #[test]
     fn the_state_machine() {
+        use OnAbandoned::{Fail, Rerun};
+        use Status::{Abandoned, Failed, Running, Succeeded};
+        const RUN: Kind = Kind::Run { recovered: false };
+        const RECOVER: Kind = Kind::Run { recovered: true };
+        // The head (status, command, finished seconds ago), --force, --ttl
+        // seconds, whether a running head's owner lives, --on-abandoned;
+        // then the verdict and whether the head is marked abandoned.
+        #[rustfmt::skip]
+        let cases = [
+            ("a new key runs", None, false, None, true, Rerun, RUN, false),
+            ("a success skips", Some((Succeeded, "true", Some(10))), false, None, true, Rerun, Kind::Skip, false),
+            ("a success within its ttl skips", Some((Succeeded, "true", Some(10))), false, Some(60), true, Rerun, Kind::Skip, false),
+            ("a success past its ttl runs", Some((Succeeded, "true", Some(10))), false, Some(5), true, Rerun, RUN, false),
+            ("--force runs a success", Some((Succeeded, "true", Some(10))), true, None, true, Rerun, RUN, false),
+            ("another command's success refuses", Some((Succeeded, "false", Some(10))), false, None, true, Rerun, Kind::Mismatch, false),
+            ("--force runs another command's success", Some((Succeeded, "false", Some(10))), true, None, true, Rerun, RUN, false),
+            ("a failure runs", Some((Failed, "false", Some(1))), false, None, true, Rerun, RUN, false),
+            ("a live run is busy, even under --force", Some((Running, "true", None)), true, None, true, Rerun, Kind::Busy, false),
+            ("a dead run is abandoned and run again", Some((Running, "true", None)), false, None, false, Rerun, RECOVER, true),
+            ("a dead run is abandoned and refused", Some((Running, "true", None)), false, None, false, Fail, Kind::AbandonedFail, true),
+            ("an abandoned run is refused", Some((Abandoned, "true", Some(1))), false, None, true, Fail, Kind::AbandonedFail, false),
+            ("--force runs an abandoned run again", Some((Abandoned, "true", Some(1))), true, None, true, Fail, RECOVER, false),
+        ];
         let now = Timestamp::now();
-        let rerun = OnAbandoned::Rerun;
-        let run = |recovered| Verdict::Run { recovered };
-        assert_eq!(verdict(None, false, None, true, rerun).verdict, run(false));
-
-        let ok = head(Status::Succeeded, "true", Some(10), now);
-        assert!(matches!(
-            verdict(Some(&ok), false, None, true, rerun).verdict,
-            Verdict::Skip { .. }
-        ));
-        assert!(matches!(
-            verdict(Some(&ok), false, Some(60), true, rerun).verdict,
-            Verdict::Skip { .. }
-        ));
-        assert_eq!(
-            verdict(Some(&ok), false, Some(5), true, rerun).verdict,
-            run(false)
-        );
-        assert_eq!(
-            verdict(Some(&ok), true, None, true, rerun).verdict,
-            run(false)
-        );
-        let other = head(Status::Succeeded, "false", Some(10), now);
-        assert_eq!(
-            verdict(Some(&other), false, None, true, rerun).verdict,
-            Verdict::Mismatch
-        );
-        assert_eq!(
-            verdict(Some(&other), true, None, true, rerun).verdict,
-            run(false)
-        );
-
-        let failed = head(Status::Failed, "false", Some(1), now);
-        assert_eq!(
-            verdict(Some(&failed), false, None, true, rerun).verdict,
-            run(false)
-        );
-
-        let running = head(Status::Running, "true", None, now);
-        assert!(matches!(
-            verdict(Some(&running), true, None, true, rerun).verdict,
-            Verdict::Busy { .. }
-        ));
-        let dead = verdict(Some(&running), false, None, false, rerun);
-        assert_eq!(
-            dead,
-            Decision {
-                verdict: run(true),
-                abandon_head: true
-            }
-        );
-        let dead = verdict(Some(&running), false, None, false, OnAbandoned::Fail);
-        assert_eq!(
-            dead,
-            Decision {
-                verdict: Verdict::AbandonedFail,
-                abandon_head: true
-            }
-        );
-
-        let abandoned = head(Status::Abandoned, "true", Some(1), now);
-        let fail = verdict(Some(&abandoned), false, None, true, OnAbandoned::Fail);
-        assert_eq!(
-            fail,
-            Decision {
-                verdict: Verdict::AbandonedFail,
-                abandon_head: false
-            }
-        );
-        assert!(!fail.writes());
-        assert_eq!(
-            verdict(Some(&abandoned), true, None, true, OnAbandoned::Fail).verdict,
-            run(true)
-        );
+        for (case, shape, force, ttl, alive, on, expected, abandon_head) in cases {
+            let head = shape.map(|(status, command, ago)| head(status, command, ago, now));
+            let decision = verdict(head.as_ref(), force, ttl, alive, on);
+            assert_eq!(kind(&decision.verdict), expected, "{case}");
+            assert_eq!(decision.abandon_head, abandon_head, "{case}");
+            let writes = abandon_head || matches!(expected, Kind::Run { .. });
+            assert_eq!(decision.writes(), writes, "{case}");
+        }
     }
 
     #[test]
@@ -262,16 +269,16 @@ mod tests {
             on_abandoned: OnAbandoned::Rerun,
             now,
         };
-        assert!(matches!(
-            decide(Some(&running), false, &rules).verdict,
-            Verdict::Busy { .. }
-        ));
+        assert_eq!(
+            kind(&decide(Some(&running), false, &rules).verdict),
+            Kind::Busy
+        );
         let failed = head(Status::Failed, "true", Some(1), now);
         assert_eq!(
-            decide(Some(&failed), true, &rules).verdict,
-            Verdict::Lingering
+            kind(&decide(Some(&failed), true, &rules).verdict),
+            Kind::Lingering
         );
-        assert_eq!(decide(None, true, &rules).verdict, Verdict::Lingering);
+        assert_eq!(kind(&decide(None, true, &rules).verdict), Kind::Lingering);
     }
 
     #[test]
@@ -291,16 +298,16 @@ mod tests {
             Verdict::Run { recovered: false }
         );
         // Without a TTL a success counts forever, whenever it was stamped.
-        assert!(matches!(
-            verdict(Some(&ahead), false, None, true, rerun).verdict,
-            Verdict::Skip { .. }
-        ));
+        assert_eq!(
+            kind(&verdict(Some(&ahead), false, None, true, rerun).verdict),
+            Kind::Skip
+        );
         // A success made now is fresh.
         let made_now = head(Status::Succeeded, "true", Some(0), now);
-        assert!(matches!(
-            verdict(Some(&made_now), false, Some(3600), true, rerun).verdict,
-            Verdict::Skip { .. }
-        ));
+        assert_eq!(
+            kind(&verdict(Some(&made_now), false, Some(3600), true, rerun).verdict),
+            Kind::Skip
+        );
         // Without its finish time, its age is unknown: not fresh under a TTL.
         let endless = head(Status::Succeeded, "true", None, now);
         assert_eq!(
@@ -315,10 +322,10 @@ mod tests {
         // Succeeded 10s ago by this host's clock...
         let mut ok = head(Status::Succeeded, "true", Some(10), now);
         let rerun = OnAbandoned::Rerun;
-        assert!(matches!(
-            verdict(Some(&ok), false, Some(60), true, rerun).verdict,
-            Verdict::Skip { .. }
-        ));
+        assert_eq!(
+            kind(&verdict(Some(&ok), false, Some(60), true, rerun).verdict),
+            Kind::Skip
+        );
         // ...but the shared database's clock says 2 minutes have passed.
         ok.read_at = Some(now + jiff::SignedDuration::from_secs(110));
         assert_eq!(

@@ -38,87 +38,120 @@ impl Lease {
         let (done, done_rx) = mpsc::channel::<()>();
         let (beats, beats_rx) = mpsc::channel();
         let over = Arc::new(AtomicBool::new(false));
-        let every = lease / 3;
+        let renewer = Renewer {
+            location: location.clone(),
+            claim: claim.clone(),
+            every: lease / 3,
+        };
+        std::thread::spawn(move || renewer.run(&done_rx, &beats));
+        let watcher = Watcher {
+            key: claim.key.clone(),
+            lease,
+            stopper,
+            over: over.clone(),
+        };
+        std::thread::spawn(move || watcher.run(claimed, &beats_rx));
+        Lease { _done: done, over }
+    }
+}
 
-        let location = location.clone();
-        let renewed_claim = claim.clone();
-        std::thread::spawn(move || {
-            let claim = renewed_claim;
-            let mut ledger = None;
-            let mut wait = every;
-            loop {
-                match done_rx.recv_timeout(wait) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let sent = Instant::now();
-                let sent_ms = crate::process::monotonic_ms();
-                let result = match &mut ledger {
-                    Some(ledger) => Ok(ledger),
-                    None => ledger::open(&location).map(|opened| ledger.insert(opened)),
-                }
-                .and_then(|ledger| ledger.heartbeat(&claim));
-                let beat = match result {
-                    Ok(true) => {
-                        wait = every;
-                        Beat::Renewed(sent, sent_ms)
-                    }
-                    Ok(false) => Beat::Lost,
-                    Err(error) => {
-                        // Try again soon, on a new connection.
-                        ledger = None;
-                        wait = (every / 4).max(Duration::from_millis(50));
-                        Beat::Failed(format!("{error:#}"))
-                    }
-                };
-                let lost = matches!(beat, Beat::Lost);
-                if beats.send(beat).is_err() || lost {
-                    return;
-                }
+/// Renews the claim every lease/3 on a connection of its own, telling each
+/// try's result, until told to stop or the claim is lost.
+struct Renewer {
+    location: Location,
+    claim: Claim,
+    every: Duration,
+}
+
+impl Renewer {
+    fn run(self, done: &mpsc::Receiver<()>, beats: &mpsc::Sender<Beat>) {
+        let mut ledger = None;
+        let mut wait = self.every;
+        loop {
+            match done.recv_timeout(wait) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
             }
-        });
-
-        let watched = over.clone();
-        let key = claim.key.clone();
-        std::thread::spawn(move || {
-            // Stop at 2/3 of the lease after the last renewal; SIGKILL by 5/6.
-            let stop_after = lease * 2 / 3;
-            let grace = lease / 6;
-            let mut renewed = claimed;
-            let mut last_error = None;
-            let reason = loop {
-                let deadline = renewed + stop_after;
-                match beats_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(Beat::Renewed(at, at_ms)) => {
-                        renewed = at;
-                        last_error = None;
-                        guard(&stopper, lease, at_ms);
-                    }
-                    Ok(Beat::Failed(error)) => last_error = Some(error),
-                    Ok(Beat::Lost) => {
-                        break format!("lost the claim on key {key}: its lease ran out and another run took the key over")
-                    }
-                    Err(RecvTimeoutError::Timeout) => {
-                        if Instant::now() < deadline {
-                            continue;
-                        }
-                        break format!(
-                            "could not renew the lease on key {key} for {}{}",
-                            humantime::format_duration(round(stop_after)),
-                            last_error.map_or(String::new(), |error| format!(" ({error})")),
-                        );
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return,
+            let sent = Instant::now();
+            let sent_ms = crate::process::monotonic_ms();
+            let result = match &mut ledger {
+                Some(ledger) => Ok(ledger),
+                None => ledger::open(&self.location).map(|opened| ledger.insert(opened)),
+            }
+            .and_then(|ledger| ledger.heartbeat(&self.claim));
+            let beat = match result {
+                Ok(true) => {
+                    wait = self.every;
+                    Beat::Renewed(sent, sent_ms)
+                }
+                Ok(false) => Beat::Lost,
+                Err(error) => {
+                    // Try again soon, on a new connection.
+                    ledger = None;
+                    wait = (self.every / 4).max(Duration::from_millis(50));
+                    Beat::Failed(format!("{error:#}"))
                 }
             };
-            if !watched.load(Ordering::SeqCst) {
-                stopper.stop(
-                    format!("{reason}; stopped the command so that it does not run unowned"),
-                    grace,
-                );
+            let lost = matches!(beat, Beat::Lost);
+            if beats.send(beat).is_err() || lost {
+                return;
             }
-        });
-        Lease { _done: done, over }
+        }
+    }
+}
+
+/// Stops the command when the renewals stop succeeding in time.
+struct Watcher {
+    key: String,
+    lease: Duration,
+    stopper: Stopper,
+    /// Raised once the run no longer needs its lease.
+    over: Arc<AtomicBool>,
+}
+
+impl Watcher {
+    fn run(self, claimed: Instant, beats: &mpsc::Receiver<Beat>) {
+        let Watcher {
+            key,
+            lease,
+            stopper,
+            over,
+        } = self;
+        // Stop at 2/3 of the lease after the last renewal; SIGKILL by 5/6.
+        let stop_after = lease * 2 / 3;
+        let mut renewed = claimed;
+        let mut last_error = None;
+        let reason = loop {
+            let deadline = renewed + stop_after;
+            match beats.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Beat::Renewed(at, at_ms)) => {
+                    renewed = at;
+                    last_error = None;
+                    guard(&stopper, lease, at_ms);
+                }
+                Ok(Beat::Failed(error)) => last_error = Some(error),
+                Ok(Beat::Lost) => {
+                    break format!("lost the claim on key {key}: its lease ran out and another run took the key over")
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if Instant::now() < deadline {
+                        continue;
+                    }
+                    break format!(
+                        "could not renew the lease on key {key} for {}{}",
+                        humantime::format_duration(round(stop_after)),
+                        last_error.map_or(String::new(), |error| format!(" ({error})")),
+                    );
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        if !over.load(Ordering::SeqCst) {
+            stopper.stop(
+                format!("{reason}; stopped the command so that it does not run unowned"),
+                lease / 6,
+            );
+        }
     }
 }
 

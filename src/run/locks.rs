@@ -14,64 +14,30 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::{report, Reporter, WAIT_POLL};
-use crate::cli::RunArgs;
-use crate::exit::Failure;
+use super::config::Config;
+use super::{report, Reporter};
 use crate::ledger::{Claim, Ledger, Locks};
-
-/// Refuses lock names that could not be told apart or shown.
-pub(super) fn check(args: &RunArgs) -> Result<()> {
-    for name in &args.lock {
-        if name.is_empty() {
-            return Err(Failure::usage(
-                "--lock is empty; name the lock, like --lock backup-disk (IDEM_LOCK takes a,b)",
-            )
-            .into());
-        }
-        if name.len() > crate::key::MAX_KEY_BYTES || name.chars().any(crate::key::is_hidden) {
-            return Err(Failure::usage(format!(
-                "invalid --lock {}: a lock name is at most {} bytes of printable characters",
-                crate::render::printable(name),
-                crate::key::MAX_KEY_BYTES
-            ))
-            .into());
-        }
-    }
-    Ok(())
-}
-
-/// The run's lock names, once each, in the order they are taken.
-fn names(args: &RunArgs) -> Vec<String> {
-    let mut names = args.lock.clone();
-    names.sort();
-    names.dedup();
-    names
-}
 
 /// Takes every lock of the run, waiting until `wait_until` (`--wait`);
 /// `Err(code)` when one stayed held: the conflict exit code, said.
 pub(super) fn take(
-    args: &RunArgs,
+    config: &Config,
     key: &str,
     ledger: &mut dyn Ledger,
     run_id: uuid::Uuid,
     wait_until: Option<Instant>,
     reporter: &Reporter,
 ) -> Result<Result<Locks, u8>> {
-    let names = names(args);
     let mut spinner: Option<Option<report::Spinner>> = None;
     loop {
-        let held = match ledger.take_locks(&names, run_id, args.lease.into()) {
+        let held = match ledger.take_locks(&config.locks, run_id, config.lease) {
             Ok(Ok(locks)) => {
                 drop(spinner.take());
                 return Ok(Ok(locks));
             }
             Ok(Err(held)) => held,
-            Err(error)
-                if Failure::is_transient(&error)
-                    && wait_until.is_some_and(|until| Instant::now() + WAIT_POLL < until) =>
-            {
-                std::thread::sleep(WAIT_POLL);
+            Err(error) if super::rides_out(&error, wait_until) => {
+                std::thread::sleep(super::WAIT_POLL);
                 continue;
             }
             Err(error) => return Err(error),
@@ -83,7 +49,7 @@ pub(super) fn take(
             continue;
         }
         let code = super::conflict(
-            args,
+            config,
             reporter,
             &format!("{key}: lock {shown} is held by another run"),
         );

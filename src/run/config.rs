@@ -1,0 +1,365 @@
+//! The run's settings, made once from the command line: every flag is
+//! checked and turned into the values the engine works with before anything
+//! is opened (the ledger, a temporary file, the terminal), so a bad flag
+//! never leaves a trace, and the engine never sees clap's types.
+
+use std::ffi::OsString;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use anyhow::Result;
+use jiff::Timestamp;
+
+use super::decide::Rules;
+use crate::alert;
+use crate::cli::{OnAbandoned, RunArgs};
+use crate::exit::{self, Failure};
+use crate::key::{self, Period, Template};
+use crate::ledger::JobInfo;
+
+/// The shortest `--lease`: shorter, and one slow round trip to a shared
+/// ledger would stop the command.
+const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// Everything one `idem run` was asked to do.
+pub struct Config {
+    /// `--key` as typed, and expanded now.
+    pub template: Template,
+    pub key: String,
+    pub job: JobInfo,
+    /// `--catch-up N`: the template's period, and N.
+    pub catch_up: Option<(Period, u32)>,
+    pub command: Vec<OsString>,
+    pub shell: bool,
+    /// The command's fingerprint (see [`key::fingerprint`]).
+    pub fingerprint: [u8; 32],
+    pub force: bool,
+    pub ttl: Option<Duration>,
+    pub on_abandoned: OnAbandoned,
+    pub retry: RetryPolicy,
+    pub timeout: Option<Duration>,
+    pub kill_after: Duration,
+    pub timeout_signal: i32,
+    /// Bytes of each stream's tail kept per attempt.
+    pub capture: usize,
+    pub splay: Option<Duration>,
+    pub wait: Option<Duration>,
+    pub lease: Duration,
+    /// The `--lock` names, once each, in the order they are taken.
+    pub locks: Vec<String>,
+    pub skipped_exit_code: u8,
+    pub conflict_exit_code: u8,
+    pub quiet_success: bool,
+    pub replay: bool,
+    pub alerts: alert::Settings,
+}
+
+impl Config {
+    /// Checks the flags in the order their errors are reported: the key,
+    /// the clock, the command, the limits, locks, ping, lease, job and
+    /// catch-up.
+    pub fn from_args(args: &RunArgs) -> Result<Config> {
+        let template = Template::parse(&args.key)?;
+        let key = template.expand_now()?;
+        check(args)?;
+        let locks = lock_names(&args.lock)?;
+        let ping = args.ping.clone();
+        if let Some(url) = &ping {
+            alert::check_ping(url)?;
+        }
+        if *args.lease < MIN_LEASE {
+            return Err(Failure::usage(format!(
+                "--lease {} is too short: its heartbeat (every lease/3) must reach the database in time; give at least 1s, like 60s",
+                args.lease
+            ))
+            .into());
+        }
+        let job = job_info(args, &template)?;
+        let catch_up = match args.catch_up {
+            Some(periods) => Some((catch_up_period(&template, &args.key)?, periods)),
+            None => None,
+        };
+        Ok(Config {
+            key,
+            job,
+            catch_up,
+            fingerprint: key::fingerprint(&args.command, args.shell),
+            command: args.command.clone(),
+            shell: args.shell,
+            force: args.force,
+            ttl: args.ttl.map(Into::into),
+            on_abandoned: args.on_abandoned,
+            retry: RetryPolicy::new(args),
+            timeout: args.timeout.map(Into::into),
+            kill_after: args.kill_after.into(),
+            timeout_signal: args.timeout_signal.0,
+            capture: usize::try_from(args.capture.0).unwrap_or(usize::MAX),
+            splay: args.splay.map(Into::into),
+            wait: args.wait.map(Into::into),
+            lease: args.lease.into(),
+            locks,
+            skipped_exit_code: args.skipped_exit_code,
+            conflict_exit_code: args.conflict_exit_code,
+            quiet_success: args.quiet_success,
+            replay: args.replay,
+            alerts: alert::Settings {
+                alert_after: args.alert_after,
+                quiet_success: args.quiet_success,
+                on_failure: args.on_failure.clone(),
+                on_recovery: args.on_recovery.clone(),
+                warn_after: args.warn_after.map(Into::into),
+                ping,
+            },
+            template,
+        })
+    }
+
+    /// What the decision on the key depends on, at `now`.
+    pub fn rules(&self, now: Timestamp) -> Rules {
+        Rules {
+            fingerprint: self.fingerprint,
+            force: self.force,
+            ttl: self.ttl,
+            on_abandoned: self.on_abandoned,
+            now,
+        }
+    }
+
+    /// Whether the command's output is held until the outcome is known.
+    pub fn holds_output(&self) -> bool {
+        self.alerts.holds_output()
+    }
+}
+
+/// The checks that need nothing but the flags.
+fn check(args: &RunArgs) -> Result<()> {
+    if std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .is_err()
+    {
+        return Err(Failure::new(
+            exit::IDEM_FAILED,
+            "the system clock is set before 1970, so no run can be stamped; set the clock (timedatectl, ntp); nothing ran",
+        )
+        .into());
+    }
+    if args
+        .command
+        .first()
+        .is_some_and(|program| program.is_empty())
+    {
+        return Err(Failure::usage("the command after -- is empty; name a program to run").into());
+    }
+    if args.timeout.is_some_and(|timeout| timeout.is_zero()) {
+        return Err(Failure::usage(
+            "--timeout 0 would kill every attempt at once; give a positive duration",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Whether `name` (a job's, a lock's) can be told apart and shown: at most
+/// as long as a key, and without characters that act on the text around.
+fn printable_name(name: &str) -> bool {
+    name.len() <= key::MAX_KEY_BYTES && !name.chars().any(key::is_hidden)
+}
+
+/// The lock names once each, in name order (see `locks`), refusing names
+/// that could not be told apart or shown, the first as given.
+fn lock_names(given: &[String]) -> Result<Vec<String>> {
+    for name in given {
+        if name.is_empty() {
+            return Err(Failure::usage(
+                "--lock is empty; name the lock, like --lock backup-disk (IDEM_LOCK takes a,b)",
+            )
+            .into());
+        }
+        if !printable_name(name) {
+            return Err(Failure::usage(format!(
+                "invalid --lock {}: a lock name is at most {} bytes of printable characters",
+                crate::render::printable(name),
+                key::MAX_KEY_BYTES
+            ))
+            .into());
+        }
+    }
+    let mut names = given.to_vec();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// The run's job: `--job`, else the key as typed, with the zone its keys
+/// are made in (so that `status` judges periods as the keys were cut).
+fn job_info(args: &RunArgs, template: &Template) -> Result<JobInfo> {
+    let name = args.job.clone().unwrap_or_else(|| args.key.clone());
+    if name.is_empty() || !printable_name(&name) {
+        return Err(Failure::usage(format!(
+            "invalid --job '{}': name the job with 1 to {} bytes of printable characters",
+            crate::render::printable(&name),
+            key::MAX_KEY_BYTES
+        ))
+        .into());
+    }
+    let zone = if template.needs_time() {
+        jiff::tz::TimeZone::system().iana_name().map(str::to_owned)
+    } else {
+        None
+    };
+    Ok(JobInfo {
+        name,
+        template: args.key.clone(),
+        zone,
+    })
+}
+
+/// `--catch-up` goes back by the periods of the key's template.
+fn catch_up_period(template: &Template, typed: &str) -> Result<Period> {
+    template.period().ok_or_else(|| {
+        Failure::usage(format!(
+            "--catch-up needs a key template with a time placeholder ({{minute}} {{hour}} {{date}} {{week}} {{month}} {{year}}); key '{}' has none",
+            crate::render::printable(typed)
+        ))
+        .into()
+    })
+}
+
+/// `--retries`, `--backoff`, `--max-backoff`, `--retry-on` and
+/// `--no-retry-on`: whether a failed attempt is tried again, and when.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    attempts: u32,
+    backoff: Duration,
+    max_backoff: Duration,
+    /// Only these codes are retried (all when `None`).
+    retry_on: Option<Codes>,
+    /// These never are.
+    no_retry_on: Codes,
+}
+
+/// What follows a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Another attempt, after [`RetryPolicy::delay`].
+    Again,
+    /// None: that was the last attempt allowed.
+    Exhausted,
+    /// None: the code is not one to retry, though attempts were left.
+    Permanent,
+}
+
+impl RetryPolicy {
+    fn new(args: &RunArgs) -> RetryPolicy {
+        RetryPolicy {
+            attempts: args.retries.saturating_add(1),
+            backoff: args.backoff.into(),
+            max_backoff: args.max_backoff.into(),
+            retry_on: args.retry_on.as_ref().map(|codes| Codes::of(&codes.0)),
+            no_retry_on: Codes::of(&args.no_retry_on.0),
+        }
+    }
+
+    /// The most attempts a run makes (`IDEM_MAX_ATTEMPTS`).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Whether attempt `number`, failed with exit `code`, is tried again.
+    pub fn after(&self, number: u32, code: u8) -> Retry {
+        let wanted = self
+            .retry_on
+            .as_ref()
+            .is_none_or(|codes| codes.contains(code));
+        if number >= self.attempts {
+            Retry::Exhausted
+        } else if wanted && !self.no_retry_on.contains(code) {
+            Retry::Again
+        } else {
+            Retry::Permanent
+        }
+    }
+
+    /// The wait before attempt `failed + 1`: random in [d/2, d] with
+    /// d = min(max, base * 2^(failed-1)).
+    pub fn delay(&self, failed: u32) -> Duration {
+        let doubled = self.backoff.saturating_mul(
+            1u32.checked_shl(failed.saturating_sub(1))
+                .unwrap_or(u32::MAX),
+        );
+        let ceiling = doubled.min(self.max_backoff);
+        let half = ceiling / 2;
+        half + ceiling.saturating_sub(half).mul_f64(fastrand::f64())
+    }
+}
+
+/// A set of exit codes, one bit each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Codes([u64; 4]);
+
+impl Codes {
+    fn of(ranges: &[RangeInclusive<u8>]) -> Codes {
+        let mut bits = [0u64; 4];
+        for code in ranges.iter().cloned().flatten() {
+            bits[usize::from(code / 64)] |= 1 << (code % 64);
+        }
+        Codes(bits)
+    }
+
+    fn contains(&self, code: u8) -> bool {
+        self.0[usize::from(code / 64)] & (1 << (code % 64)) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(retries: u32, retry_on: Option<&[RangeInclusive<u8>]>) -> RetryPolicy {
+        RetryPolicy {
+            attempts: retries + 1,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(5),
+            retry_on: retry_on.map(Codes::of),
+            no_retry_on: Codes::of(&[126..=127]),
+        }
+    }
+
+    #[test]
+    fn codes_hold_their_ranges_and_nothing_else() {
+        let codes = Codes::of(&[1..=1, 3..=3, 10..=20, 255..=255]);
+        let held: Vec<u8> = (0..=255).filter(|code| codes.contains(*code)).collect();
+        let mut expected = vec![1, 3];
+        expected.extend(10..=20);
+        expected.push(255);
+        assert_eq!(held, expected);
+        assert!(!Codes::of(&[]).contains(0));
+    }
+
+    #[test]
+    fn a_failed_attempt_is_retried_while_attempts_are_left_and_its_code_allows() {
+        let any = policy(2, None);
+        assert_eq!(any.after(1, 1), Retry::Again);
+        assert_eq!(any.after(2, 124), Retry::Again);
+        assert_eq!(any.after(3, 1), Retry::Exhausted);
+        assert_eq!(any.after(1, 127), Retry::Permanent);
+        // The last attempt is the last, whatever its code.
+        assert_eq!(any.after(3, 127), Retry::Exhausted);
+        let some = policy(2, Some(&[3..=3]));
+        assert_eq!(some.after(1, 3), Retry::Again);
+        assert_eq!(some.after(1, 1), Retry::Permanent);
+        assert_eq!(policy(0, None).after(1, 1), Retry::Exhausted);
+    }
+
+    #[test]
+    fn the_delay_doubles_up_to_its_cap_within_the_upper_half() {
+        let retry = policy(10, None);
+        for (failed, ceiling) in [(1, 1000), (2, 2000), (3, 4000), (4, 5000), (40, 5000)] {
+            let delay = retry.delay(failed).as_millis();
+            assert!(
+                (ceiling / 2..=ceiling).contains(&delay),
+                "attempt {failed}: {delay}ms"
+            );
+        }
+    }
+}
