@@ -29,9 +29,10 @@ impl Streams {
         } else {
             None
         };
-        // stdin that is not a terminal is kept, so that a retry gets it whole.
+        // stdin that is not a terminal is kept, so that a retry gets it whole;
+        // /dev/null (cron's and systemd's usual stdin) is whole every time.
         let spool =
-            if config.retry.attempts() > 1 && !std::io::stdin().is_terminal() && stdin_is_open() {
+            if config.retry.attempts() > 1 && !std::io::stdin().is_terminal() && stdin_is_kept() {
                 Some(Spool::new()?)
             } else {
                 None
@@ -96,8 +97,18 @@ pub(super) fn at_the_terminal() -> bool {
         && nix::unistd::tcgetpgrp(&stdin).is_ok_and(|group| group == nix::unistd::getpgrp())
 }
 
-/// Whether idem was started with a stdin at all (a closed descriptor 0 is
-/// left to the command as it is).
-fn stdin_is_open() -> bool {
-    nix::fcntl::fcntl(std::io::stdin(), nix::fcntl::FcntlArg::F_GETFD).is_ok()
+/// Whether idem's stdin needs keeping for a retry: not when there is none
+/// (a closed descriptor 0 is left to the command as it is), nor when it is
+/// the null device, which every attempt can read from the start itself.
+/// Keeping it costs a temporary file and two threads a run.
+fn stdin_is_kept() -> bool {
+    const NULL_DEVICE: u64 = nix::sys::stat::makedev(1, 3);
+    match nix::sys::stat::fstat(std::io::stdin()) {
+        Ok(stat) => {
+            use nix::sys::stat::SFlag;
+            let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+            !(kind == SFlag::S_IFCHR && stat.st_rdev == NULL_DEVICE)
+        }
+        Err(_) => false,
+    }
 }
