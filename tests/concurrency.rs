@@ -1,5 +1,6 @@
 //! One run of a key at a time, and recovery by itself after a crash: real
-//! racing processes, real SIGKILLs.
+//! racing processes, real SIGKILLs. The stories that hold on a shared
+//! ledger too run on every backend.
 
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -7,7 +8,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, code, integrity_check, text, trials, Env};
+use crate::util::{
+    assert_code, code, eventually, integrity_check, on_every_backend, text, trials, wait_for_file,
+    Backend, Env,
+};
+
+on_every_backend!(waiter_adopts_the_outcome_and_ttl_expires);
 
 /// A command that records an execution in `count`, and an overlap in
 /// `overlaps` when another execution holds the lock file.
@@ -163,19 +169,26 @@ fn conflict_exit_codes() {
     owner.wait().unwrap();
 }
 
+#[track_caller]
 fn wait_for_status(env: &Env, key: &str, status: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("{key} to become {status}");
+    eventually(&what, Duration::from_secs(10), || {
         let output = env.run(["ledger", "show", key, "--json"]);
-        if output.status.success() {
-            let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-            if shown["status"] == status {
-                return;
-            }
+        if !output.status.success() {
+            return false;
         }
-        assert!(Instant::now() < deadline, "{key} never became {status}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        shown["status"] == status
+    });
+}
+
+/// Waits (bounded) until the file at `path` holds a whole line.
+#[track_caller]
+fn wait_for_line(path: &std::path::Path) {
+    let what = format!("a line in {}", path.display());
+    eventually(&what, Duration::from_secs(30), || {
+        std::fs::read_to_string(path).is_ok_and(|lines| lines.ends_with('\n'))
+    });
 }
 
 /// Starts idem in a process group of its own, so the test can kill the
@@ -201,9 +214,7 @@ fn an_abandoned_run_is_rerun_with_idem_recovered() {
     );
     let mut first = spawn_in_own_group(&env, &["run", "--key", "a", "--shell", "--", &script]);
     // Killed once its command has run, not while merely claimed.
-    while std::fs::read_to_string(&recovered).map_or(true, |lines| !lines.ends_with('\n')) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_line(&recovered);
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
     // The command heard of its wrapper's death (PR_SET_PDEATHSIG); once the
@@ -229,9 +240,7 @@ fn a_key_stays_running_while_its_group_lives() {
         marker.display()
     );
     let mut first = spawn_in_own_group(&env, &["run", "--key", "g", "--shell", "--", &script]);
-    while !marker.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&marker, Duration::from_secs(30), &mut first);
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
     assert_code(&env.run(["run", "--key", "g", "--", "true"]), 75);
@@ -257,9 +266,7 @@ fn a_command_that_kills_idem_at_once_keeps_its_key() {
         let key = format!("k{trial}");
         let mut first = spawn_in_own_group(&env, &["run", "--key", &key, "--shell", "--", &script]);
         first.wait().unwrap();
-        while std::fs::read_to_string(&group).map_or(true, |pid| !pid.ends_with('\n')) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_line(&group);
         let leader: i32 = std::fs::read_to_string(&group)
             .unwrap()
             .trim()
@@ -392,4 +399,39 @@ fn many_keys_from_many_processes_on_a_fresh_ledger() {
         .unwrap()
         .iter()
         .all(|run| run["status"] == "succeeded"));
+}
+
+fn waiter_adopts_the_outcome_and_ttl_expires(backend: &Backend) {
+    let env = backend.env();
+    let started = env.path("started");
+    let go = env.path("go");
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; {}",
+        started.display(),
+        go.display(),
+        env.count_cmd("count")
+    );
+    let mut owner = env
+        .idem(["run", "--key", "k", "--shell", "--", &script])
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, Duration::from_secs(60), &mut owner);
+    env.cmd(["run", "--key", "k", "--shell", "--", &script])
+        .expect_code(75);
+    let waiter = env
+        .idem([
+            "run", "--key", "k", "--wait", "2m", "--shell", "--", &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    assert_code(&owner.wait_with_output().unwrap(), 0);
+    assert_code(&waiter.wait_with_output().unwrap(), 0);
+    assert_eq!(env.count("count"), 1, "the waiter adopted the success");
+    // A success counts for --ttl only.
+    std::thread::sleep(Duration::from_millis(1100));
+    env.cmd(["run", "--key", "k", "--ttl", "1s", "--shell", "--", &script])
+        .succeeds();
+    assert_eq!(env.count("count"), 2);
 }

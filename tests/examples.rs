@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::text;
+use crate::util::{eventually, text};
 
 /// Kills per example, each at a random instant of a fresh run.
 const KILLS: usize = 24;
@@ -194,19 +194,17 @@ fn kill_session(child: &mut Child) {
 }
 
 fn kill_members(session: u32, which: impl Fn(u32) -> bool) {
-    loop {
+    let what = format!("the processes of session {session} to be gone");
+    eventually(&what, Duration::from_secs(30), || {
         let members: Vec<u32> = session_members(session)
             .into_iter()
             .filter(|pid| which(*pid))
             .collect();
-        if members.is_empty() {
-            return;
+        for pid in &members {
+            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
         }
-        for pid in members {
-            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        members.is_empty()
+    });
 }
 
 /// The processes of session `session` that are not zombies.

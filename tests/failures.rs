@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, code, text, Env};
+use crate::util::{assert_code, code, text, wait_for_file, Env};
 
 /// A command that fails until it has run `n` times, then succeeds.
 fn flaky(env: &Env, n: usize) -> String {
@@ -294,7 +294,7 @@ fn a_timed_out_attempt_is_retried() {
 fn start_sleeper(env: &Env, key: &str, body: &str) -> Child {
     let marker = env.path(&format!("{key}.started"));
     let script = format!("{body} echo x > '{}'; sleep 100", marker.display());
-    let child = env
+    let mut child = env
         .idem([
             "run",
             "--key",
@@ -311,11 +311,7 @@ fn start_sleeper(env: &Env, key: &str, body: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !marker.exists() {
-        assert!(Instant::now() < deadline, "the command did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&marker, Duration::from_secs(10), &mut child);
     child
 }
 

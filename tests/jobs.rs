@@ -4,10 +4,10 @@
 //! names, so the periods are the test's, not the calendar's.
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::pg::Server;
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, eventually, text, wait_for_file, Env};
 
 /// Whether `faketime` is here; under CI its absence fails the test.
 fn have_faketime() -> bool {
@@ -335,11 +335,7 @@ fn a_catch_up_killed_midway_recovers() {
     let mut child = at_with(&env, None, "2026-03-03 02:00:00", &args)
         .spawn()
         .expect("idem starts");
-    let until = Instant::now() + Duration::from_secs(30);
-    while !started.exists() {
-        assert!(Instant::now() < until, "the catch-up never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut child);
     // faketime may run idem as its child: kill idem itself.
     let is_idem = |pid: u32| {
         std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.ends_with("idem"))
@@ -370,17 +366,15 @@ fn a_catch_up_killed_midway_recovers() {
     .unwrap();
     let _ = child.wait();
     // The next call finds the killed run abandoned and runs the day again.
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually("the day to be recovered", Duration::from_secs(30), || {
         let output = at(&env, "2026-03-03 02:10:00", &args);
         if output.status.code() == Some(0) {
-            break;
+            return true;
         }
         // Its processes may take a moment to go.
         assert_eq!(output.status.code(), Some(75), "{}", text(&output.stderr));
-        assert!(Instant::now() < until, "never recovered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        false
+    });
     let lines = log(&env);
     assert_eq!(
         lines[1..],
@@ -447,11 +441,7 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
         ])
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !started.exists() {
-        assert!(Instant::now() < until);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut holder);
     let busy = env.run(["run", "--key", "other", "--lock", "db", "--", "true"]);
     assert_code(&busy, 75);
     assert!(
@@ -486,15 +476,11 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
     holder.kill().unwrap();
     let _ = holder.wait();
     // Once its holder is gone, the lock is free.
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let output = env.run(["run", "--key", "other", "--lock", "db", "--", "true"]);
-        if output.status.code() == Some(0) {
-            break;
-        }
-        assert!(Instant::now() < until, "{}", text(&output.stderr));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually("the lock to be free", Duration::from_secs(30), || {
+        env.run(["run", "--key", "other", "--lock", "db", "--", "true"])
+            .status
+            .success()
+    });
     assert_code(&env.run(["run", "-k", "x", "--lock", "", "--", "true"]), 2);
 }
 
@@ -597,11 +583,7 @@ fn ledger_commands_take_templates_globs_and_dates() {
         ])
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !started.exists() {
-        assert!(Instant::now() < until);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut running);
     assert_code(&env.run(["run", "-k", "backup-done", "--", "true"]), 0);
     let refused = env.run(["ledger", "forget", "backup-*"]);
     assert_code(&refused, 75);
@@ -777,11 +759,7 @@ fn jobs_on_a_shared_ledger() {
         .env("IDEM_DB", &url)
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !started.exists() {
-        assert!(Instant::now() < until);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut holder);
     let busy = pg(&["run", "--key", "other", "--lock", "db", "--", "true"]);
     assert_code(&busy, 75);
     assert!(text(&busy.stderr).contains("lock db is held"));
@@ -792,13 +770,9 @@ fn jobs_on_a_shared_ledger() {
     .unwrap();
     let _ = holder.wait();
     // Its outcome released it.
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let output = pg(&["run", "--key", "other", "--lock", "db", "--", "true"]);
-        if output.status.code() == Some(0) {
-            break;
-        }
-        assert!(Instant::now() < until, "{}", text(&output.stderr));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually("the lock to be released", Duration::from_secs(30), || {
+        pg(&["run", "--key", "other", "--lock", "db", "--", "true"])
+            .status
+            .success()
+    });
 }

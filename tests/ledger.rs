@@ -1,18 +1,47 @@
 //! `idem ledger`: list, show, forget, prune, export/import, metrics, and
-//! `idem run --replay`, on real SQLite ledgers.
+//! `idem run --replay`. Each scenario takes its ledgers from a [`Backend`]
+//! and runs on SQLite and on PostgreSQL from one body; what only a SQLite
+//! file can show comes last.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, eventually, on_every_backend, text, Backend, Env, Idem};
+
+on_every_backend!(
+    list_is_newest_first_with_every_filter,
+    list_draws_a_plain_table_off_a_terminal,
+    list_json_has_the_spec_fields,
+    show_gives_state_runs_attempts_and_output,
+    show_of_non_utf8_output_is_valid_json,
+    show_of_an_unknown_key_exits_1,
+    runs_once_then_skips,
+    replay_prints_the_recorded_output_when_skipping,
+    forget_makes_a_key_run_again_and_keeps_its_history,
+    forget_purge_removes_the_history,
+    forget_of_an_unknown_key_exits_1_after_forgetting_the_others,
+    quiet_silences_summaries_but_not_data_or_errors,
+    forget_refuses_a_key_that_runs_under_a_live_owner,
+    prune_keeps_what_decides,
+    prune_never_touches_a_running_run,
+    forget_prune_and_metrics,
+    export_then_import_round_trips_into_a_fresh_ledger,
+    an_imported_success_is_honoured_by_run,
+    an_import_never_overrides_a_newer_run,
+    import_refuses_a_bad_line_with_its_number,
+    metrics_are_the_prometheus_text_format,
+    a_run_exported_while_running_takes_its_outcome_on_a_later_import,
+    list_colours_the_status_only_on_a_terminal_without_no_color,
+    export_into_a_closed_pipe_is_the_readers_choice,
+);
 
 /// Runs `script` under `key` through the shell, with no retries.
-fn sh(env: &Env, key: &str, script: &str) -> std::process::Output {
-    env.run([
+fn sh(env: &Env, key: &str, script: &str) -> Idem {
+    env.cmd([
         "run",
         "--key",
         key,
@@ -24,8 +53,8 @@ fn sh(env: &Env, key: &str, script: &str) -> std::process::Output {
     ])
 }
 
-fn lines(output: &std::process::Output) -> Vec<String> {
-    text(&output.stdout).lines().map(str::to_owned).collect()
+fn lines(text: &str) -> Vec<String> {
+    text.lines().map(str::to_owned).collect()
 }
 
 fn keys_of(runs: &Value) -> Vec<String> {
@@ -36,33 +65,34 @@ fn keys_of(runs: &Value) -> Vec<String> {
         .collect()
 }
 
+#[track_caller]
 fn list_keys<const N: usize>(env: &Env, args: [&str; N]) -> Vec<String> {
-    let output = env.run(["ledger", "list", "--json"].into_iter().chain(args));
-    assert_code(&output, 0);
-    keys_of(&serde_json::from_slice(&output.stdout).unwrap())
+    keys_of(
+        &env.cmd(["ledger", "list", "--json"])
+            .args(args)
+            .succeeds()
+            .json(),
+    )
 }
 
-/// Polls until `done` holds, failing after a generous bound.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "gave up waiting: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Starts `idem run --key KEY -- sleep 600` and waits until it runs.
-fn start_sleeper(env: &Env, key: &str) -> Child {
+/// Starts `idem run --key KEY -- sleep 600` and waits until it runs. On a
+/// shared ledger an owner is judged by its lease alone, so there the lease
+/// is short: a killed sleeper's key is free again within seconds.
+fn start_sleeper(backend: &Backend, env: &Env, key: &str) -> Child {
+    let lease: &[&str] = if backend.is_postgres() {
+        &["--lease", "2s"]
+    } else {
+        &[]
+    };
     let child = env
-        .idem(["run", "--key", key, "--", "sleep", "600"])
+        .idem(["run", "--key", key])
+        .args(lease)
+        .args(["--", "sleep", "600"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    eventually("the sleeper is running", || {
+    eventually("the sleeper to run", Duration::from_secs(30), || {
         env.list_json()
             .as_array()
             .unwrap()
@@ -72,13 +102,12 @@ fn start_sleeper(env: &Env, key: &str) -> Child {
     child
 }
 
-#[test]
-fn list_is_newest_first_with_every_filter() {
-    let env = Env::new();
-    assert_code(&sh(&env, "backup-a", "true"), 0);
-    assert_code(&sh(&env, "backup-b", "exit 3"), 3);
-    assert_code(&sh(&env, "report", "true"), 0);
-    assert_code(&sh(&env, "backup-b", "exit 4"), 4);
+fn list_is_newest_first_with_every_filter(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "backup-a", "true").succeeds();
+    sh(&env, "backup-b", "exit 3").expect_code(3);
+    sh(&env, "report", "true").succeeds();
+    sh(&env, "backup-b", "exit 4").expect_code(4);
 
     assert_eq!(
         list_keys(&env, []),
@@ -114,27 +143,21 @@ fn list_is_newest_first_with_every_filter() {
         ["backup-b"]
     );
 
-    let bad = env.run(["ledger", "list", "--since", "yesterday"]);
-    assert_code(&bad, 2);
-    assert_eq!(
-        text(&bad.stderr).lines().count(),
-        1,
-        "{}",
-        text(&bad.stderr)
-    );
-    assert!(text(&bad.stderr).contains("--since"));
-    assert_code(&env.run(["ledger", "list", "--status", "done"]), 2);
+    env.cmd(["ledger", "list", "--since", "yesterday"])
+        .expect_code(2)
+        .stderr_one_line()
+        .stderr_has("--since");
+    env.cmd(["ledger", "list", "--status", "done"])
+        .expect_code(2);
 }
 
-#[test]
-fn list_draws_a_plain_table_off_a_terminal() {
-    let env = Env::new();
+fn list_draws_a_plain_table_off_a_terminal(backend: &Backend) {
+    let env = backend.env();
     let long = format!("echo {}", "x".repeat(200));
-    assert_code(&sh(&env, "long", &long), 0);
-    assert_code(&sh(&env, "short", "exit 9"), 9);
-    let output = env.idem(["ledger", "list"]).output().unwrap();
-    assert_code(&output, 0);
-    let table = lines(&output);
+    sh(&env, "long", &long).succeeds();
+    sh(&env, "short", "exit 9").expect_code(9);
+    let output = env.cmd(["ledger", "list"]).succeeds();
+    let table = lines(&output.stdout());
     assert_eq!(table.len(), 3, "{table:?}");
     let header: Vec<&str> = table[0].split_whitespace().collect();
     assert_eq!(
@@ -147,34 +170,26 @@ fn list_draws_a_plain_table_off_a_terminal() {
     assert_eq!(short[4].len(), "2026-01-01".len());
     assert_eq!(short[5].len(), "00:00:00".len());
     // Off a terminal: no colour, and the command is shortened.
-    let all = text(&output.stdout);
-    assert!(!all.contains('\x1b'), "{all}");
+    output.stdout_lacks("\x1b");
     assert!(table[2].ends_with('…'), "{}", table[2]);
     assert!(table.iter().all(|line| line == line.trim_end()));
 
     // $COLUMNS bounds the width; the command gives way first.
-    let narrow = env
-        .idem(["ledger", "list"])
-        .env("COLUMNS", "100")
-        .output()
-        .unwrap();
-    for line in lines(&narrow) {
+    let narrow = env.cmd(["ledger", "list"]).env("COLUMNS", "100").run();
+    for line in lines(&narrow.stdout()) {
         assert!(line.chars().count() <= 100, "{line}");
     }
-    assert!(lines(&narrow)[2].starts_with("long "));
+    assert!(lines(&narrow.stdout())[2].starts_with("long "));
 
     // An empty ledger (or none at all) lists nothing.
-    let fresh = Env::new();
-    let none = fresh.run(["ledger", "list"]);
-    assert_code(&none, 0);
-    assert_eq!(text(&none.stdout), "");
+    let fresh = backend.env();
+    fresh.cmd(["ledger", "list"]).succeeds().stdout_is("");
     assert_eq!(fresh.list_json(), serde_json::json!([]));
 }
 
-#[test]
-fn list_json_has_the_spec_fields() {
-    let env = Env::new();
-    assert_code(&sh(&env, "k", "exit 5"), 5);
+fn list_json_has_the_spec_fields(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "k", "exit 5").expect_code(5);
     let runs = env.list_json();
     let run = &runs[0];
     for field in [
@@ -203,50 +218,24 @@ fn list_json_has_the_spec_fields() {
     assert!(run["duration_ms"].as_i64().unwrap() >= 0);
 }
 
-#[test]
-fn show_gives_state_runs_attempts_and_output() {
-    let env = Env::new();
+fn show_gives_state_runs_attempts_and_output(backend: &Backend) {
+    let env = backend.env();
     let flaky = format!(
         "{}; echo out-$(wc -l < count); echo err >&2; [ $(wc -l < count) -ge 2 ]",
         env.count_cmd("count")
     );
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "job",
-            "--retries",
-            "0",
-            "--shell",
-            "--",
-            &flaky,
-        ]),
-        1,
-    );
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "job",
-            "--retries",
-            "0",
-            "--shell",
-            "--",
-            &flaky,
-        ]),
-        0,
-    );
+    sh(&env, "job", &flaky).expect_code(1);
+    sh(&env, "job", &flaky).succeeds();
 
-    let human = env.run(["ledger", "show", "job"]);
-    assert_code(&human, 0);
-    let human = text(&human.stdout);
-    assert!(human.starts_with("key job: succeeded at "), "{human}");
-    assert!(human.contains("the next run skips it"), "{human}");
-    assert!(
-        human.contains("out-2") && human.contains("out-1"),
-        "{human}"
-    );
-    assert!(human.contains("stderr:"), "{human}");
+    let human = env
+        .cmd(["ledger", "show", "job"])
+        .succeeds()
+        .stdout_starts_with("key job: succeeded at ")
+        .stdout_has("the next run skips it")
+        .stdout_has("out-2")
+        .stdout_has("out-1")
+        .stdout_has("stderr:")
+        .stdout();
     // Newest run first.
     assert!(human.find("out-2") < human.find("out-1"), "{human}");
 
@@ -275,147 +264,189 @@ fn show_gives_state_runs_attempts_and_output() {
     assert_eq!(history[0]["exit_code"], 1);
 }
 
-#[test]
-fn show_of_non_utf8_output_is_valid_json() {
-    let env = Env::new();
-    let output = env
-        .idem(["run", "--key", "bin", "--", "printf"])
+fn show_of_non_utf8_output_is_valid_json(backend: &Backend) {
+    let env = backend.env();
+    env.cmd(["run", "--key", "bin", "--", "printf"])
         .arg(OsStr::from_bytes(b"\xff\xfeok\n"))
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
+        .succeeds();
     let shown = env.show_json("bin");
     let tail = shown["attempts_detail"][0]["stdout_tail"].as_str().unwrap();
     assert!(tail.ends_with("ok\n"), "{tail:?}");
     assert!(tail.contains('\u{fffd}'));
 }
 
-#[test]
-fn show_of_an_unknown_key_exits_1() {
-    let env = Env::new();
-    let none = env.run(["ledger", "show", "nope"]);
-    assert_code(&none, 1);
-    assert_eq!(text(&none.stdout), "");
-    let stderr = text(&none.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("nope"), "{stderr}");
-    assert_code(&sh(&env, "other", "true"), 0);
-    assert_code(&env.run(["ledger", "show", "nope", "--json"]), 1);
+fn show_of_an_unknown_key_exits_1(backend: &Backend) {
+    let env = backend.env();
+    env.cmd(["ledger", "show", "nope"])
+        .expect_code(1)
+        .stdout_is("")
+        .stderr_one_line()
+        .stderr_has("nope");
+    sh(&env, "other", "true").succeeds();
+    env.cmd(["ledger", "show", "nope", "--json"]).expect_code(1);
 }
 
-#[test]
-fn replay_prints_the_recorded_output_when_skipping() {
-    let env = Env::new();
-    let script = format!("{}; echo result; echo note >&2", env.count_cmd("count"));
-    let first = env.run(["run", "--key", "k", "--shell", "--", &script]);
-    assert_code(&first, 0);
-    assert_eq!(text(&first.stdout), "result\n");
-
-    let silent = env.run(["run", "--key", "k", "--shell", "--", &script]);
-    assert_code(&silent, 0);
-    assert_eq!(text(&silent.stdout), "");
-
-    let replayed = env.run(["run", "--key", "k", "--replay", "--shell", "--", &script]);
-    assert_code(&replayed, 0);
-    assert_eq!(text(&replayed.stdout), "result\n");
-    assert_eq!(text(&replayed.stderr), "note\n");
-    assert_eq!(env.count("count"), 1);
-}
-
-#[test]
-fn forget_makes_a_key_run_again_and_keeps_its_history() {
-    let env = Env::new();
+/// The run story of a ledger: once, then skipped; a different command is
+/// refused; a failure runs again; --force runs; and show, list and
+/// --replay read it all back.
+fn runs_once_then_skips(backend: &Backend) {
+    let env = backend.env();
     let count = env.count_cmd("count");
-    let run = || env.run(["run", "--key", "k", "--shell", "--", &count]);
-    assert_code(&run(), 0);
-    assert_code(&run(), 0);
+    for _ in 0..3 {
+        env.cmd(["run", "--key", "backup", "--shell", "--", &count])
+            .succeeds();
+    }
+    assert_eq!(env.count("count"), 1);
+    let runs = env.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["key"], "backup");
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_eq!(runs[0]["exit_code"], 0);
+    assert_eq!(runs[0]["attempts"], 1);
+    assert_eq!(runs[0]["shell"], true);
+
+    // A different command: refused; a failure runs again; --force runs.
+    env.cmd(["run", "--key", "backup", "--", "true"])
+        .expect_code(65);
+    let fail = format!("{count}; exit 7");
+    for _ in 0..2 {
+        env.cmd([
+            "run",
+            "--key",
+            "f",
+            "--retries",
+            "1",
+            "--backoff",
+            "10ms",
+            "--shell",
+            "--",
+            &fail,
+        ])
+        .expect_code(7);
+    }
+    assert_eq!(env.count("count"), 5);
+    env.cmd(["run", "--key", "backup", "--force", "--shell", "--", &count])
+        .succeeds();
+    assert_eq!(env.count("count"), 6);
+
+    let show = env.cmd(["ledger", "show", "f", "--json"]).succeeds().json();
+    assert_eq!(show["status"], "failed");
+    assert_eq!(show["exit_code"], 7);
+    assert_eq!(show["attempts"], 2);
+    assert_eq!(show["attempts_detail"].as_array().unwrap().len(), 2);
+    assert_eq!(show["history"].as_array().unwrap().len(), 1);
+    let failed = env
+        .cmd([
+            "ledger", "list", "--json", "--status", "failed", "--key", "f*",
+        ])
+        .succeeds()
+        .json();
+    assert_eq!(failed.as_array().unwrap().len(), 2);
+
+    // Output tails and --replay come back from the ledger.
+    env.cmd(["run", "--key", "hello", "--", "echo", "hello"])
+        .succeeds();
+    env.cmd(["run", "--key", "hello", "--replay", "--", "echo", "hello"])
+        .succeeds()
+        .stdout_is("hello\n");
+}
+
+fn replay_prints_the_recorded_output_when_skipping(backend: &Backend) {
+    let env = backend.env();
+    let script = format!("{}; echo result; echo note >&2", env.count_cmd("count"));
+    env.cmd(["run", "--key", "k", "--shell", "--", &script])
+        .succeeds()
+        .stdout_is("result\n");
+    env.cmd(["run", "--key", "k", "--shell", "--", &script])
+        .succeeds()
+        .stdout_is("");
+    env.cmd(["run", "--key", "k", "--replay", "--shell", "--", &script])
+        .succeeds()
+        .stdout_is("result\n")
+        .stderr_is("note\n");
+    assert_eq!(env.count("count"), 1);
+}
+
+fn forget_makes_a_key_run_again_and_keeps_its_history(backend: &Backend) {
+    let env = backend.env();
+    let count = env.count_cmd("count");
+    let run = || env.cmd(["run", "--key", "k", "--shell", "--", &count]);
+    run().succeeds();
+    run().succeeds();
     assert_eq!(env.count("count"), 1);
 
-    let dry = env.run(["ledger", "forget", "--dry-run", "k"]);
-    assert_code(&dry, 0);
-    assert_eq!(
-        text(&dry.stdout),
-        "would forget k: was succeeded; it runs next time (1 run kept)\n"
-    );
-    assert_code(&run(), 0);
+    env.cmd(["ledger", "forget", "--dry-run", "k"])
+        .succeeds()
+        .stdout_is("would forget k: was succeeded; it runs next time (1 run kept)\n");
+    run().succeeds();
     assert_eq!(env.count("count"), 1, "a dry run changed nothing");
 
-    let forgot = env.run(["ledger", "forget", "k"]);
-    assert_code(&forgot, 0);
-    assert_eq!(
-        text(&forgot.stdout),
-        "forgot k: was succeeded; it runs next time (1 run kept)\n"
-    );
-    let shown = text(&env.run(["ledger", "show", "k"]).stdout);
-    assert!(shown.starts_with("key k: forgotten"), "{shown}");
+    env.cmd(["ledger", "forget", "k"])
+        .succeeds()
+        .stdout_is("forgot k: was succeeded; it runs next time (1 run kept)\n");
+    env.cmd(["ledger", "show", "k"])
+        .run()
+        .stdout_starts_with("key k: forgotten");
     assert_eq!(env.list_json().as_array().unwrap().len(), 1);
 
-    assert_code(&run(), 0);
+    run().succeeds();
     assert_eq!(env.count("count"), 2);
-    assert_code(&run(), 0);
+    run().succeeds();
     assert_eq!(env.count("count"), 2, "the new success decides again");
     assert_eq!(env.list_json().as_array().unwrap().len(), 2);
 
     // Forgetting twice is harmless.
-    assert_code(&env.run(["ledger", "forget", "k"]), 0);
-    let again = env.run(["ledger", "forget", "k"]);
-    assert_code(&again, 0);
-    assert!(text(&again.stdout).contains("was forgotten already"));
+    env.cmd(["ledger", "forget", "k"]).succeeds();
+    env.cmd(["ledger", "forget", "k"])
+        .succeeds()
+        .stdout_has("was forgotten already");
 }
 
-#[test]
-fn forget_purge_removes_the_history() {
-    let env = Env::new();
-    assert_code(&sh(&env, "gone", "exit 1"), 1);
-    assert_code(&sh(&env, "gone", "true"), 0);
-    assert_code(&sh(&env, "kept", "true"), 0);
+fn forget_purge_removes_the_history(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "gone", "exit 1").expect_code(1);
+    sh(&env, "gone", "true").succeeds();
+    sh(&env, "kept", "true").succeeds();
 
-    let dry = env.run(["ledger", "forget", "--purge", "--dry-run", "gone"]);
-    assert_code(&dry, 0);
-    assert_eq!(
-        text(&dry.stdout),
-        "would purge gone: was succeeded; 2 runs removed; it runs next time\n"
-    );
+    env.cmd(["ledger", "forget", "--purge", "--dry-run", "gone"])
+        .succeeds()
+        .stdout_is("would purge gone: was succeeded; 2 runs removed; it runs next time\n");
     assert_eq!(env.list_json().as_array().unwrap().len(), 3);
 
-    let purged = env.run(["ledger", "forget", "--purge", "gone"]);
-    assert_code(&purged, 0);
+    env.cmd(["ledger", "forget", "--purge", "gone"]).succeeds();
     assert_eq!(keys_of(&env.list_json()), ["kept"]);
-    assert_code(&env.run(["ledger", "show", "gone"]), 1);
-    assert_code(&sh(&env, "gone", "true"), 0);
+    env.cmd(["ledger", "show", "gone"]).expect_code(1);
+    sh(&env, "gone", "true").succeeds();
     assert_eq!(env.list_json().as_array().unwrap().len(), 2);
 }
 
-#[test]
-fn forget_of_an_unknown_key_exits_1_after_forgetting_the_others() {
-    let env = Env::new();
-    assert_code(&sh(&env, "known", "true"), 0);
-    let output = env.run(["ledger", "forget", "known", "nope"]);
-    assert_code(&output, 1);
-    assert!(text(&output.stdout).starts_with("forgot known:"));
-    let stderr = text(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("no key nope"), "{stderr}");
-    assert!(text(&env.run(["ledger", "show", "known"]).stdout).contains("forgotten"));
+fn forget_of_an_unknown_key_exits_1_after_forgetting_the_others(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "known", "true").succeeds();
+    env.cmd(["ledger", "forget", "known", "nope"])
+        .expect_code(1)
+        .stdout_starts_with("forgot known:")
+        .stderr_one_line()
+        .stderr_has("no key nope");
+    env.cmd(["ledger", "show", "known"])
+        .run()
+        .stdout_has("forgotten");
     // No ledger at all: every key is unknown.
-    assert_code(&Env::new().run(["ledger", "forget", "x"]), 1);
+    backend.env().cmd(["ledger", "forget", "x"]).expect_code(1);
 }
 
-#[test]
-fn quiet_silences_summaries_but_not_data_or_errors() {
-    let env = Env::new();
-    assert_code(&sh(&env, "a", "true"), 0);
-    assert_code(&sh(&env, "b", "true"), 0);
+fn quiet_silences_summaries_but_not_data_or_errors(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "a", "true").succeeds();
+    sh(&env, "b", "true").succeeds();
     let exported = export(&env);
     let silent = |args: &[&str]| {
-        let output = env.run(args);
-        assert_code(&output, 0);
-        assert_eq!(text(&output.stdout), "", "{args:?}");
-        assert_eq!(text(&output.stderr), "", "{args:?}");
+        env.cmd(args).succeeds().stdout_is("").stderr_is("");
     };
     silent(&["-q", "ledger", "forget", "a"]);
-    let shown = text(&env.run(["ledger", "show", "a"]).stdout);
-    assert!(shown.starts_with("key a: forgotten"), "{shown}");
+    env.cmd(["ledger", "show", "a"])
+        .run()
+        .stdout_starts_with("key a: forgotten");
     silent(&["-q", "ledger", "prune", "--older-than", "0s"]);
     assert_eq!(
         env.list_json().as_array().unwrap().len(),
@@ -424,60 +455,56 @@ fn quiet_silences_summaries_but_not_data_or_errors() {
     );
     let path = env.path("runs.jsonl");
     std::fs::write(&path, &exported).unwrap();
-    let imported = env.run([
-        OsStr::new("-q"),
-        OsStr::new("ledger"),
-        OsStr::new("import"),
-        path.as_os_str(),
-    ]);
-    assert_code(&imported, 0);
-    assert_eq!(text(&imported.stdout), "");
+    env.cmd(["-q", "ledger", "import"])
+        .arg(&path)
+        .succeeds()
+        .stdout_is("");
     assert_eq!(
         env.list_json().as_array().unwrap().len(),
         2,
         "a's run is back"
     );
     // Data still prints, and so do errors.
-    assert!(!env.run(["-q", "ledger", "list"]).stdout.is_empty());
-    let unknown = env.run(["-q", "ledger", "forget", "nope"]);
-    assert_code(&unknown, 1);
-    assert!(text(&unknown.stderr).contains("no key nope"));
+    assert!(!env.cmd(["-q", "ledger", "list"]).run().stdout().is_empty());
+    env.cmd(["-q", "ledger", "forget", "nope"])
+        .expect_code(1)
+        .stderr_has("no key nope");
 }
 
-#[test]
-fn forget_refuses_a_key_that_runs_under_a_live_owner() {
-    let env = Env::new();
-    assert_code(&sh(&env, "other", "true"), 0);
-    let mut sleeper = start_sleeper(&env, "busy");
+fn forget_refuses_a_key_that_runs_under_a_live_owner(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "other", "true").succeeds();
+    let mut sleeper = start_sleeper(backend, &env, "busy");
 
-    let refused = env.run(["ledger", "forget", "other", "busy"]);
-    assert_code(&refused, 75);
-    let stderr = text(&refused.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("key busy is running"), "{stderr}");
-    assert!(stderr.contains("nothing was forgotten"), "{stderr}");
-    assert_eq!(text(&refused.stdout), "");
+    env.cmd(["ledger", "forget", "other", "busy"])
+        .expect_code(75)
+        .stderr_one_line()
+        .stderr_has("key busy is running")
+        .stderr_has("nothing was forgotten")
+        .stdout_is("");
     // All or nothing: the other key still decides.
-    assert!(text(&env.run(["ledger", "show", "other"]).stdout).contains("succeeded"));
-    assert_code(&env.run(["ledger", "forget", "--purge", "busy"]), 75);
+    env.cmd(["ledger", "show", "other"])
+        .run()
+        .stdout_has("succeeded");
+    env.cmd(["ledger", "forget", "--purge", "busy"])
+        .expect_code(75);
 
     // SIGKILL the wrapper: its command dies with it (parent-death signal),
     // the owner is gone, and the key may be forgotten.
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
-    eventually("forget is allowed once the owner is gone", || {
-        let output = env.run(["ledger", "forget", "busy"]);
-        if output.status.code() == Some(75) {
-            return false;
-        }
-        assert_code(&output, 0);
-        assert!(
-            text(&output.stdout).contains("marked abandoned"),
-            "{}",
-            text(&output.stdout)
-        );
-        true
-    });
+    eventually(
+        "forget to be allowed once the owner is gone",
+        Duration::from_secs(30),
+        || {
+            let forgot = env.cmd(["ledger", "forget", "busy"]).run();
+            if forgot.code() == Some(75) {
+                return false;
+            }
+            forgot.expect_code(0).stdout_has("marked abandoned");
+            true
+        },
+    );
     let runs = env.list_json();
     let busy = runs
         .as_array()
@@ -487,59 +514,45 @@ fn forget_refuses_a_key_that_runs_under_a_live_owner() {
         .unwrap();
     assert_eq!(busy["status"], "abandoned");
     // Forgotten, so the next run is a fresh start, not a recovery.
-    let recovered = env.run([
+    env.cmd([
         "run",
         "--key",
         "busy",
         "--shell",
         "--",
         "test -z \"$IDEM_RECOVERED\"",
-    ]);
-    assert_code(&recovered, 0);
+    ])
+    .succeeds();
 }
 
-#[test]
-fn prune_keeps_what_decides() {
-    let env = Env::new();
+fn prune_keeps_what_decides(backend: &Backend) {
+    let env = backend.env();
     let count = env.count_cmd("count");
     // A key that failed, then succeeded: the success decides.
-    assert_code(&sh(&env, "ok", "echo first; exit 1"), 1);
-    assert_code(&sh(&env, "ok", &count), 0);
+    sh(&env, "ok", "echo first; exit 1").expect_code(1);
+    sh(&env, "ok", &count).succeeds();
     // A key that only failed: its last failure decides (it runs again).
-    assert_code(&sh(&env, "bad", "exit 2"), 2);
-    assert_code(&sh(&env, "bad", "exit 3"), 3);
+    sh(&env, "bad", "exit 2").expect_code(2);
+    sh(&env, "bad", "exit 3").expect_code(3);
     // A forgotten key: nothing decides, so all of it may go.
-    assert_code(&sh(&env, "old", "true"), 0);
-    assert_code(&env.run(["ledger", "forget", "old"]), 0);
+    sh(&env, "old", "true").succeeds();
+    env.cmd(["ledger", "forget", "old"]).succeeds();
 
-    let young = env.run(["ledger", "prune", "--older-than", "1h"]);
-    assert_code(&young, 0);
-    assert!(
-        text(&young.stdout).starts_with("pruned 0 runs (0 attempts, 0 B of output)"),
-        "{}",
-        text(&young.stdout)
-    );
+    env.cmd(["ledger", "prune", "--older-than", "1h"])
+        .succeeds()
+        .stdout_starts_with("pruned 0 runs (0 attempts, 0 B of output)");
 
-    let dry = env.run(["ledger", "prune", "--older-than", "0s", "--dry-run"]);
-    assert_code(&dry, 0);
-    assert!(
-        text(&dry.stdout).starts_with(
-            "would prune 3 runs (3 attempts, 6 B of output, 1 forgotten key) that finished before "
-        ),
-        "{}",
-        text(&dry.stdout)
-    );
+    env.cmd(["ledger", "prune", "--older-than", "0s", "--dry-run"])
+        .succeeds()
+        .stdout_starts_with(
+            "would prune 3 runs (3 attempts, 6 B of output, 1 forgotten key) that finished before ",
+        );
     assert_eq!(env.list_json().as_array().unwrap().len(), 5);
 
-    let pruned = env.run(["ledger", "prune", "--older-than", "0s"]);
-    assert_code(&pruned, 0);
-    assert!(
-        text(&pruned.stdout)
-            .starts_with("pruned 3 runs (3 attempts, 6 B of output, 1 forgotten key)"),
-        "{}",
-        text(&pruned.stdout)
-    );
-    assert!(text(&pruned.stdout).contains("every key's deciding run stays"));
+    env.cmd(["ledger", "prune", "--older-than", "0s"])
+        .succeeds()
+        .stdout_starts_with("pruned 3 runs (3 attempts, 6 B of output, 1 forgotten key)")
+        .stdout_has("every key's deciding run stays");
     let runs = env.list_json();
     let left: Vec<(String, String)> = runs
         .as_array()
@@ -560,48 +573,94 @@ fn prune_keeps_what_decides() {
         ]
     );
     // What run decides is unchanged: ok skips, bad runs.
-    assert_code(&sh(&env, "ok", &count), 0);
+    sh(&env, "ok", &count).succeeds();
     assert_eq!(env.count("count"), 1);
-    assert_code(&sh(&env, "bad", "exit 4"), 4);
-    assert_code(&env.run(["ledger", "show", "old"]), 1);
+    sh(&env, "bad", "exit 4").expect_code(4);
+    env.cmd(["ledger", "show", "old"]).expect_code(1);
 }
 
-#[test]
-fn prune_never_touches_a_running_run() {
-    let env = Env::new();
-    let mut sleeper = start_sleeper(&env, "busy");
-    let pruned = env.run(["ledger", "prune", "--older-than", "0s"]);
-    assert_code(&pruned, 0);
-    assert!(text(&pruned.stdout).starts_with("pruned 0 runs"));
+fn prune_never_touches_a_running_run(backend: &Backend) {
+    let env = backend.env();
+    let mut sleeper = start_sleeper(backend, &env, "busy");
+    env.cmd(["ledger", "prune", "--older-than", "0s"])
+        .succeeds()
+        .stdout_starts_with("pruned 0 runs");
     assert_eq!(env.list_json()[0]["status"], "running");
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
 }
 
-fn export(env: &Env) -> Vec<u8> {
-    let output = env.run(["ledger", "export"]);
-    assert_code(&output, 0);
-    output.stdout
+/// Forget, prune and metrics on one ledger, one after the other.
+fn forget_prune_and_metrics(backend: &Backend) {
+    let env = backend.env();
+    let count = env.count_cmd("count");
+    let run = |key: &str, script: &str| {
+        env.cmd([
+            "run",
+            "--key",
+            key,
+            "--retries",
+            "0",
+            "--force",
+            "--shell",
+            "--",
+            script,
+        ])
+    };
+    run("k", &count).succeeds();
+    run("k", "exit 1").expect_code(1);
+    run("k", "exit 2").expect_code(2);
+    run("other", "true").succeeds();
+
+    env.cmd(["ledger", "metrics"])
+        .succeeds()
+        .stdout_has("idem_consecutive_failures{job=\"k\"} 2")
+        .stdout_has("idem_consecutive_failures{job=\"other\"} 0")
+        .stdout_has("idem_runs{job=\"k\",status=\"failed\"} 2");
+
+    // Prune keeps each key's deciding run.
+    env.cmd(["ledger", "prune", "--older-than", "0s"])
+        .succeeds();
+    let runs = env.list_json();
+    assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
+    env.cmd(["run", "--key", "other", "--shell", "--", &count])
+        .expect_code(65);
+
+    // Forget makes a key run again and keeps its history; --purge drops it.
+    env.cmd(["run", "--key", "once", "--shell", "--", &count])
+        .succeeds();
+    env.cmd(["ledger", "forget", "once"]).succeeds();
+    env.cmd(["run", "--key", "once", "--shell", "--", &count])
+        .succeeds();
+    assert_eq!(env.count("count"), 3);
+    env.cmd(["ledger", "forget", "--purge", "once"]).succeeds();
+    env.cmd(["ledger", "show", "once"]).expect_code(1);
 }
 
-fn import(env: &Env, stream: &[u8]) -> std::process::Output {
+#[track_caller]
+fn export(env: &Env) -> Vec<u8> {
+    env.cmd(["ledger", "export"])
+        .succeeds()
+        .into_output()
+        .stdout
+}
+
+/// `idem ledger import FILE` of `stream`, not yet run.
+fn import(env: &Env, stream: &[u8]) -> Idem {
     let path = env.path("import.jsonl");
     std::fs::write(&path, stream).unwrap();
-    env.run([OsStr::new("ledger"), OsStr::new("import"), path.as_os_str()])
+    env.cmd(["ledger", "import"]).arg(path)
 }
 
-#[test]
-fn export_then_import_round_trips_into_a_fresh_ledger() {
-    let source = Env::new();
+fn export_then_import_round_trips_into_a_fresh_ledger(backend: &Backend) {
+    let source = backend.env();
     // Non-UTF-8 argv and output, a retried failure, a forgotten key.
-    let binary = source
-        .idem(["run", "--key", "bin", "--", "printf"])
+    source
+        .cmd(["run", "--key", "bin", "--", "printf"])
         .arg(OsStr::from_bytes(b"\xff\xfe-out\n"))
-        .output()
-        .unwrap();
-    assert_code(&binary, 0);
-    assert_code(
-        &source.run([
+        .succeeds();
+    source
+        .cmd([
             "run",
             "--key",
             "flaky",
@@ -612,12 +671,11 @@ fn export_then_import_round_trips_into_a_fresh_ledger() {
             "--shell",
             "--",
             "echo try >&2; exit 3",
-        ]),
-        3,
-    );
-    assert_code(&sh(&source, "done", "echo done"), 0);
-    assert_code(&sh(&source, "dropped", "true"), 0);
-    assert_code(&source.run(["ledger", "forget", "dropped"]), 0);
+        ])
+        .expect_code(3);
+    sh(&source, "done", "echo done").succeeds();
+    sh(&source, "dropped", "true").succeeds();
+    source.cmd(["ledger", "forget", "dropped"]).succeeds();
 
     let stream = export(&source);
     let lines: Vec<Value> = stream
@@ -637,96 +695,72 @@ fn export_then_import_round_trips_into_a_fresh_ledger() {
     let dropped = lines.iter().find(|line| line["key"] == "dropped").unwrap();
     assert_eq!(dropped["head"], false);
 
-    let target = Env::new();
-    let first = import(&target, &stream);
-    assert_code(&first, 0);
-    assert_eq!(
-        text(&first.stdout),
-        "imported 4 runs (0 updated, 0 already here); 3 became their keys' deciding runs\n"
+    let target = backend.env();
+    import(&target, &stream).succeeds().stdout_is(
+        "imported 4 runs (0 updated, 0 already here); 3 became their keys' deciding runs\n",
     );
     assert_eq!(export(&target), stream, "the round trip is lossless");
     assert_eq!(target.list_json(), source.list_json());
     assert_eq!(target.show_json("bin"), source.show_json("bin"));
 
-    let second = import(&target, &stream);
-    assert_code(&second, 0);
-    assert_eq!(
-        text(&second.stdout),
-        "imported 0 runs (0 updated, 4 already here); 0 became their keys' deciding runs\n"
+    import(&target, &stream).succeeds().stdout_is(
+        "imported 0 runs (0 updated, 4 already here); 0 became their keys' deciding runs\n",
     );
     assert_eq!(export(&target), stream, "importing twice changes nothing");
 
     // Through stdin too.
-    let piped = Env::new();
-    let mut child = piped
-        .idem(["ledger", "import"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &stream).unwrap();
-    assert_code(&child.wait_with_output().unwrap(), 0);
+    let piped = backend.env();
+    piped
+        .cmd(["ledger", "import"])
+        .stdin(stream.clone())
+        .succeeds();
     assert_eq!(export(&piped), stream);
 }
 
-#[test]
-fn an_imported_success_is_honoured_by_run() {
-    let source = Env::new();
+fn an_imported_success_is_honoured_by_run(backend: &Backend) {
+    let source = backend.env();
     let count = source.count_cmd("count");
-    assert_code(
-        &source.run(["run", "--key", "k", "--shell", "--", &count]),
-        0,
-    );
-    let target = Env::new();
-    assert_code(&import(&target, &export(&source)), 0);
+    let run = |env: &Env| env.cmd(["run", "--key", "k", "--shell", "--", &count]);
+    run(&source).succeeds();
+    let target = backend.env();
+    import(&target, &export(&source)).succeeds();
     // The same command line (the fingerprint covers argv): skipped.
-    assert_code(
-        &target.run(["run", "--key", "k", "--shell", "--", &count]),
-        0,
-    );
+    run(&target).succeeds();
     assert_eq!(source.count("count"), 1);
     // A forgotten key stays forgotten through export and import.
-    assert_code(&source.run(["ledger", "forget", "k"]), 0);
-    let again = Env::new();
-    assert_code(&import(&again, &export(&source)), 0);
-    assert_code(
-        &again.run(["run", "--key", "k", "--shell", "--", &count]),
-        0,
-    );
+    source.cmd(["ledger", "forget", "k"]).succeeds();
+    let again = backend.env();
+    import(&again, &export(&source)).succeeds();
+    run(&again).succeeds();
     assert_eq!(source.count("count"), 2);
 }
 
-#[test]
-fn an_import_never_overrides_a_newer_run() {
-    let older = Env::new();
-    assert_code(&sh(&older, "k", "exit 1"), 1);
+fn an_import_never_overrides_a_newer_run(backend: &Backend) {
+    let older = backend.env();
+    sh(&older, "k", "exit 1").expect_code(1);
     let stream = export(&older);
-    let target = Env::new();
-    assert_code(&sh(&target, "k", "echo newer"), 0);
-    let imported = import(&target, &stream);
-    assert_code(&imported, 0);
-    assert!(text(&imported.stdout).contains("0 became"));
+    let target = backend.env();
+    sh(&target, "k", "echo newer").succeeds();
+    import(&target, &stream).succeeds().stdout_has("0 became");
     let shown = target.show_json("k");
     assert_eq!(shown["status"], "succeeded");
     assert_eq!(shown["history"][0]["status"], "failed");
     // The newer success still decides.
-    assert_code(&sh(&target, "k", "echo newer"), 0);
+    sh(&target, "k", "echo newer").succeeds();
     assert_eq!(target.list_json().as_array().unwrap().len(), 2);
 }
 
-#[test]
-fn import_refuses_a_bad_line_with_its_number() {
-    let source = Env::new();
-    assert_code(&sh(&source, "a", "true"), 0);
+fn import_refuses_a_bad_line_with_its_number(backend: &Backend) {
+    let source = backend.env();
+    sh(&source, "a", "true").succeeds();
     let mut stream = export(&source);
     stream.extend_from_slice(b"{\"key\": \"b\"}\n");
-    let target = Env::new();
-    let output = import(&target, &stream);
-    assert_code(&output, 2);
-    let stderr = text(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("line 2"), "{stderr}");
-    assert!(stderr.contains("run_id"), "{stderr}");
+    let target = backend.env();
+    import(&target, &stream)
+        .expect_code(2)
+        .stderr_one_line()
+        .stderr_has("line 2")
+        .stderr_has("run_id");
     // The good line before it is in, so a fixed stream can be imported again.
     assert_eq!(keys_of(&target.list_json()), ["a"]);
 
@@ -735,13 +769,15 @@ fn import_refuses_a_bad_line_with_its_number() {
         "[]",
         r#"{"key":"","run_id":"01a22687-a584-7676-8edf-694d9a9fe33c"}"#,
     ] {
-        let output = import(&Env::new(), bad.as_bytes());
-        assert_code(&output, 2);
-        assert!(text(&output.stderr).contains("line 1"));
+        import(&backend.env(), bad.as_bytes())
+            .expect_code(2)
+            .stderr_has("line 1");
     }
-    let missing = Env::new().run(["ledger", "import", "no-such-file"]);
-    assert_code(&missing, 2);
-    assert!(text(&missing.stderr).contains("no-such-file"));
+    backend
+        .env()
+        .cmd(["ledger", "import", "no-such-file"])
+        .expect_code(2)
+        .stderr_has("no-such-file");
 }
 
 /// Checks one line of the Prometheus text exposition format and returns
@@ -798,13 +834,12 @@ fn parse_sample(line: &str) -> (String, Vec<(String, String)>, f64) {
     (name.to_owned(), labels, value)
 }
 
-#[test]
-fn metrics_are_the_prometheus_text_format() {
-    let env = Env::new();
+fn metrics_are_the_prometheus_text_format(backend: &Backend) {
+    let env = backend.env();
     let odd = r#"we"ird\key"#;
-    assert_code(&sh(&env, odd, "true"), 0);
+    sh(&env, odd, "true").succeeds();
     let force = |script: &str| {
-        env.run([
+        env.cmd([
             "run",
             "--key",
             odd,
@@ -816,13 +851,11 @@ fn metrics_are_the_prometheus_text_format() {
             script,
         ])
     };
-    assert_code(&force("exit 1"), 1);
-    assert_code(&force("exit 2"), 2);
-    assert_code(&sh(&env, "fine", "true"), 0);
+    force("exit 1").expect_code(1);
+    force("exit 2").expect_code(2);
+    sh(&env, "fine", "true").succeeds();
 
-    let output = env.run(["ledger", "metrics"]);
-    assert_code(&output, 0);
-    let body = text(&output.stdout);
+    let body = env.cmd(["ledger", "metrics"]).succeeds().stdout();
     let mut samples = Vec::new();
     let mut typed = std::collections::HashSet::new();
     for line in body.lines() {
@@ -865,34 +898,27 @@ fn metrics_are_the_prometheus_text_format() {
     assert!(success > 1.6e9 && started >= success, "{success} {started}");
     assert!(body.contains(r#"job="we\"ird\\key""#), "{body}");
     // Each key was its own job here; --per-key adds the per-key families.
-    let per_key = text(&env.run(["ledger", "metrics", "--per-key"]).stdout);
-    assert!(
-        per_key.contains(r#"idem_key_consecutive_failures{key="we\"ird\\key"} 2"#),
-        "{per_key}"
-    );
+    env.cmd(["ledger", "metrics", "--per-key"])
+        .run()
+        .stdout_has(r#"idem_key_consecutive_failures{key="we\"ird\\key"} 2"#);
 
     // No ledger: an empty but valid exposition.
-    let none = Env::new().run(["ledger", "metrics"]);
-    assert_code(&none, 0);
-    assert!(text(&none.stdout).lines().all(|line| line.starts_with('#')));
+    let none = backend.env().cmd(["ledger", "metrics"]).succeeds();
+    assert!(none.stdout().lines().all(|line| line.starts_with('#')));
 }
 
-#[test]
-fn a_run_exported_while_running_takes_its_outcome_on_a_later_import() {
-    let source = Env::new();
-    let sleeper = start_sleeper(&source, "slow");
+fn a_run_exported_while_running_takes_its_outcome_on_a_later_import(backend: &Backend) {
+    let source = backend.env();
+    let sleeper = start_sleeper(backend, &source, "slow");
     let during = export(&source);
-    let target = Env::new();
-    let first = import(&target, &during);
-    assert_code(&first, 0);
-    assert!(
-        text(&first.stdout).contains("0 became"),
-        "{}",
-        text(&first.stdout)
-    );
+    let target = backend.env();
+    import(&target, &during).succeeds().stdout_has("0 became");
     assert_eq!(target.list_json()[0]["status"], "running");
     // Its owner is not in this ledger, so it decides nothing here.
-    assert!(text(&target.run(["ledger", "show", "slow"]).stdout).contains("forgotten"));
+    target
+        .cmd(["ledger", "show", "slow"])
+        .run()
+        .stdout_has("forgotten");
 
     // SIGTERM: idem passes it on and records the run as failed.
     nix::sys::signal::kill(
@@ -901,11 +927,8 @@ fn a_run_exported_while_running_takes_its_outcome_on_a_later_import() {
     )
     .unwrap();
     assert_code(&sleeper.wait_with_output().unwrap(), 143);
-    let after = import(&target, &export(&source));
-    assert_code(&after, 0);
-    assert_eq!(
-        text(&after.stdout),
-        "imported 0 runs (1 updated, 0 already here); 1 became its key's deciding run\n"
+    import(&target, &export(&source)).succeeds().stdout_is(
+        "imported 0 runs (1 updated, 0 already here); 1 became its key's deciding run\n",
     );
     assert_eq!(export(&target), export(&source));
 }
@@ -919,7 +942,7 @@ fn on_a_terminal(env: &Env, args: &str, no_color: Option<&str>) -> Option<String
             &format!("{} {args}", env!("CARGO_BIN_EXE_idem")),
             "/dev/null",
         ])
-        .env("IDEM_DB", env.db())
+        .env("IDEM_DB", env.ledger())
         .env("TZ", "UTC")
         .env("COLUMNS", "120")
         .env_remove("NO_COLOR")
@@ -935,10 +958,9 @@ fn on_a_terminal(env: &Env, args: &str, no_color: Option<&str>) -> Option<String
     Some(text(&output.stdout))
 }
 
-#[test]
-fn list_colours_the_status_only_on_a_terminal_without_no_color() {
-    let env = Env::new();
-    assert_code(&sh(&env, "k", "exit 3"), 3);
+fn list_colours_the_status_only_on_a_terminal_without_no_color(backend: &Backend) {
+    let env = backend.env();
+    sh(&env, "k", "exit 3").expect_code(3);
     let Some(coloured) = on_a_terminal(&env, "ledger list", None) else {
         crate::util::require(false, "a terminal from script(1)");
         return;
@@ -959,10 +981,9 @@ fn list_colours_the_status_only_on_a_terminal_without_no_color() {
     assert!(refused.contains("exit=2"), "{refused:?}");
 }
 
-#[test]
-fn export_into_a_closed_pipe_is_the_readers_choice() {
-    let source = Env::new();
-    assert_code(&sh(&source, "seed", "true"), 0);
+fn export_into_a_closed_pipe_is_the_readers_choice(backend: &Backend) {
+    let source = backend.env();
+    sh(&source, "seed", "true").succeeds();
     let line = String::from_utf8(export(&source)).unwrap();
     let template: Value = serde_json::from_str(line.trim()).unwrap();
     // Enough runs that the export outgrows any pipe buffer.
@@ -975,8 +996,8 @@ fn export_into_a_closed_pipe_is_the_readers_choice() {
         stream.push_str(&run.to_string());
         stream.push('\n');
     }
-    let env = Env::new();
-    assert_code(&import(&env, stream.as_bytes()), 0);
+    let env = backend.env();
+    import(&env, stream.as_bytes()).succeeds();
     let mut child = env
         .idem(["ledger", "export"])
         .stdout(Stdio::piped())
@@ -991,33 +1012,29 @@ fn export_into_a_closed_pipe_is_the_readers_choice() {
     assert_eq!(text(&output.stderr), "");
 }
 
+// What only a SQLite file can show: its path, and its bytes edited by hand.
+
 #[test]
 fn a_missing_ledger_lists_empty_but_an_impossible_path_is_an_error() {
     let env = Env::new();
     let missing = env.path("not/yet/ledger.db");
-    let output = env
-        .idem(["ledger", "list"])
-        .env("IDEM_DB", &missing)
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "");
+    env.cmd(["ledger", "list"])
+        .db(&missing)
+        .succeeds()
+        .stdout_is("");
     assert!(!missing.exists(), "listing creates nothing");
     let file = env.path("a-file");
     std::fs::write(&file, "x").unwrap();
-    let output = env
-        .idem(["ledger", "list"])
-        .env("IDEM_DB", file.join("ledger.db"))
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
-    assert!(text(&output.stderr).contains("is not a folder"));
+    env.cmd(["ledger", "list"])
+        .db(file.join("ledger.db"))
+        .expect_code(125)
+        .stderr_has("is not a folder");
 }
 
 #[test]
 fn a_value_that_cannot_be_read_is_an_error_naming_the_ledger() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     // A run id that is not a UUID (a ledger edited by hand, or damaged).
     let edited = std::process::Command::new("sqlite3")
         .arg(env.db())
@@ -1025,10 +1042,9 @@ fn a_value_that_cannot_be_read_is_an_error_naming_the_ledger() {
         .status()
         .expect("sqlite3 is installed (.ci/run installs it)");
     assert!(edited.success());
-    let output = env.run(["ledger", "list"]);
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
-    assert!(stderr.contains("a stored value cannot be read"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    env.cmd(["ledger", "list"])
+        .expect_code(125)
+        .stderr_has(&env.db().display().to_string())
+        .stderr_has("a stored value cannot be read")
+        .stderr_one_line();
 }

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, guarded, text, trials, wait_for_count, wrapped, Env};
+use crate::util::{
+    assert_code, guarded, text, trials, wait_for_count, wait_for_file, wrapped, Env,
+};
 
 pub use crate::util::require;
 
@@ -131,9 +133,7 @@ fn a_run_on_a_renamed_host_is_judged_dead_once_it_is_gone() {
     )
     .spawn()
     .unwrap();
-    while !started.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut first);
     // idem alone is killed; its guardian stops the command.
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
@@ -281,14 +281,12 @@ fn timeout_and_signals_reach_a_background_child_holding_stdout() {
 
     let started = env.path("started");
     let script = format!("sleep 30 & touch '{}'", started.display());
-    let run = env
+    let mut run = env
         .idem(["run", "--key", "s", "--shell", "--", &script])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    while !started.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut run);
     std::thread::sleep(Duration::from_millis(200));
     let sent = Instant::now();
     kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
@@ -320,14 +318,12 @@ fn an_outcome_waits_out_a_ledger_locked_for_longer_than_a_claim_would() {
         started.display(),
         env.count_cmd("count")
     );
-    let run = env
+    let mut run = env
         .idem(["run", "--key", "k", "--shell", "--", &script])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    while !started.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut run);
     let mut holder = hold_ledger(&env.db(), 13);
     let output = finish(run);
     holder.wait().unwrap();

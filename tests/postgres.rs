@@ -1,15 +1,20 @@
 //! `idem run` and `idem ledger` on a shared PostgreSQL ledger, against a
-//! real server each test starts for itself (see `pg.rs`).
+//! real server each test starts for itself (see `pg.rs`): what only a
+//! shared ledger has (leases, hosts, connections, TLS, the server's clock).
+//! The ledger scenarios that hold on every backend are in `ledger.rs`.
 
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::pg::Server;
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, eventually, require, text, wait_for_file, wrapped, Env, Idem};
 
 /// An isolated environment whose ledger is a fresh PostgreSQL database.
+/// Its [`Env`] keeps the SQLite ledger of its tempdir, for tests that
+/// move one to the other.
 struct Pg {
     env: Env,
     server: Server,
@@ -27,52 +32,46 @@ impl Pg {
         self.server.url()
     }
 
+    fn cmd<const N: usize>(&self, args: [&str; N]) -> Idem {
+        self.env.cmd(args).db(self.url())
+    }
+
     fn idem<const N: usize>(&self, args: [&str; N]) -> Command {
-        let mut command = self.env.idem(args);
-        command.env("IDEM_DB", self.url());
-        command
+        self.cmd(args).command()
     }
 
     fn run<const N: usize>(&self, args: [&str; N]) -> Output {
-        self.idem(args).output().expect("idem runs")
+        self.cmd(args).run().into_output()
     }
 
     /// `idem ARGS` as if on another host: its own UTS namespace, renamed.
     /// Needs root (CI runs as root); `None` says the test is skipped.
     fn on_host<const N: usize>(&self, host: &str, args: [&str; N]) -> Option<Command> {
-        let probe = Command::new("unshare")
+        let works = Command::new("unshare")
             .args(["--uts", "true"])
             .stderr(Stdio::null())
-            .status();
-        if !probe.is_ok_and(|status| status.success()) {
-            let why = "`unshare --uts` is not available (it needs root)";
-            if std::env::var_os("CI").is_some() {
-                panic!("{why}");
-            }
-            eprintln!("skipped: {why}");
+            .status()
+            .is_ok_and(|status| status.success());
+        if !require(works, "`unshare --uts` (it needs root)") {
             return None;
         }
-        let template = self.idem(args);
-        let mut command = Command::new("unshare");
-        command
-            .args(["--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host])
-            .arg(template.get_program())
-            .args(template.get_args())
-            .current_dir(self.env.dir.path())
-            .stdin(Stdio::null());
-        for (name, value) in template.get_envs() {
-            match value {
-                Some(value) => command.env(name, value),
-                None => command.env_remove(name),
-            };
-        }
-        Some(command)
+        Some(wrapped(
+            &self.idem(args),
+            &[
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                "hostname \"$0\" && exec \"$@\"",
+                host,
+            ],
+        ))
     }
 
     fn list_json(&self) -> serde_json::Value {
-        let output = self.run(["ledger", "list", "--json", "--limit", "100000"]);
-        assert_code(&output, 0);
-        serde_json::from_slice(&output.stdout).expect("ledger list --json prints JSON")
+        self.cmd(["ledger", "list", "--json", "--limit", "100000"])
+            .succeeds()
+            .json()
     }
 
     fn count_cmd(&self, name: &str) -> String {
@@ -84,95 +83,20 @@ impl Pg {
     }
 }
 
-/// Waits (bounded) until `path` exists.
-fn wait_for_file(path: &std::path::Path, child: &mut Child) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !path.exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the owner exited ({status}) before its command started");
-        }
-        assert!(Instant::now() < until, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Waits (bounded) until the owner's command has created `path`.
+#[track_caller]
+fn wait_for_start(path: &std::path::Path, owner: &mut Child) {
+    wait_for_file(path, Duration::from_secs(60), owner);
 }
 
 /// Waits (bounded) until the latest run's first attempt is recorded.
+#[track_caller]
 fn wait_for_attempt(pg: &Pg) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while pg.list_json()[0]["attempts"] != 1 {
-        assert!(Instant::now() < until, "the attempt was never recorded");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[test]
-fn postgres_runs_once_then_skips() {
-    let Some(pg) = Pg::new("postgres_runs_once_then_skips") else {
-        return;
-    };
-    let count = pg.count_cmd("count");
-    for _ in 0..3 {
-        assert_code(
-            &pg.run(["run", "--key", "backup", "--shell", "--", &count]),
-            0,
-        );
-    }
-    assert_eq!(pg.count("count"), 1);
-    let runs = pg.list_json();
-    assert_eq!(runs.as_array().unwrap().len(), 1);
-    assert_eq!(runs[0]["key"], "backup");
-    assert_eq!(runs[0]["status"], "succeeded");
-    assert_eq!(runs[0]["exit_code"], 0);
-    assert_eq!(runs[0]["attempts"], 1);
-    assert_eq!(runs[0]["shell"], true);
-
-    // A different command: refused; a failure runs again; --force runs.
-    assert_code(&pg.run(["run", "--key", "backup", "--", "true"]), 65);
-    let fail = format!("{count}; exit 7");
-    for _ in 0..2 {
-        assert_code(
-            &pg.run([
-                "run",
-                "--key",
-                "f",
-                "--retries",
-                "1",
-                "--backoff",
-                "10ms",
-                "--shell",
-                "--",
-                &fail,
-            ]),
-            7,
-        );
-    }
-    assert_eq!(pg.count("count"), 5);
-    assert_code(
-        &pg.run(["run", "--key", "backup", "--force", "--shell", "--", &count]),
-        0,
+    eventually(
+        "the attempt to be recorded",
+        Duration::from_secs(60),
+        || pg.list_json()[0]["attempts"] == 1,
     );
-    assert_eq!(pg.count("count"), 6);
-
-    let show = pg.run(["ledger", "show", "f", "--json"]);
-    assert_code(&show, 0);
-    let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
-    assert_eq!(show["status"], "failed");
-    assert_eq!(show["exit_code"], 7);
-    assert_eq!(show["attempts"], 2);
-    assert_eq!(show["attempts_detail"].as_array().unwrap().len(), 2);
-    assert_eq!(show["history"].as_array().unwrap().len(), 1);
-    let failed = pg.run([
-        "ledger", "list", "--json", "--status", "failed", "--key", "f*",
-    ]);
-    assert_code(&failed, 0);
-    let failed: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
-    assert_eq!(failed.as_array().unwrap().len(), 2);
-
-    // Output tails and --replay come back from the database.
-    assert_code(&pg.run(["run", "--key", "hello", "--", "echo", "hello"]), 0);
-    let replay = pg.run(["run", "--key", "hello", "--replay", "--", "echo", "hello"]);
-    assert_code(&replay, 0);
-    assert_eq!(text(&replay.stdout), "hello\n");
 }
 
 #[test]
@@ -228,28 +152,19 @@ fn postgres_unreachable_database_runs_nothing() {
         "postgresql://idem:s3cret@{}/idem",
         nowhere.to_str().unwrap().replace('/', "%2F")
     );
-    let output = env
-        .idem([
-            "run",
-            "--key",
-            "k",
-            "--shell",
-            "--",
-            &env.count_cmd("count"),
-        ])
-        .env("IDEM_DB", &url)
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.starts_with("idem: could not connect to ledger"),
-        "{stderr}"
-    );
-    assert!(
-        !stderr.contains("s3cret"),
-        "the password was printed: {stderr}"
-    );
+    env.cmd([
+        "run",
+        "--key",
+        "k",
+        "--shell",
+        "--",
+        &env.count_cmd("count"),
+    ])
+    .db(&url)
+    .expect_code(125)
+    .stderr_starts_with("idem: could not connect to ledger")
+    // The password is never printed.
+    .stderr_lacks("s3cret");
     assert_eq!(env.count("count"), 0);
 }
 
@@ -298,7 +213,7 @@ fn postgres_heartbeat_keeps_a_run_past_its_lease() {
         return;
     };
     let mut owner = owner.stderr(Stdio::piped()).spawn().unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     // Four leases long: every try from this host meets a live claim.
     let mut tries = 0;
     while owner.try_wait().unwrap().is_none() && tries < 100 {
@@ -339,7 +254,7 @@ fn postgres_takeover_after_the_owner_vanished() {
         return;
     };
     let mut owner = owner.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     // The owner (and with it its command) vanishes without a word.
     owner.kill().unwrap();
     owner.wait().unwrap();
@@ -379,7 +294,7 @@ fn postgres_lost_database_stops_the_command_before_the_lease_ends() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     // Once the attempt's start is recorded, only the heartbeat still talks
     // to the database while the command runs.
     wait_for_attempt(&pg);
@@ -415,7 +330,7 @@ fn postgres_outcome_recorded_after_the_server_restarted() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     wait_for_attempt(&pg);
     // Every connection is cut while the command runs.
     pg.server.restart();
@@ -433,42 +348,36 @@ fn postgres_tls_and_passwords_where_the_url_asks() {
     let env = Env::new();
     let port = server.port.unwrap();
     let run = |url: &str, key: &str, vars: &[(&str, &str)]| {
-        let mut command = env.idem(["run", "--key", key, "--", "true"]);
-        command.env("IDEM_DB", url).env_remove("PGPASSWORD");
+        let mut run = env
+            .cmd(["run", "--key", key, "--", "true"])
+            .db(url)
+            .env_remove("PGPASSWORD");
         for (name, value) in vars {
-            command.env(name, value);
+            run = run.env(name, value);
         }
-        command.output().unwrap()
+        run
     };
     let ca = server.ca();
     let ca = ca.to_str().unwrap();
     let tls = format!("postgresql://postgres@localhost:{port}/idem?sslmode=require");
 
     // No password anywhere: refused, nothing runs.
-    let output = run(&tls, "a", &[("PGSSLROOTCERT", ca)]);
-    assert_code(&output, 125);
-    assert!(
-        text(&output.stderr).contains("password"),
-        "{}",
-        text(&output.stderr)
-    );
+    run(&tls, "a", &[("PGSSLROOTCERT", ca)])
+        .expect_code(125)
+        .stderr_has("password");
 
     // From PGPASSWORD, over TLS verified against the test CA.
-    let output = run(
+    run(
         &tls,
         "b",
         &[("PGSSLROOTCERT", ca), ("PGPASSWORD", crate::pg::PASSWORD)],
-    );
-    assert_code(&output, 0);
+    )
+    .succeeds();
 
     // The certificate is checked: without the CA, refused.
-    let output = run(&tls, "c", &[("PGPASSWORD", crate::pg::PASSWORD)]);
-    assert_code(&output, 125);
-    assert!(
-        text(&output.stderr).contains("certificate"),
-        "{}",
-        text(&output.stderr)
-    );
+    run(&tls, "c", &[("PGPASSWORD", crate::pg::PASSWORD)])
+        .expect_code(125)
+        .stderr_has("certificate");
 
     // From ~/.pgpass (HOME is the test's dir), only while private.
     let pgpass = env.path(".pgpass");
@@ -478,9 +387,9 @@ fn postgres_tls_and_passwords_where_the_url_asks() {
     )
     .unwrap();
     std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_code(&run(&tls, "d", &[("PGSSLROOTCERT", ca)]), 125);
+    run(&tls, "d", &[("PGSSLROOTCERT", ca)]).expect_code(125);
     std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_code(&run(&tls, "d", &[("PGSSLROOTCERT", ca)]), 0);
+    run(&tls, "d", &[("PGSSLROOTCERT", ca)]).succeeds();
 
     // From the URL, in the clear where the URL does not ask for TLS; the
     // password is never printed.
@@ -488,32 +397,18 @@ fn postgres_tls_and_passwords_where_the_url_asks() {
         "postgresql://postgres:{}@localhost:{port}/idem",
         crate::pg::PASSWORD
     );
-    assert_code(&run(&plain, "e", &[]), 0);
-    let path = env
-        .idem(["ledger", "path"])
-        .env("IDEM_DB", &plain)
-        .output()
-        .unwrap();
-    assert_code(&path, 0);
+    run(&plain, "e", &[]).succeeds();
+    let path = env.cmd(["ledger", "path"]).db(&plain).succeeds().stdout();
     assert_eq!(
-        text(&path.stdout).trim(),
+        path.trim(),
         format!("postgresql://postgres:***@localhost:{port}/idem")
     );
-    let list = env
-        .idem(["ledger", "list"])
-        .env("IDEM_DB", &plain)
-        .output()
-        .unwrap();
-    assert_code(&list, 0);
-    assert!(!text(&list.stdout).contains(crate::pg::PASSWORD));
+    env.cmd(["ledger", "list"])
+        .db(&plain)
+        .succeeds()
+        .stdout_lacks(crate::pg::PASSWORD);
     let wrong = format!("postgresql://postgres:nope@localhost:{port}/idem");
-    let output = run(&wrong, "f", &[]);
-    assert_code(&output, 125);
-    assert!(
-        !text(&output.stderr).contains("nope"),
-        "{}",
-        text(&output.stderr)
-    );
+    run(&wrong, "f", &[]).expect_code(125).stderr_lacks("nope");
 }
 
 #[test]
@@ -523,7 +418,9 @@ fn postgres_an_owner_on_this_host_is_judged_by_its_lease_alone() {
     let Some(pg) = Pg::new("postgres_an_owner_on_this_host_is_judged_by_its_lease_alone") else {
         return;
     };
-    crate::liveness::require_root_namespaces();
+    if !crate::liveness::require_root_namespaces() {
+        return;
+    }
     let started = pg.env.path("started");
     let first = format!("touch '{}'; exec sleep 600", started.display());
     let template = pg.idem([
@@ -533,7 +430,7 @@ fn postgres_an_owner_on_this_host_is_judged_by_its_lease_alone() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     wait_for_attempt(&pg);
     let count = pg.count_cmd("count");
     let busy = pg.run(["run", "--key", "job", "--shell", "--", &count]);
@@ -559,54 +456,14 @@ fn postgres_an_owner_on_this_host_is_judged_by_its_lease_alone() {
     assert_eq!(pg.list_json()[1]["status"], "abandoned");
 }
 
-#[test]
-fn postgres_waiter_adopts_the_outcome_and_ttl_expires() {
-    let Some(pg) = Pg::new("postgres_waiter_adopts_the_outcome_and_ttl_expires") else {
-        return;
-    };
-    let started = pg.env.path("started");
-    let go = pg.env.path("go");
-    let script = format!(
-        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; {}",
-        started.display(),
-        go.display(),
-        pg.count_cmd("count")
-    );
-    let mut owner = pg
-        .idem(["run", "--key", "k", "--shell", "--", &script])
-        .spawn()
-        .unwrap();
-    wait_for_file(&started, &mut owner);
-    assert_code(&pg.run(["run", "--key", "k", "--shell", "--", &script]), 75);
-    let waiter = pg
-        .idem([
-            "run", "--key", "k", "--wait", "2m", "--shell", "--", &script,
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::fs::write(&go, "").unwrap();
-    assert_code(&owner.wait_with_output().unwrap(), 0);
-    assert_code(&waiter.wait_with_output().unwrap(), 0);
-    assert_eq!(pg.count("count"), 1, "the waiter adopted the success");
-    // A success counts for --ttl only.
-    std::thread::sleep(Duration::from_millis(1100));
-    assert_code(
-        &pg.run(["run", "--key", "k", "--ttl", "1s", "--shell", "--", &script]),
-        0,
-    );
-    assert_eq!(pg.count("count"), 2);
-}
-
 /// `idem ledger export` of `env`'s ledger (the SQLite one unless `db`).
+#[track_caller]
 fn export_of(env: &Env, db: Option<&str>) -> Vec<u8> {
-    let mut command = env.idem(["ledger", "export"]);
+    let mut export = env.cmd(["ledger", "export"]);
     if let Some(db) = db {
-        command.env("IDEM_DB", db);
+        export = export.db(db);
     }
-    let output = command.output().unwrap();
-    assert_code(&output, 0);
-    output.stdout
+    export.succeeds().into_output().stdout
 }
 
 #[test]
@@ -617,15 +474,13 @@ fn postgres_import_moves_a_sqlite_ledger() {
     // A SQLite ledger (in the same Env) with non-UTF-8 argv and output, a
     // retried failure and a forgotten key.
     let local = &pg.env;
-    let binary = local
-        .idem(["run", "--key", "bin", "--", "printf"])
+    local
+        .cmd(["run", "--key", "bin", "--", "printf"])
         .arg(std::ffi::OsStr::from_bytes(b"\xff\xfe-out\n"))
-        .output()
-        .unwrap();
-    assert_code(&binary, 0);
+        .succeeds();
     let flaky = "echo try >&2; exit 3";
-    assert_code(
-        &local.run([
+    local
+        .cmd([
             "run",
             "--key",
             "flaky",
@@ -636,16 +491,16 @@ fn postgres_import_moves_a_sqlite_ledger() {
             "--shell",
             "--",
             flaky,
-        ]),
-        3,
-    );
+        ])
+        .expect_code(3);
     let count = pg.count_cmd("count");
-    assert_code(
-        &local.run(["run", "--key", "done", "--shell", "--", &count]),
-        0,
-    );
-    assert_code(&local.run(["run", "--key", "dropped", "--", "true"]), 0);
-    assert_code(&local.run(["ledger", "forget", "dropped"]), 0);
+    local
+        .cmd(["run", "--key", "done", "--shell", "--", &count])
+        .succeeds();
+    local
+        .cmd(["run", "--key", "dropped", "--", "true"])
+        .succeeds();
+    local.cmd(["ledger", "forget", "dropped"]).succeeds();
     let stream = export_of(local, None);
     let file = local.path("export.jsonl");
     std::fs::write(&file, &stream).unwrap();
@@ -660,9 +515,9 @@ fn postgres_import_moves_a_sqlite_ledger() {
             "imported 0 runs (0 updated, 4 already here); 0 became their keys' deciding runs\n",
         ),
     ] {
-        let output = pg.run(["ledger", "import", file.to_str().unwrap()]);
-        assert_code(&output, 0);
-        assert_eq!(text(&output.stdout), expected, "round {round}");
+        pg.cmd(["ledger", "import", file.to_str().unwrap()])
+            .succeeds()
+            .stdout_is(expected);
         assert_eq!(
             export_of(local, Some(&pg.url())),
             stream,
@@ -670,88 +525,19 @@ fn postgres_import_moves_a_sqlite_ledger() {
         );
     }
     assert_eq!(pg.list_json(), local.list_json());
-    let show = pg.run(["ledger", "show", "bin", "--json"]);
-    assert_code(&show, 0);
-    let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    let show = pg
+        .cmd(["ledger", "show", "bin", "--json"])
+        .succeeds()
+        .json();
     assert_eq!(show, local.show_json("bin"));
 
     // The shared ledger decides as the local one did.
-    assert_code(
-        &pg.run(["run", "--key", "done", "--shell", "--", &count]),
-        0,
-    );
+    pg.cmd(["run", "--key", "done", "--shell", "--", &count])
+        .succeeds();
     assert_eq!(pg.count("count"), 1);
-    assert_code(
-        &pg.run(["run", "--key", "dropped", "--shell", "--", &count]),
-        0,
-    );
+    pg.cmd(["run", "--key", "dropped", "--shell", "--", &count])
+        .succeeds();
     assert_eq!(pg.count("count"), 2);
-}
-
-#[test]
-fn postgres_forget_prune_and_metrics() {
-    let Some(pg) = Pg::new("postgres_forget_prune_and_metrics") else {
-        return;
-    };
-    let count = pg.count_cmd("count");
-    let run = |key: &str, script: &str| {
-        pg.run([
-            "run",
-            "--key",
-            key,
-            "--retries",
-            "0",
-            "--force",
-            "--shell",
-            "--",
-            script,
-        ])
-    };
-    assert_code(&run("k", &count), 0);
-    assert_code(&run("k", "exit 1"), 1);
-    assert_code(&run("k", "exit 2"), 2);
-    assert_code(&run("other", "true"), 0);
-
-    let metrics = pg.run(["ledger", "metrics"]);
-    assert_code(&metrics, 0);
-    let body = text(&metrics.stdout);
-    assert!(
-        body.contains("idem_consecutive_failures{job=\"k\"} 2"),
-        "{body}"
-    );
-    assert!(
-        body.contains("idem_consecutive_failures{job=\"other\"} 0"),
-        "{body}"
-    );
-    assert!(
-        body.contains("idem_runs{job=\"k\",status=\"failed\"} 2"),
-        "{body}"
-    );
-
-    // Prune keeps each key's deciding run.
-    let prune = pg.run(["ledger", "prune", "--older-than", "0s"]);
-    assert_code(&prune, 0);
-    let runs = pg.list_json();
-    assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
-    assert_code(
-        &pg.run(["run", "--key", "other", "--shell", "--", &count]),
-        65,
-    );
-
-    // Forget makes a key run again and keeps its history; --purge drops it.
-    assert_code(
-        &pg.run(["run", "--key", "once", "--shell", "--", &count]),
-        0,
-    );
-    assert_code(&pg.run(["ledger", "forget", "once"]), 0);
-    assert_code(
-        &pg.run(["run", "--key", "once", "--shell", "--", &count]),
-        0,
-    );
-    assert_eq!(pg.count("count"), 3);
-    assert_code(&pg.run(["ledger", "forget", "--purge", "once"]), 0);
-    let show = pg.run(["ledger", "show", "once"]);
-    assert_code(&show, 1);
 }
 
 #[test]
@@ -771,7 +557,7 @@ fn postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one() {
         return;
     };
     let mut owner = owner.stderr(Stdio::piped()).spawn().unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     wait_for_attempt(&pg);
     // The owner freezes (a paused VM, a stalled host): no heartbeat, and
     // its lease runs out; a run on this host takes the key over.
@@ -806,41 +592,21 @@ fn postgres_a_stuck_lock_holder_makes_a_claim_give_up() {
     let Some(pg) = Pg::new("postgres_a_stuck_lock_holder_makes_a_claim_give_up") else {
         return;
     };
-    assert_code(&pg.run(["run", "--key", "k", "--force", "--", "true"]), 0);
+    pg.cmd(["run", "--key", "k", "--force", "--", "true"])
+        .succeeds();
     // A session that took the key's row and went quiet mid-transaction.
     let mut stuck = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
     let mut tx = stuck.transaction().unwrap();
     tx.execute("SELECT 1 FROM idem.keys WHERE key = 'k' FOR UPDATE", &[])
         .unwrap();
-    let output = pg.run([
-        "run",
-        "--key",
-        "k",
-        "--force",
-        "--shell",
-        "--",
-        &pg.count_cmd("count"),
-    ]);
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("another session held its row for 10s"),
-        "{stderr}"
-    );
+    let count = pg.count_cmd("count");
+    let run = || pg.cmd(["run", "--key", "k", "--force", "--shell", "--", &count]);
+    run()
+        .expect_code(125)
+        .stderr_has("another session held its row for 10s");
     assert_eq!(pg.count("count"), 0);
     tx.rollback().unwrap();
-    assert_code(
-        &pg.run([
-            "run",
-            "--key",
-            "k",
-            "--force",
-            "--shell",
-            "--",
-            &pg.count_cmd("count"),
-        ]),
-        0,
-    );
+    run().succeeds();
     assert_eq!(pg.count("count"), 1);
 }
 
@@ -896,15 +662,14 @@ fn postgres_doctor_checks_a_shared_ledger_and_changes_nothing() {
         .spawn()
         .unwrap()
     };
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let latest = &pg.list_json()[0];
-        if latest["key"] == "stuck" && latest["attempts"] == 1 {
-            break;
-        }
-        assert!(Instant::now() < until, "the attempt was never recorded");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        "the attempt to be recorded",
+        Duration::from_secs(60),
+        || {
+            let latest = &pg.list_json()[0];
+            latest["key"] == "stuck" && latest["attempts"] == 1
+        },
+    );
     nix::sys::signal::killpg(
         nix::unistd::Pid::from_raw(owner.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -912,14 +677,14 @@ fn postgres_doctor_checks_a_shared_ledger_and_changes_nothing() {
     .unwrap();
     owner.wait().unwrap();
     // Its command is stopped by its guardian, and its lease runs out.
-    let until = Instant::now() + Duration::from_secs(30);
-    let report = loop {
-        let (code, report) = doctor(&pg.url());
-        if code == Some(1) || Instant::now() > until {
-            break report;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let report = eventually(
+        "doctor to find the key stuck",
+        Duration::from_secs(30),
+        || {
+            let (code, report) = doctor(&pg.url());
+            (code == Some(1)).then_some(report)
+        },
+    );
     assert_eq!(status(&report, "running keys"), "problem", "{report}");
     assert_eq!(report["stuck_keys"], serde_json::json!(["stuck"]));
     assert_eq!(
@@ -957,28 +722,23 @@ fn postgres_url_gaps_are_filled_from_libpq_variables() {
     };
     let count = pg.count_cmd("count");
     let run = |url: &str| {
-        pg.idem(["run", "--key", "k", "--shell", "--", &count])
-            .env("IDEM_DB", url)
+        pg.cmd(["run", "--key", "k", "--shell", "--", &count])
+            .db(url)
             .env("PGHOST", pg.server.socket_dir())
             .env("PGUSER", "postgres")
             .env("PGDATABASE", "idem")
-            .output()
-            .unwrap()
     };
-    assert_code(&run("postgresql:///idem"), 0);
+    run("postgresql:///idem").succeeds();
     // Host, user and database all from the environment: the same ledger.
-    assert_code(&run("postgresql://"), 0);
+    run("postgresql://").succeeds();
     assert_eq!(pg.count("count"), 1);
     // What the URL says wins over the variables.
-    let listed = pg
-        .idem(["ledger", "list"])
+    pg.cmd(["ledger", "list"])
         .env("PGHOST", "/nonexistent")
         .env("PGUSER", "nobody")
         .env("PGDATABASE", "nope")
-        .output()
-        .unwrap();
-    assert_code(&listed, 0);
-    assert!(text(&listed.stdout).contains("succeeded"));
+        .succeeds()
+        .stdout_has("succeeded");
 }
 
 fn guarded(pg: &Pg, seconds: u32) -> String {
@@ -1079,7 +839,7 @@ fn postgres_a_waiter_rides_out_a_server_restart() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_file(&started, &mut owner);
+    wait_for_start(&started, &mut owner);
     wait_for_attempt(&pg);
     let count = pg.count_cmd("count");
     let waiter = pg
@@ -1126,6 +886,15 @@ fn postgres_a_lease_counts_from_when_the_claim_is_written() {
     assert_code(&output, 75);
     assert!(owner.wait().unwrap().success());
     assert_eq!(pg.count("overlaps"), 0);
+}
+
+/// Kills its child when dropped, also when the test fails first.
+struct KilledWhenDropped<'a>(&'a mut Child);
+
+impl Drop for KilledWhenDropped<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+    }
 }
 
 /// A network namespace holding a veth link to this one, so that a test can
@@ -1192,7 +961,7 @@ impl Link {
                 &inside,
                 "up",
             ]);
-        if !crate::liveness::require(made, "`ip netns` and veth links (root, iproute2)") {
+        if !require(made, "`ip netns` and veth links (root, iproute2)") {
             return None;
         }
         Some(link)
@@ -1240,15 +1009,17 @@ fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !pid_file.exists() {
-        if owner.try_wait().unwrap().is_some() {
-            let output = owner.wait_with_output().unwrap();
-            panic!("idem ended early: {}", text(&output.stderr));
+    eventually("the command to start", Duration::from_secs(30), || {
+        if pid_file.exists() {
+            return true;
         }
-        assert!(Instant::now() < until, "the command never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        if owner.try_wait().unwrap().is_some() {
+            let mut stderr = String::new();
+            let _ = owner.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("idem ended early: {stderr}");
+        }
+        false
+    });
     wait_for_attempt(&pg);
     let command: i32 = std::fs::read_to_string(&pid_file)
         .unwrap()
@@ -1258,20 +1029,20 @@ fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
     let cut = Instant::now();
     link.cut();
     // The command is stopped before its lease ends, by idem or its guardian.
-    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(command), None).is_ok() {
-        assert!(
-            cut.elapsed() < Duration::from_secs(30),
-            "the command ran on"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        "the command to stop (it ran on)",
+        Duration::from_secs(30).saturating_sub(cut.elapsed()),
+        || nix::sys::signal::kill(nix::unistd::Pid::from_raw(command), None).is_err(),
+    );
     let stopped = cut.elapsed();
-    while owner.try_wait().unwrap().is_none() {
-        if cut.elapsed() > Duration::from_secs(90) {
-            owner.kill().unwrap();
-            panic!("idem still waits for a partitioned server after 90s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    {
+        // A failed wait leaves no idem behind in the namespace.
+        let owner = KilledWhenDropped(&mut owner);
+        eventually(
+            "idem to exit (it still waits for a partitioned server)",
+            Duration::from_secs(90).saturating_sub(cut.elapsed()),
+            || owner.0.try_wait().unwrap().is_some(),
+        );
     }
     let exited = cut.elapsed();
     let output = owner.wait_with_output().unwrap();
@@ -1298,7 +1069,7 @@ fn postgres_since_and_prune_cutoffs_come_from_the_databases_clock() {
         .arg("--version")
         .output()
         .is_ok_and(|output| output.status.success());
-    if !crate::liveness::require(faketime, "faketime (apt-get install faketime)") {
+    if !require(faketime, "faketime (apt-get install faketime)") {
         return;
     }
     assert_code(&pg.run(["run", "--key", "k", "--", "true"]), 0);

@@ -1,28 +1,54 @@
 //! A small builder for running the real `idem` binary in an isolated
 //! tempdir: `IDEM_DB`, `HOME` and `XDG_DATA_HOME` all point inside it.
+//! [`Env::cmd`] runs it with its expected result, [`eventually`] is every
+//! poll, and [`Backend`] runs one ledger scenario on SQLite and PostgreSQL.
 
 #![allow(dead_code)]
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::pg::Server;
 
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// What `IDEM_DB` names: the SQLite file [`Env::db`], or a database.
+    ledger: Option<OsString>,
 }
 
 impl Env {
     pub fn new() -> Env {
         Env {
             dir: tempfile::tempdir().expect("a tempdir"),
+            ledger: None,
         }
+    }
+
+    /// An Env whose commands use the ledger `url` (a PostgreSQL database)
+    /// instead of the SQLite file in its tempdir.
+    pub fn on_ledger(url: impl Into<OsString>) -> Env {
+        Env {
+            ledger: Some(url.into()),
+            ..Env::new()
+        }
+    }
+
+    /// What `IDEM_DB` is for every command of this Env.
+    pub fn ledger(&self) -> OsString {
+        self.ledger
+            .clone()
+            .unwrap_or_else(|| self.db().into_os_string())
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    /// The ledger every command of this Env uses.
+    /// The SQLite ledger in this Env's tempdir (what every command uses
+    /// unless the Env was made [`Env::on_ledger`]).
     pub fn db(&self) -> PathBuf {
         self.path("ledger.db")
     }
@@ -44,7 +70,7 @@ impl Env {
         command
             .args(args)
             .current_dir(self.dir.path())
-            .env("IDEM_DB", self.db())
+            .env("IDEM_DB", self.ledger())
             .env("HOME", self.dir.path())
             .env("XDG_DATA_HOME", self.path("data"))
             .env("TZ", "UTC")
@@ -65,6 +91,19 @@ impl Env {
         self.idem(args).output().expect("idem runs")
     }
 
+    /// `idem ARGS`, to be run and checked:
+    /// `env.cmd(["ledger", "forget", "k"]).expect_code(75).stderr_has("busy")`.
+    pub fn cmd<I, S>(&self, args: I) -> Idem
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Idem {
+            command: self.idem(args),
+            stdin: None,
+        }
+    }
+
     /// A shell snippet that appends one line to the counter file `name`.
     pub fn count_cmd(&self, name: &str) -> String {
         format!("echo x >> '{}'", self.path(name).display())
@@ -78,25 +117,298 @@ impl Env {
     }
 
     /// `idem ledger list --json` as parsed JSON.
+    #[track_caller]
     pub fn list_json(&self) -> serde_json::Value {
-        let output = self.run(["ledger", "list", "--json", "--limit", "100000"]);
-        assert!(
-            output.status.success(),
-            "ledger list failed: {}",
-            text(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).expect("ledger list --json prints JSON")
+        self.cmd(["ledger", "list", "--json", "--limit", "100000"])
+            .succeeds()
+            .json()
     }
 
     /// `idem ledger show KEY --json` as parsed JSON.
+    #[track_caller]
     pub fn show_json(&self, key: &str) -> serde_json::Value {
-        let output = self.run(["ledger", "show", key, "--json"]);
+        self.cmd(["ledger", "show", key, "--json"])
+            .succeeds()
+            .json()
+    }
+}
+
+/// `idem ARGS` in an [`Env`], not yet run: add to it, then run it with
+/// the result it must have ([`Idem::expect_code`], [`Idem::succeeds`]).
+pub struct Idem {
+    command: Command,
+    stdin: Option<Vec<u8>>,
+}
+
+impl Idem {
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Idem {
+        self.command.arg(arg);
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Idem
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.command.args(args);
+        self
+    }
+
+    pub fn env(mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Idem {
+        self.command.env(name, value);
+        self
+    }
+
+    pub fn env_remove(mut self, name: impl AsRef<OsStr>) -> Idem {
+        self.command.env_remove(name);
+        self
+    }
+
+    /// Runs against the ledger `db` instead of the Env's.
+    pub fn db(self, db: impl AsRef<OsStr>) -> Idem {
+        self.env("IDEM_DB", db)
+    }
+
+    /// Feeds `bytes` to idem's stdin (else it reads /dev/null).
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Idem {
+        self.stdin = Some(bytes.into());
+        self
+    }
+
+    /// The std command, to spawn it or to wrap it in another.
+    pub fn command(self) -> Command {
+        self.command
+    }
+
+    /// Runs it to its end; checks nothing yet.
+    pub fn run(mut self) -> Ran {
+        let line = command_line(&self.command);
+        let output = match self.stdin {
+            None => self.command.output(),
+            Some(bytes) => {
+                let mut child = self
+                    .command
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("idem starts");
+                let mut stdin = child.stdin.take().expect("a piped stdin");
+                // A reader that stops early closes the pipe: that is its
+                // business, and what the test checks.
+                let _ = std::io::Write::write_all(&mut stdin, &bytes);
+                drop(stdin);
+                child.wait_with_output()
+            }
+        };
+        Ran {
+            line,
+            output: output.unwrap_or_else(|error| panic!("could not run idem: {error}")),
+        }
+    }
+
+    /// Runs it and checks that it exited `code`, without a panic.
+    #[track_caller]
+    pub fn expect_code(self, code: i32) -> Ran {
+        self.run().expect_code(code)
+    }
+
+    /// Runs it and checks that it exited 0, without a panic.
+    #[track_caller]
+    pub fn succeeds(self) -> Ran {
+        self.expect_code(0)
+    }
+}
+
+/// A command line as a person would type it, and the ledger it used.
+fn command_line(command: &Command) -> String {
+    let mut line = String::from("idem");
+    for arg in command.get_args() {
+        let arg = arg.to_string_lossy();
+        let plain = !arg.is_empty()
+            && arg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_=.,:/@%+".contains(c));
+        if plain {
+            let _ = write!(line, " {arg}");
+        } else {
+            let _ = write!(line, " {arg:?}");
+        }
+    }
+    let ledger = command
+        .get_envs()
+        .find(|(name, _)| *name == "IDEM_DB")
+        .and_then(|(_, value)| value);
+    if let Some(ledger) = ledger {
+        let _ = write!(line, "  (IDEM_DB={})", ledger.to_string_lossy());
+    }
+    line
+}
+
+/// A finished run of idem and the checks on it. Each check that fails
+/// shows the command line, the exit, stdout and stderr.
+pub struct Ran {
+    line: String,
+    pub output: Output,
+}
+
+impl Ran {
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    pub fn stdout(&self) -> String {
+        text(&self.output.stdout)
+    }
+
+    pub fn stderr(&self) -> String {
+        text(&self.output.stderr)
+    }
+
+    /// stdout, parsed as JSON.
+    #[track_caller]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.output.stdout)
+            .unwrap_or_else(|error| self.fail(&format!("stdout is not JSON ({error})")))
+    }
+
+    pub fn into_output(self) -> Output {
+        self.output
+    }
+
+    /// Fails the test with `why` and everything about this run.
+    #[track_caller]
+    pub fn fail(&self, why: &str) -> ! {
+        panic!(
+            "{why}\n  command: {}\n  exit: {}\n  stdout: {}\n  stderr: {}",
+            self.line,
+            self.output.status,
+            quoted(&self.output.stdout),
+            quoted(&self.output.stderr)
+        )
+    }
+
+    #[track_caller]
+    fn check(self, ok: bool, why: impl FnOnce() -> String) -> Ran {
+        if !ok {
+            self.fail(&why());
+        }
+        self
+    }
+
+    /// Exited `code`, and no Rust panic message reached stderr.
+    #[track_caller]
+    pub fn expect_code(self, code: i32) -> Ran {
+        let panicked = self.stderr().contains("panicked");
+        let ran = self.check(!panicked, || "idem panicked".to_owned());
+        let exited = ran.code();
+        ran.check(exited == Some(code), || format!("expected exit {code}"))
+    }
+
+    #[track_caller]
+    pub fn succeeds(self) -> Ran {
+        self.expect_code(0)
+    }
+
+    #[track_caller]
+    pub fn stdout_is(self, expected: &str) -> Ran {
+        let ok = self.stdout() == expected;
+        self.check(ok, || format!("expected stdout {expected:?}"))
+    }
+
+    #[track_caller]
+    pub fn stdout_has(self, part: &str) -> Ran {
+        let ok = self.stdout().contains(part);
+        self.check(ok, || format!("stdout lacks {part:?}"))
+    }
+
+    #[track_caller]
+    pub fn stdout_lacks(self, part: &str) -> Ran {
+        let ok = !self.stdout().contains(part);
+        self.check(ok, || format!("stdout holds {part:?}"))
+    }
+
+    #[track_caller]
+    pub fn stdout_starts_with(self, start: &str) -> Ran {
+        let ok = self.stdout().starts_with(start);
+        self.check(ok, || format!("stdout does not start with {start:?}"))
+    }
+
+    #[track_caller]
+    pub fn stderr_is(self, expected: &str) -> Ran {
+        let ok = self.stderr() == expected;
+        self.check(ok, || format!("expected stderr {expected:?}"))
+    }
+
+    #[track_caller]
+    pub fn stderr_has(self, part: &str) -> Ran {
+        let ok = self.stderr().contains(part);
+        self.check(ok, || format!("stderr lacks {part:?}"))
+    }
+
+    #[track_caller]
+    pub fn stderr_lacks(self, part: &str) -> Ran {
+        let ok = !self.stderr().contains(part);
+        self.check(ok, || format!("stderr holds {part:?}"))
+    }
+
+    #[track_caller]
+    pub fn stderr_starts_with(self, start: &str) -> Ran {
+        let ok = self.stderr().starts_with(start);
+        self.check(ok, || format!("stderr does not start with {start:?}"))
+    }
+
+    /// stderr is exactly one line (idem's errors are).
+    #[track_caller]
+    pub fn stderr_one_line(self) -> Ran {
+        let ok = self.stderr().lines().count() == 1;
+        self.check(ok, || "expected one line on stderr".to_owned())
+    }
+}
+
+/// Bytes for a failure message: text where they are text, quoted so that
+/// empty output and trailing blanks show.
+fn quoted(bytes: &[u8]) -> String {
+    format!("{:?}", text(bytes))
+}
+
+/// What a poll of [`eventually`] may return: `true`, or `Some(value)`,
+/// once it is done.
+pub trait Done {
+    type Value;
+    fn done(self) -> Option<Self::Value>;
+}
+
+impl Done for bool {
+    type Value = ();
+    fn done(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Done for Option<T> {
+    type Value = T;
+    fn done(self) -> Option<T> {
+        self
+    }
+}
+
+/// Polls `poll` until it is done, and returns what it found; fails,
+/// naming `what`, once `timeout` has passed. Every wait of the tests goes
+/// through here, so none can hang a run of the suite.
+#[track_caller]
+pub fn eventually<D: Done>(what: &str, timeout: Duration, mut poll: impl FnMut() -> D) -> D::Value {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = poll().done() {
+            return value;
+        }
         assert!(
-            output.status.success(),
-            "ledger show failed: {}",
-            text(&output.stderr)
+            start.elapsed() < timeout,
+            "gave up after {timeout:?} waiting for {what}"
         );
-        serde_json::from_slice(&output.stdout).expect("ledger show --json prints JSON")
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -155,19 +467,97 @@ pub fn guarded(env: &Env, seconds: u32) -> String {
 
 /// Waits (bounded) until the counter file holds `n` lines, failing if
 /// `child` ends first.
+#[track_caller]
 pub fn wait_for_count(env: &Env, n: usize, child: &mut std::process::Child) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while env.count("count") < n {
+    eventually("the command to start", Duration::from_secs(30), || {
+        if env.count("count") >= n {
+            return true;
+        }
         if let Ok(Some(status)) = child.try_wait() {
             panic!("the first run ended early: {status}");
         }
-        assert!(
-            std::time::Instant::now() < until,
-            "the command never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        false
+    });
+}
+
+/// Waits (bounded) until `path` exists, failing if `child` (which is to
+/// make it) ends first.
+#[track_caller]
+pub fn wait_for_file(path: &Path, timeout: Duration, child: &mut std::process::Child) {
+    let what = format!("{} to appear", path.display());
+    eventually(&what, timeout, || {
+        if path.exists() {
+            return true;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("it exited ({status}) before {} appeared", path.display());
+        }
+        false
+    });
+}
+
+/// A ledger backend, for the scenarios that must hold on each (as atuin
+/// runs one database story test on SQLite and on PostgreSQL): see
+/// [`on_every_backend`].
+pub enum Backend {
+    Sqlite,
+    /// A server of the test's own; each [`Backend::env`] is a database.
+    Postgres(Server),
+}
+
+impl Backend {
+    /// PostgreSQL on a fresh server, or `None` (and a note) where no
+    /// server is installed; under CI that fails instead (see `pg.rs`).
+    pub fn postgres(test: &str) -> Option<Backend> {
+        Server::start(test).map(Backend::Postgres)
+    }
+
+    /// A fresh [`Env`] whose ledger is new and empty, on this backend.
+    pub fn env(&self) -> Env {
+        match self {
+            Backend::Sqlite => Env::new(),
+            Backend::Postgres(server) => {
+                static DATABASES: std::sync::atomic::AtomicUsize =
+                    std::sync::atomic::AtomicUsize::new(0);
+                let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = format!("ledger{n}");
+                server.sql("postgres", &format!("CREATE DATABASE {name}"));
+                Env::on_ledger(server.url_of(&name))
+            }
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Backend::Postgres(_))
     }
 }
+
+/// Makes each scenario `fn NAME(backend: &Backend)` of the calling module
+/// two tests, `sqlite::NAME` and `postgres::NAME`, so that one body states
+/// what holds on either ledger and a failure names the backend.
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&$crate::util::Backend::Sqlite);
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(backend) = $crate::util::Backend::postgres(stringify!($name)) {
+                        super::$name(&backend);
+                    }
+                }
+            )+
+        }
+    };
+}
+pub(crate) use on_every_backend;
 
 /// `template` run under `prefix` (a command that runs the rest of its
 /// argv: `unshare ...`, `faketime T`, `bash -c ...`), with the template's

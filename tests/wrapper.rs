@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, text, wait_for_file, Env};
 
 const INTERLEAVED: &str = "for i in 1 2 3 4 5; do echo out $i; echo err $i >&2; done";
 
@@ -201,14 +201,12 @@ fn a_first_signal_says_that_a_second_kills() {
     let env = Env::new();
     let started = env.path("started");
     let script = format!("trap '' INT; touch '{}'; sleep 30", started.display());
-    let child = env
+    let mut child = env
         .idem(["run", "--key", "i", "--shell", "--", &script])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    while !started.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut child);
     let idem = Pid::from_raw(child.id() as i32);
     kill(idem, Signal::SIGINT).unwrap();
     std::thread::sleep(Duration::from_millis(300));

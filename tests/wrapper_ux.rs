@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, text, wait_for_file, Env};
 
 /// Whether a tool is on PATH; under CI a missing one fails the test.
 fn have(tool: &str) -> bool {
@@ -133,10 +133,7 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !pgid_file.exists() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&pgid_file, Duration::from_secs(10), &mut holder);
     let pgid = std::fs::read_to_string(&pgid_file).unwrap();
     let pgid = pgid.trim();
     let cron = env.run([
@@ -193,9 +190,7 @@ fn recovering_an_abandoned_run_is_told_with_verbose() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    while !started.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut first);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(first.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -439,9 +434,7 @@ fn the_wait_spinner_is_cleared_when_the_wait_ends() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    while !started.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_file(&started, Duration::from_secs(30), &mut holder);
     let idem = env!("CARGO_BIN_EXE_idem");
     let db = env.db();
     let shown = in_pty(

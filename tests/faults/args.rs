@@ -1,0 +1,309 @@
+//! Bad arguments: exit 2 and one line naming the flag; and the longest
+//! durations, taken.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+use crate::util::Env;
+
+/// A key one byte longer than a key may be.
+const LONG_KEY: &str = match std::str::from_utf8(&[b'k'; 513]) {
+    Ok(key) => key,
+    Err(_) => panic!("ASCII is UTF-8"),
+};
+
+/// Bad command lines: the arguments, the exit, and what the one line of
+/// error must name (the flag, or the thing).
+const BAD_ARGUMENTS: &[(&[&str], i32, &str)] = &[
+    (
+        &["run", "--key", "k", "--retries", "-1", "--", "true"],
+        2,
+        "--retries",
+    ),
+    (
+        &["run", "--key", "k", "--retries", "x", "--", "true"],
+        2,
+        "--retries",
+    ),
+    (
+        &[
+            "run",
+            "--key",
+            "k",
+            "--retries",
+            "99999999999",
+            "--",
+            "true",
+        ],
+        2,
+        "--retries",
+    ),
+    (
+        &["run", "--key", "k", "--retries", "", "--", "true"],
+        2,
+        "--retries",
+    ),
+    (
+        &["run", "--key", "k", "--backoff", "-1s", "--", "true"],
+        2,
+        "--backoff",
+    ),
+    (
+        &["run", "--key", "k", "--backoff=-1s", "--", "true"],
+        2,
+        "--backoff",
+    ),
+    (
+        &["run", "--key", "k", "--backoff", "5", "--", "true"],
+        2,
+        "--backoff",
+    ),
+    (
+        &["run", "--key", "k", "--backoff", "soon", "--", "true"],
+        2,
+        "--backoff",
+    ),
+    (
+        &["run", "--key", "k", "--max-backoff", "", "--", "true"],
+        2,
+        "--max-backoff",
+    ),
+    (
+        &["run", "--key", "k", "--timeout", "0", "--", "true"],
+        2,
+        "--timeout",
+    ),
+    (
+        &[
+            "run",
+            "--key",
+            "k",
+            "--timeout",
+            "500000000000y",
+            "--",
+            "true",
+        ],
+        2,
+        "--timeout",
+    ),
+    (
+        &["run", "--key", "k", "--timeout", "--", "true"],
+        2,
+        "--timeout",
+    ),
+    (
+        &["run", "--key", "k", "--wait", "101y", "--", "true"],
+        2,
+        "--wait",
+    ),
+    (
+        &["run", "--key", "k", "--wait", "1e9", "--", "true"],
+        2,
+        "--wait",
+    ),
+    (
+        &["run", "--key", "k", "--ttl", "forever", "--", "true"],
+        2,
+        "--ttl",
+    ),
+    (
+        &["run", "--key", "k", "--kill-after", "1x", "--", "true"],
+        2,
+        "--kill-after",
+    ),
+    (
+        &["run", "--key", "k", "--lease", "0", "--", "true"],
+        2,
+        "--lease",
+    ),
+    (
+        &["run", "--key", "k", "--lease", "300ms", "--", "true"],
+        2,
+        "--lease",
+    ),
+    (
+        &["run", "--key", "k", "--retry-on", "1,x", "--", "true"],
+        2,
+        "--retry-on",
+    ),
+    (
+        &["run", "--key", "k", "--retry-on", "300", "--", "true"],
+        2,
+        "--retry-on",
+    ),
+    (
+        &["run", "--key", "k", "--retry-on", "5-1", "--", "true"],
+        2,
+        "--retry-on",
+    ),
+    (
+        &["run", "--key", "k", "--retry-on", "-1", "--", "true"],
+        2,
+        "--retry-on",
+    ),
+    (
+        &["run", "--key", "k", "--retry-on", "", "--", "true"],
+        2,
+        "--retry-on",
+    ),
+    (
+        &["run", "--key", "k", "--no-retry-on", "1,,2", "--", "true"],
+        2,
+        "--no-retry-on",
+    ),
+    (
+        &[
+            "run",
+            "--key",
+            "k",
+            "--skipped-exit-code",
+            "256",
+            "--",
+            "true",
+        ],
+        2,
+        "--skipped-exit-code",
+    ),
+    (
+        &[
+            "run",
+            "--key",
+            "k",
+            "--conflict-exit-code",
+            "-3",
+            "--",
+            "true",
+        ],
+        2,
+        "--conflict-exit-code",
+    ),
+    (
+        &["run", "--key", "k", "--capture", "5GiB", "--", "true"],
+        2,
+        "--capture",
+    ),
+    (
+        &["run", "--key", "k", "--capture", "-1", "--", "true"],
+        2,
+        "--capture",
+    ),
+    (
+        &["run", "--key", "k", "--capture", "64 KiB", "--", "true"],
+        2,
+        "--capture",
+    ),
+    (
+        &["run", "--key", "k", "--on-abandoned", "maybe", "--", "true"],
+        2,
+        "--on-abandoned",
+    ),
+    (&["run", "--key", "k"], 2, "<COMMAND>"),
+    (&["run", "--key", "k", "--"], 2, "<COMMAND>"),
+    (&["run", "--key", "k", "--", ""], 2, "command after --"),
+    (&["run", "--", "true"], 2, "--key"),
+    (&["run", "--key", "", "--", "true"], 2, "--key"),
+    (&["run", "--key", "{nope}", "--", "true"], 2, "--key"),
+    (&["run", "--key", "{}", "--", "true"], 2, "--key"),
+    (&["run", "--key", "a{date", "--", "true"], 2, "--key"),
+    (&["run", "--key", "a}b", "--", "true"], 2, "--key"),
+    (&["run", "--key", "a\tb", "--", "true"], 2, "--key"),
+    (&["run", "--key", "a\u{7f}b", "--", "true"], 2, "--key"),
+    (&["run", "--key", "line\nbreak", "--", "true"], 2, "--key"),
+    (&["run", "--key", LONG_KEY, "--", "true"], 2, "--key"),
+    (&["run", "--nope", "--key", "k", "--", "true"], 2, "--nope"),
+    (&["ledger", "list", "--limit", "-5"], 2, "--limit"),
+    (&["ledger", "list", "--limit", "many"], 2, "--limit"),
+    (&["ledger", "list", "--since", "yesterday"], 2, "--since"),
+    (&["ledger", "list", "--status", "weird"], 2, "--status"),
+    (&["--db", "", "ledger", "list"], 2, "--db"),
+    (&["doctor", "--bogus"], 2, "--bogus"),
+    (&["nosuch"], 2, "nosuch"),
+];
+
+/// Arguments that are not UTF-8 where text is expected (`\xff` is never
+/// UTF-8), as for [`BAD_ARGUMENTS`].
+const NOT_UTF8: &[(&[&[u8]], i32, &str)] = &[
+    (&[b"run", b"--key", b"k\xff", b"--", b"true"], 2, "--key"),
+    (&[b"run", b"--key=k\xff", b"--", b"true"], 2, "--key"),
+    (
+        &[
+            b"run",
+            b"--key",
+            b"k",
+            b"--timeout",
+            b"1\xffs",
+            b"--",
+            b"true",
+        ],
+        2,
+        "--timeout",
+    ),
+    (&[b"ledger", b"show", b"k\xff"], 2, "argument 'k"),
+    (
+        &[b"--db", b"postgres://\xff", b"ledger", b"list"],
+        2,
+        "--db",
+    ),
+];
+
+/// Every bad argument: its exit, one line naming the flag (or the thing),
+/// never a panic, and no ledger created.
+#[test]
+fn bad_arguments_are_one_line_naming_the_flag() {
+    let env = Env::new();
+    let text = BAD_ARGUMENTS.iter().map(|(args, code, names)| {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        (args, *code, *names)
+    });
+    let bytes = NOT_UTF8.iter().map(|(args, code, names)| {
+        let args: Vec<OsString> = args
+            .iter()
+            .map(|arg| OsStr::from_bytes(arg).into())
+            .collect();
+        (args, *code, *names)
+    });
+    let mut all_stderr = String::new();
+    for (args, code, names) in text.chain(bytes) {
+        let stderr = env
+            .cmd(&args)
+            .expect_code(code)
+            .stderr_one_line()
+            .stderr_starts_with("idem: ")
+            .stderr_has(names)
+            .stderr();
+        all_stderr.push_str(&stderr);
+    }
+    assert!(!all_stderr.contains("panicked"), "{all_stderr}");
+    assert!(!all_stderr.contains("RUST_BACKTRACE"), "{all_stderr}");
+    assert!(!env.db().exists(), "bad input created a ledger");
+}
+
+/// Durations up to the bound are taken, and do not overflow any deadline.
+#[test]
+fn long_durations_are_taken() {
+    Env::new()
+        .cmd([
+            "run",
+            "--key",
+            "k",
+            "--retries",
+            "1",
+            "--timeout",
+            "99y",
+            "--wait",
+            "99y",
+            "--ttl",
+            "99y",
+            "--kill-after",
+            "99y",
+            "--lease",
+            "99y",
+            "--backoff",
+            "1ms",
+            "--max-backoff",
+            "99y",
+            "--",
+            "true",
+        ])
+        .succeeds();
+}

@@ -1,0 +1,225 @@
+//! A full disk, and a ledger that refuses a write: nothing runs without
+//! its claim, nothing recorded is lost, and the error says so.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use super::{fill, list_keys, run_with_db, sqlite, status_of, Mount};
+use crate::util::{assert_code, integrity_check, text, Env};
+
+#[test]
+fn a_full_disk_runs_nothing_and_loses_nothing() {
+    let env = Env::new();
+    let Some(mount) = Mount::tmpfs(&env.path("small"), "1m") else {
+        return;
+    };
+    let db = mount.dir.join("ledger.db");
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "before", "--", "true"]),
+        0,
+    );
+    assert_code(
+        &run_with_db(
+            &env,
+            &db,
+            &["run", "--key", "failed", "--retries", "0", "--", "false"],
+        ),
+        1,
+    );
+    let filler = mount.dir.join("filler");
+    fill(&filler);
+    let count = env.count_cmd("count");
+    let output = run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &count]);
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(env.count("count"), 0, "the command ran without a claim");
+    // doctor says so too, without writing.
+    let doctor = run_with_db(&env, &db, &["doctor"]);
+    assert_code(&doctor, 1);
+    assert!(
+        text(&doctor.stdout).contains("the disk is full"),
+        "{}",
+        text(&doctor.stdout)
+    );
+
+    fs::remove_file(&filler).unwrap();
+    assert_eq!(integrity_check(&db), "ok");
+    let runs = list_keys(&env, &db);
+    assert_eq!(status_of(&runs, "before").as_deref(), Some("succeeded"));
+    assert_eq!(status_of(&runs, "failed").as_deref(), Some("failed"));
+    assert_eq!(status_of(&runs, "k"), None);
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &count]),
+        0,
+    );
+    assert_eq!(env.count("count"), 1);
+}
+
+/// A ledger on a 2MiB tmpfs with one success in it, filled but for room
+/// for a claim, not for megabytes of captured output; and the filler.
+fn nearly_full(env: &Env) -> Option<(Mount, PathBuf, PathBuf)> {
+    let mount = Mount::tmpfs(&env.path("small"), "2m")?;
+    let db = mount.dir.join("ledger.db");
+    assert_code(
+        &run_with_db(env, &db, &["run", "--key", "before", "--", "true"]),
+        0,
+    );
+    let filler = mount.dir.join("filler");
+    fill(&filler);
+    fs::File::options()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(
+            fs::metadata(&filler)
+                .unwrap()
+                .len()
+                .saturating_sub(160 << 10),
+        )
+        .unwrap();
+    Some((mount, db, filler))
+}
+
+#[test]
+fn a_disk_that_fills_during_a_run_is_said_loudly() {
+    let env = Env::new();
+    let Some((_mount, db, filler)) = nearly_full(&env) else {
+        return;
+    };
+    let script = "head -c 3000000 /dev/urandom | od -x; head -c 3000000 /dev/urandom | od -x >&2";
+    let output = env
+        .idem([
+            "run",
+            "--key",
+            "big",
+            "--retries",
+            "0",
+            "--capture",
+            "1MiB",
+            "--shell",
+            "--",
+            script,
+        ])
+        .env("IDEM_DB", &db)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    fs::remove_file(&filler).unwrap();
+    assert_eq!(integrity_check(&db), "ok");
+    let runs = list_keys(&env, &db);
+    assert_eq!(status_of(&runs, "before").as_deref(), Some("succeeded"));
+    // Whatever was recorded, the next run makes progress by itself.
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "big", "--", "true"]),
+        0,
+    );
+}
+
+#[test]
+fn a_disk_that_fills_while_a_retry_is_recorded_says_what_ran_and_shows_it() {
+    let env = Env::new();
+    let Some((_mount, db, filler)) = nearly_full(&env) else {
+        return;
+    };
+    let script = "head -c 3000000 /dev/urandom | od -x; echo held-and-shown; exit 1";
+    let output = run_with_db(
+        &env,
+        &db,
+        &[
+            "run",
+            "--key",
+            "retried",
+            "--retries",
+            "1",
+            "--backoff",
+            "10ms",
+            "--quiet-success",
+            "--capture",
+            "1MiB",
+            "--shell",
+            "--",
+            script,
+        ],
+    );
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("attempt 1/2 exited 1, but idem could not record it"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    assert!(
+        text(&output.stdout).contains("held-and-shown"),
+        "the held output was dropped"
+    );
+    fs::remove_file(&filler).unwrap();
+    assert_eq!(integrity_check(&db), "ok");
+}
+
+#[test]
+fn an_attempt_that_cannot_be_recorded_never_runs() {
+    // The claim commits, then writing the attempt's start fails (here a
+    // trigger refuses it): the command, held between fork and exec, must
+    // not run, and the run is failed rather than left to look abandoned.
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    sqlite(
+        &env.db(),
+        "CREATE TRIGGER refuse BEFORE INSERT ON attempts
+         BEGIN SELECT RAISE(ABORT, 'attempts refused'); END;",
+    );
+    let count = format!(
+        "{}; echo ${{IDEM_RECOVERED:-0}} >> '{}'",
+        env.count_cmd("count"),
+        env.path("recovered").display()
+    );
+    let output = env.run(["run", "--key", "k", "--shell", "--", &count]);
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("the command did not run"), "{stderr}");
+    assert!(stderr.contains("attempts refused"), "{stderr}");
+    assert_eq!(env.count("count"), 0, "the command ran");
+    let shown = env.show_json("k");
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["exit_code"], 125);
+    // Once the ledger takes writes again, the key runs, plainly: it is known
+    // that nothing ran, so it is not a recovery.
+    sqlite(&env.db(), "DROP TRIGGER refuse;");
+    assert_code(&env.run(["run", "--key", "k", "--shell", "--", &count]), 0);
+    assert_eq!(env.count("count"), 1);
+    assert_eq!(fs::read_to_string(env.path("recovered")).unwrap(), "0\n");
+
+    // A retry whose start is refused: the output held by --quiet-success
+    // of the attempt that did run is shown, as after any failure.
+    sqlite(
+        &env.db(),
+        "CREATE TRIGGER refuse_retry BEFORE INSERT ON attempts WHEN NEW.n = 2
+         BEGIN SELECT RAISE(ABORT, 'attempts refused'); END;",
+    );
+    let flaky = format!("{}; echo first words; exit 3", env.count_cmd("count"));
+    let output = env.run([
+        "run",
+        "--key",
+        "q",
+        "--retries",
+        "1",
+        "--backoff",
+        "0s",
+        "--quiet-success",
+        "--shell",
+        "--",
+        &flaky,
+    ]);
+    assert_code(&output, 125);
+    assert_eq!(env.count("count"), 2, "one attempt ran, the retry did not");
+    assert_eq!(text(&output.stdout), "first words\n");
+    assert!(text(&output.stderr).contains("the command did not run"));
+    assert_eq!(env.show_json("q")["exit_code"], 125);
+}

@@ -1,0 +1,235 @@
+//! `idem doctor`: a healthy ledger found healthy and unchanged, each
+//! problem named with its fix.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use super::{crash_writer, listing, run_with_db, sqlite, wait_for_line};
+use crate::util::{assert_code, text, Env};
+
+fn doctor_json(env: &Env, db: &Path) -> (i32, serde_json::Value) {
+    let output = run_with_db(env, db, &["doctor", "--json"]);
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let report = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("doctor --json printed no JSON: {}", text(&output.stdout)));
+    (output.status.code().unwrap(), report)
+}
+
+fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["check"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {report}"))
+}
+
+#[test]
+fn doctor_finds_a_healthy_ledger_healthy_and_changes_nothing() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "a", "--", "true"]), 0);
+    assert_code(
+        &env.run(["run", "--key", "b", "--retries", "0", "--", "false"]),
+        1,
+    );
+    let before = fs::read(env.db()).unwrap();
+    let names = listing(env.dir.path());
+    let output = env.run(["doctor"]);
+    assert_code(&output, 0);
+    let stdout = text(&output.stdout);
+    assert!(stdout.trim_end().ends_with("healthy"), "{stdout}");
+    for name in [
+        "schema",
+        "integrity",
+        "file permissions",
+        "folder permissions",
+        "leftover files",
+        "running keys",
+        "free space",
+    ] {
+        assert!(stdout.contains(name), "{name} missing: {stdout}");
+    }
+    let (code, report) = doctor_json(&env, &env.db());
+    assert_eq!(code, 0);
+    assert_eq!(report["healthy"], true);
+    assert!(report["schema_version"].as_u64().unwrap() >= 1);
+    assert!(check(&report, "schema")["message"]
+        .as_str()
+        .unwrap()
+        .contains("(current)"));
+    assert_eq!(check(&report, "integrity")["status"], "ok");
+    assert!(report["free_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(
+        fs::read(env.db()).unwrap(),
+        before,
+        "doctor changed the ledger"
+    );
+    assert_eq!(
+        listing(env.dir.path()),
+        names,
+        "doctor created or removed files"
+    );
+
+    // A missing ledger is reported, and not created (nor its folder).
+    let missing = env.path("nowhere/ledger.db");
+    let (code, report) = doctor_json(&env, &missing);
+    assert_eq!(code, 1);
+    assert_eq!(check(&report, "file")["status"], "problem");
+    assert!(!env.path("nowhere").exists());
+    // A shared ledger that cannot be reached is a problem named as such.
+    let url = Path::new("postgres://127.0.0.1:1/idem?connect_timeout=5");
+    let output = run_with_db(&env, url, &["doctor", "--json"]);
+    assert_code(&output, 1);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(check(&report, "connection")["status"], "problem");
+    let help = env.run(["doctor", "--help"]);
+    assert!(text(&help.stdout).contains("changes nothing"));
+}
+
+#[test]
+fn doctor_names_each_problem_and_its_fix() {
+    let env = Env::new();
+    let folder = env.path("shared");
+    let db = folder.join("ledger.db");
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "ok", "--", "true"]),
+        0,
+    );
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "lost", "--", "true"]),
+        0,
+    );
+    // A key whose owner died without an outcome (no such pid runs).
+    sqlite(
+        &db,
+        "UPDATE runs SET status = 'running', finished_at = NULL, exit_code = NULL, pid = 999999999
+             WHERE id = (SELECT head FROM keys WHERE key = 'lost');
+         UPDATE keys SET owner_boot = 'gone', owner_pid_start = 1 WHERE key = 'lost';",
+    );
+    fs::set_permissions(&folder, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(&db, fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["healthy"], false);
+    assert_eq!(report["stuck_keys"], serde_json::json!(["lost"]));
+    let running = check(&report, "running keys");
+    assert_eq!(running["status"], "problem");
+    assert!(running["fix"].as_str().unwrap().contains("abandoned"));
+    // A folder anyone can write is refused by run, so it is a problem.
+    assert_eq!(check(&report, "folder permissions")["status"], "problem");
+    assert!(check(&report, "folder permissions")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("chmod 700"));
+    assert_eq!(check(&report, "file permissions")["status"], "warn");
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "lost", "--", "true"]),
+        125,
+    );
+    // Private again, the next run of the key takes it over, and the ledger
+    // is healthy again.
+    fs::set_permissions(&folder, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::set_permissions(&db, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_code(
+        &run_with_db(&env, &db, &["run", "--key", "lost", "--", "true"]),
+        0,
+    );
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 0, "{report}");
+
+    // A newer ledger (a version far ahead of any this idem knows).
+    sqlite(&db, "PRAGMA user_version = 99;");
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 1);
+    assert!(check(&report, "schema")["message"]
+        .as_str()
+        .unwrap()
+        .contains("newer idem"));
+    sqlite(&db, "PRAGMA user_version = 1;");
+
+    // A corrupt page.
+    let mut bytes = fs::read(&db).unwrap();
+    let page = 4096;
+    assert!(bytes.len() >= 4 * page);
+    for byte in &mut bytes[2 * page + 8..3 * page] {
+        *byte = 0x5a;
+    }
+    fs::write(&db, &bytes).unwrap();
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(fs::read(&db).unwrap(), bytes);
+}
+
+#[test]
+fn doctor_tells_leftover_files_from_files_in_use() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "a", "--", "true"]), 0);
+    let db = env.db();
+    // A live reader holds the ledger open.
+    let mut reader = Command::new("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = reader.stdin.take().unwrap();
+    writeln!(stdin, "SELECT count(*) FROM keys;").unwrap();
+    stdin.flush().unwrap();
+    wait_for_line(&mut reader);
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 0, "{report}");
+    let leftover = check(&report, "side files");
+    assert_eq!(leftover["status"], "ok", "{report}");
+    assert!(leftover["message"]
+        .as_str()
+        .unwrap()
+        .contains("in use by process"));
+    drop(stdin);
+    reader.wait().unwrap();
+
+    // A writer killed with its log and index on disk: harmless, the next
+    // reader folds the log in.
+    crash_writer(&db, "INSERT INTO keys (key) VALUES ('from-the-log');");
+    let names = listing(env.dir.path());
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(check(&report, "leftover files")["status"], "ok");
+    // Only the log left: doctor reads a copy rather than create the index.
+    fs::remove_file(format!("{}-shm", db.display())).unwrap();
+    let names_without_shm = listing(env.dir.path());
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(check(&report, "integrity")["status"], "ok");
+    assert_eq!(listing(env.dir.path()), names_without_shm);
+    assert_ne!(names, names_without_shm);
+    // The log is intact: whoever opens the ledger next folds it in.
+    let keys = Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT key FROM keys ORDER BY key")
+        .output()
+        .unwrap();
+    assert_eq!(text(&keys.stdout), "a\nfrom-the-log\n");
+}
+
+#[test]
+fn doctor_warns_of_a_wal_that_checkpoints_do_not_drain() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "a", "--", "true"]), 0);
+    let db = env.db();
+    crash_writer(
+        &db,
+        "CREATE TABLE pad (x); INSERT INTO pad VALUES (zeroblob(20000000));",
+    );
+    let (code, report) = doctor_json(&env, &db);
+    assert_eq!(code, 0, "{report}");
+    let side = check(&report, "leftover files");
+    assert_eq!(side["status"], "warn", "{report}");
+    assert!(
+        side["message"].as_str().unwrap().contains("MiB"),
+        "{report}"
+    );
+}

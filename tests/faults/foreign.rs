@@ -1,0 +1,72 @@
+//! Ledgers of a newer idem, of another program or of no program, and
+//! paths that cannot be a ledger: each refused by name.
+
+use std::fs;
+
+use super::{run_with_db, sqlite};
+use crate::util::{assert_code, text, Env};
+
+#[test]
+fn newer_foreign_and_garbage_ledgers_are_refused_by_name() {
+    let env = Env::new();
+    let newer = env.path("newer.db");
+    assert_code(
+        &run_with_db(&env, &newer, &["run", "--key", "k", "--", "true"]),
+        0,
+    );
+    sqlite(&newer, "PRAGMA user_version = 99;");
+    let foreign = env.path("foreign.db");
+    sqlite(&foreign, "CREATE TABLE t(x); INSERT INTO t VALUES (1);");
+    let garbage = env.path("garbage.db");
+    fs::write(
+        &garbage,
+        b"not a database at all, just some text\n".repeat(200),
+    )
+    .unwrap();
+    let cases = [
+        (&newer, "newer idem"),
+        (&foreign, "not an idem ledger"),
+        (&garbage, "not a SQLite database"),
+    ];
+    for (db, says) in cases {
+        let before = fs::read(db).unwrap();
+        let count = env.count_cmd("count");
+        for args in [
+            &["run", "--key", "k2", "--shell", "--", &count][..],
+            &["ledger", "list"][..],
+        ] {
+            let output = run_with_db(&env, db, args);
+            assert_code(&output, 125);
+            let stderr = text(&output.stderr);
+            assert!(stderr.contains(says), "{}: {stderr}", db.display());
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        }
+        let doctor = run_with_db(&env, db, &["doctor"]);
+        assert_code(&doctor, 1);
+        assert_eq!(fs::read(db).unwrap(), before, "{} changed", db.display());
+        assert_eq!(env.count("count"), 0);
+    }
+}
+
+#[test]
+fn unusable_ledger_paths_are_named() {
+    let env = Env::new();
+    fs::write(env.path("a-file"), "x").unwrap();
+    let count = env.count_cmd("count");
+    let cases = [
+        (
+            env.dir.path().to_owned(),
+            "is not a regular file (it is a folder)",
+        ),
+        (env.path("a-file/ledger.db"), "a-file"),
+    ];
+    for (db, says) in cases {
+        let output = run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &count]);
+        assert_code(&output, 125);
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains("set --db or IDEM_DB"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    assert_eq!(env.count("count"), 0);
+}

@@ -1,0 +1,192 @@
+//! Power loss: a ledger cut at any instant is consistent, because the
+//! claim and the outcome are synced in order.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::{list_keys, run_with_db, status_of};
+use crate::util::{assert_code, integrity_check, require, Env};
+
+/// Freezes a run at a random instant, copies the ledger files as a power
+/// cut would leave them (no process writes while they are copied), and
+/// checks every copy: it opens, passes integrity_check, holds every
+/// success reported before the instant, and lets the next run go on.
+#[test]
+fn a_ledger_cut_at_any_instant_is_consistent() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let env = Env::new();
+    let copies = env.path("copies");
+    fs::create_dir(&copies).unwrap();
+    let mut reported: Vec<String> = Vec::new();
+    let mut snapshots = Vec::new();
+    for index in 0..40 {
+        let key = format!("k{index}");
+        let mut child = env
+            .idem(["run", "--key", &key, "--retries", "0", "--", "true"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(fastrand::u64(0..25_000)));
+        let pid = Pid::from_raw(child.id() as i32);
+        let _ = kill(pid, Signal::SIGSTOP);
+        let copy = copies.join(index.to_string());
+        fs::create_dir(&copy).unwrap();
+        for suffix in ["", "-wal"] {
+            let from = PathBuf::from(format!("{}{suffix}", env.db().display()));
+            let _ = fs::copy(&from, copy.join(format!("ledger.db{suffix}")));
+        }
+        let _ = kill(pid, Signal::SIGCONT);
+        let status = child.wait().unwrap();
+        snapshots.push((copy.join("ledger.db"), key.clone(), reported.clone()));
+        if status.success() {
+            reported.push(key);
+        }
+    }
+    assert_eq!(reported.len(), 40, "every run succeeded");
+    for (db, key, before) in snapshots {
+        if !db.exists() {
+            assert!(
+                before.is_empty(),
+                "{}: no ledger after a success",
+                db.display()
+            );
+            continue;
+        }
+        assert_eq!(integrity_check(&db), "ok", "{}", db.display());
+        if fs::metadata(&db).unwrap().len() == 0 {
+            assert!(before.is_empty());
+            continue;
+        }
+        let runs = list_keys(&env, &db);
+        for done in &before {
+            assert_eq!(
+                status_of(&runs, done).as_deref(),
+                Some("succeeded"),
+                "{}: lost the success of {done}",
+                db.display()
+            );
+        }
+        let state = status_of(&runs, &key);
+        assert!(
+            matches!(state.as_deref(), None | Some("running") | Some("succeeded")),
+            "{key}: {state:?}"
+        );
+        // The next run decides by itself: skip, or take over the dead run.
+        assert_code(
+            &run_with_db(
+                &env,
+                &db,
+                &["run", "--key", &key, "--retries", "0", "--", "true"],
+            ),
+            0,
+        );
+    }
+}
+
+/// The other half of the power-loss argument: the claim is synced to disk
+/// before the command starts, and the outcome before idem exits. Watched
+/// with strace, when it is installed.
+#[test]
+fn the_claim_and_the_outcome_are_synced_in_order() {
+    let env = Env::new();
+    let Some(trace) = strace_run(&env, "fsync,fdatasync,execve,exit_group") else {
+        return;
+    };
+    let lines = strace_lines(&trace);
+    let exec_at = exec_of_true(&lines, &trace);
+    let child = lines[exec_at].0;
+    let child_exit = exec_at
+        + lines[exec_at..]
+            .iter()
+            .position(|(pid, call)| *pid == child && call.starts_with("exit_group"))
+            .unwrap();
+    let idem_exit = lines
+        .iter()
+        .rposition(|(pid, call)| *pid != child && call.starts_with("exit_group"))
+        .unwrap();
+    let wal_synced = |range: std::ops::Range<usize>| {
+        lines[range].iter().any(|(pid, call)| {
+            *pid != child
+                && (call.starts_with("fsync(") || call.starts_with("fdatasync("))
+                && call.contains("ledger.db-wal>")
+        })
+    };
+    assert!(
+        wal_synced(0..exec_at),
+        "the claim was not synced before the command ran:\n{trace}"
+    );
+    assert!(
+        wal_synced(child_exit..idem_exit),
+        "the outcome was not synced before idem exited:\n{trace}"
+    );
+}
+
+#[test]
+fn the_command_runs_only_once_its_group_is_recorded() {
+    // The attempt's process group is written (without a sync) after the
+    // claim's sync; the command must not exec before that write, or an
+    // idem killed in between would leave a command nobody can find.
+    let env = Env::new();
+    let Some(trace) = strace_run(&env, "fsync,fdatasync,pwrite64,write,execve") else {
+        return;
+    };
+    let lines = strace_lines(&trace);
+    let exec_at = exec_of_true(&lines, &trace);
+    let claim_synced = lines[..exec_at]
+        .iter()
+        .rposition(|(_, call)| {
+            (call.starts_with("fsync(") || call.starts_with("fdatasync("))
+                && call.contains("ledger.db-wal>")
+        })
+        .unwrap_or_else(|| panic!("the claim was not synced before the command ran:\n{trace}"));
+    assert!(
+        lines[claim_synced..exec_at].iter().any(|(_, call)| {
+            (call.starts_with("pwrite64(") || call.starts_with("write("))
+                && call.contains("ledger.db-wal>")
+        }),
+        "the command ran before its process group was written:\n{trace}"
+    );
+}
+
+/// Runs `idem run --key k -- /bin/true` on a ledger that exists, under
+/// `strace -f` for `calls`; None (and a note) where strace cannot trace.
+fn strace_run(env: &Env, calls: &str) -> Option<String> {
+    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    let trace = env.path("trace");
+    let mut command = Command::new("strace");
+    command
+        .args(["-f", "-y", "-qq", "-e", &format!("trace={calls}"), "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", "--key", "k", "--", "/bin/true"])
+        .env("IDEM_DB", env.db())
+        .env("HOME", env.dir.path())
+        .stdin(Stdio::null());
+    match command.output() {
+        Ok(output) if output.status.success() => Some(fs::read_to_string(trace).unwrap()),
+        other => {
+            require(false, &format!("tracing idem with strace ({other:?})"));
+            None
+        }
+    }
+}
+
+/// A trace's lines as (pid, call).
+fn strace_lines(trace: &str) -> Vec<(&str, &str)> {
+    trace
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        // strace pads the pid column: "123  call(...)".
+        .map(|(pid, call)| (pid, call.trim_start()))
+        .collect()
+}
+
+fn exec_of_true(lines: &[(&str, &str)], trace: &str) -> usize {
+    lines
+        .iter()
+        .position(|(_, call)| call.starts_with("execve(\"/bin/true\""))
+        .unwrap_or_else(|| panic!("no exec of the command in:\n{trace}"))
+}
