@@ -574,61 +574,59 @@ fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
     };
     let mut ledger = ledger::open(location)?;
     let mut total = ledger::ImportReport::default();
-    let mut batch = Vec::with_capacity(IMPORT_BATCH);
-    let mut batch_bytes = 0;
-    let mut flush = |batch: &mut Vec<ledger::ExportedRun>| -> Result<()> {
-        let report = ledger.import(batch)?;
-        total.added += report.added;
-        total.updated += report.updated;
-        total.unchanged += report.unchanged;
-        total.heads += report.heads;
-        batch.clear();
-        Ok(())
-    };
     let mut input = input;
     let mut line = Vec::new();
     let mut number = 0;
-    loop {
-        let read = read_line(input.as_mut(), &mut line)
-            .with_context(|| format!("could not read {name}"))?;
-        let Some(whole) = read else {
-            break;
-        };
-        number += 1;
-        let parsed = if !whole {
-            Err(anyhow::anyhow!(
-                "it is longer than the {} MiB idem reads in one line",
-                MAX_LINE >> 20
-            ))
-        } else {
-            match std::str::from_utf8(&line) {
-                Err(_) => Err(anyhow::anyhow!(
-                    "it is not UTF-8 (bytes that are not text travel base64-encoded in an export)"
-                )),
-                Ok(text) if text.trim().is_empty() => continue,
-                Ok(text) => render::parse_export(text),
-            }
-        };
-        match parsed {
-            Ok(mut run) => {
+    let mut done = false;
+    while !done {
+        let mut batch = 0;
+        let mut batch_bytes = 0;
+        let mut feed = |sink: &mut dyn ledger::ImportSink| -> Result<bool> {
+            loop {
+                let read = read_line(input.as_mut(), &mut line)
+                    .with_context(|| format!("could not read {name}"))?;
+                let Some(whole) = read else {
+                    done = true;
+                    return Ok(false);
+                };
+                number += 1;
+                let parsed = if !whole {
+                    Err(anyhow::anyhow!(
+                        "it is longer than the {} MiB idem reads in one line",
+                        MAX_LINE >> 20
+                    ))
+                } else {
+                    match std::str::from_utf8(&line) {
+                        Err(_) => Err(anyhow::anyhow!(
+                            "it is not UTF-8 (bytes that are not text travel base64-encoded in an export)"
+                        )),
+                        Ok(text) if text.trim().is_empty() => continue,
+                        Ok(text) => render::parse_export(text),
+                    }
+                };
+                let mut run = parsed.map_err(|error| LineError { number, error })?;
                 batch_bytes += cap_tails(&mut run);
-                batch.push(run);
+                batch += 1;
+                sink.run(&run.run, run.head)?;
+                for attempt in &run.attempts {
+                    sink.attempt(attempt)?;
+                }
+                return Ok(batch < IMPORT_BATCH && batch_bytes < IMPORT_BATCH_BYTES);
             }
-            Err(error) => {
-                flush(&mut batch)?;
-                return Err(Failure::usage(format!(
-                    "{name} line {number}: {error:#}; give lines written by `idem ledger export` ({} runs before it imported)",
+        };
+        if let Err(error) = ledger.import(&mut feed, &mut total) {
+            return Err(match error.downcast::<LineError>() {
+                Ok(bad) => Failure::usage(format!(
+                    "{name} line {}: {:#}; give lines written by `idem ledger export` ({} runs before it imported)",
+                    bad.number,
+                    bad.error,
                     total.added + total.updated
                 ))
-                .into());
-            }
-        }
-        if batch.len() == IMPORT_BATCH || batch_bytes >= IMPORT_BATCH_BYTES {
-            flush(&mut batch)?;
-            batch_bytes = 0;
+                .into(),
+                Err(error) => error,
+            });
         }
     }
-    flush(&mut batch)?;
     writeln!(
         summary(quiet),
         "imported {} run{} ({} updated, {} already here); {} became {}",
@@ -645,6 +643,21 @@ fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
     )?;
     Ok(exit::SUCCESS)
 }
+
+/// A line of the input that cannot be imported, by its number.
+#[derive(Debug)]
+struct LineError {
+    number: u64,
+    error: anyhow::Error,
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(out, "line {}: {:#}", self.number, self.error)
+    }
+}
+
+impl std::error::Error for LineError {}
 
 /// Reads one line, without its newline, into `line`; `None` at the end
 /// of the input, `Some(false)` for a line longer than [`MAX_LINE`], whose
