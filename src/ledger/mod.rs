@@ -32,6 +32,7 @@ macro_rules! select_list {
 }
 
 mod columns;
+pub mod line;
 pub(crate) mod postgres;
 mod rules;
 pub mod runlock;
