@@ -14,6 +14,7 @@ mod generated;
 mod hardening;
 mod jobs;
 mod ledger;
+mod ledger_rules;
 mod liveness;
 mod pg;
 mod postgres;

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -18,11 +18,6 @@ const IMPORT_BATCH: usize = 1000;
 
 /// ...and the output they may hold, since a run may hold megabytes.
 const IMPORT_BATCH_BYTES: usize = 8 << 20;
-
-/// The longest line `import` reads: room for a run of several attempts
-/// with the largest `--capture` of output, while a line of any length in
-/// the input costs no more memory than this.
-const MAX_LINE: usize = 16 << 20;
 
 /// `quiet` (`-q`) silences the summaries of forget, prune and import, which
 /// are idem's own lines; data (list, show, export, metrics) always prints.
@@ -543,9 +538,7 @@ fn export(location: &Location) -> Result<u8> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     ledger.export(&mut |run| {
         // Serialised first, so a closed pipe surfaces as an I/O error.
-        let mut line = serde_json::to_vec(&render::export_json(&run))?;
-        line.push(b'\n');
-        out.write_all(&line)?;
+        out.write_all(&ledger::line::export_line(&run)?)?;
         Ok(())
     })?;
     out.flush()?;
@@ -553,82 +546,35 @@ fn export(location: &Location) -> Result<u8> {
 }
 
 fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
-    let (input, name): (Box<dyn BufRead>, String) = match file {
-        Some(path) => {
-            let opened = std::fs::File::open(path).map_err(|error| {
-                Failure::usage(format!(
-                    "could not open {}: {}; give the file `idem ledger export` wrote",
-                    path.display(),
-                    exit::io_words(&error)
-                ))
-            })?;
-            (Box::new(BufReader::new(opened)), path.display().to_string())
-        }
-        None if std::io::stdin().is_terminal() => {
-            return Err(Failure::usage(
-                "idem ledger import reads an export from stdin, which is a terminal; pipe one in or give a FILE",
-            )
-            .into())
-        }
-        None => (Box::new(std::io::stdin().lock()), "stdin".to_owned()),
-    };
+    let (mut input, name) = import_input(file)?;
     let mut ledger = ledger::open(location)?;
     let mut total = ledger::ImportReport::default();
-    let mut batch = Vec::with_capacity(IMPORT_BATCH);
-    let mut batch_bytes = 0;
-    let mut flush = |batch: &mut Vec<ledger::ExportedRun>| -> Result<()> {
-        let report = ledger.import(batch)?;
-        total.added += report.added;
-        total.updated += report.updated;
-        total.unchanged += report.unchanged;
-        total.heads += report.heads;
-        batch.clear();
-        Ok(())
-    };
-    let mut input = input;
-    let mut line = Vec::new();
-    let mut number = 0;
-    loop {
-        let read = read_line(input.as_mut(), &mut line)
-            .with_context(|| format!("could not read {name}"))?;
-        let Some(whole) = read else {
-            break;
+    let mut lines = ledger::line::Lines::new(input.as_mut(), &name);
+    let mut done = false;
+    while !done {
+        // A transaction per batch of runs: few commits, and a WAL that
+        // stays small however long the stream.
+        let (mut runs, mut bytes) = (0, 0);
+        let mut feed = |sink: &mut dyn ledger::ImportSink| -> Result<bool> {
+            let mut counted = Counted { sink, bytes: 0 };
+            done = !lines.next(&mut counted)?;
+            runs += 1;
+            bytes += counted.bytes;
+            Ok(!done && runs < IMPORT_BATCH && bytes < IMPORT_BATCH_BYTES)
         };
-        number += 1;
-        let parsed = if !whole {
-            Err(anyhow::anyhow!(
-                "it is longer than the {} MiB idem reads in one line",
-                MAX_LINE >> 20
-            ))
-        } else {
-            match std::str::from_utf8(&line) {
-                Err(_) => Err(anyhow::anyhow!(
-                    "it is not UTF-8 (bytes that are not text travel base64-encoded in an export)"
-                )),
-                Ok(text) if text.trim().is_empty() => continue,
-                Ok(text) => render::parse_export(text),
-            }
-        };
-        match parsed {
-            Ok(mut run) => {
-                batch_bytes += cap_tails(&mut run);
-                batch.push(run);
-            }
-            Err(error) => {
-                flush(&mut batch)?;
-                return Err(Failure::usage(format!(
-                    "{name} line {number}: {error:#}; give lines written by `idem ledger export` ({} runs before it imported)",
+        if let Err(error) = ledger.import(&mut feed, &mut total) {
+            return Err(match error.downcast::<ledger::line::BadLine>() {
+                Ok(bad) => Failure::usage(format!(
+                    "{name} line {}: {:#}; give lines written by `idem ledger export` ({} runs before it imported)",
+                    bad.number,
+                    bad.error,
                     total.added + total.updated
                 ))
-                .into());
-            }
-        }
-        if batch.len() == IMPORT_BATCH || batch_bytes >= IMPORT_BATCH_BYTES {
-            flush(&mut batch)?;
-            batch_bytes = 0;
+                .into(),
+                Err(error) => error,
+            });
         }
     }
-    flush(&mut batch)?;
     writeln!(
         summary(quiet),
         "imported {} run{} ({} updated, {} already here); {} became {}",
@@ -646,56 +592,42 @@ fn import(file: Option<&Path>, location: &Location, quiet: bool) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// Reads one line, without its newline, into `line`; `None` at the end
-/// of the input, `Some(false)` for a line longer than [`MAX_LINE`], whose
-/// rest is read and dropped, so that memory stays bounded whatever the
-/// input holds.
-fn read_line(input: &mut dyn BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
-    line.clear();
-    let mut whole = true;
-    let mut any = false;
-    loop {
-        let chunk = match input.fill_buf() {
-            Ok(chunk) => chunk,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(error) => return Err(error),
-        };
-        if chunk.is_empty() {
-            return Ok(any.then_some(whole));
+/// What `import` reads, and its name for messages.
+fn import_input(file: Option<&Path>) -> Result<(Box<dyn BufRead>, String)> {
+    match file {
+        Some(path) => {
+            let opened = std::fs::File::open(path).map_err(|error| {
+                Failure::usage(format!(
+                    "could not open {}: {}; give the file `idem ledger export` wrote",
+                    path.display(),
+                    exit::io_words(&error)
+                ))
+            })?;
+            Ok((Box::new(BufReader::new(opened)), path.display().to_string()))
         }
-        any = true;
-        let end = chunk.iter().position(|byte| *byte == b'\n');
-        let part = &chunk[..end.unwrap_or(chunk.len())];
-        if whole && line.len() + part.len() > MAX_LINE {
-            whole = false;
-            *line = Vec::new();
-        }
-        if whole {
-            line.extend_from_slice(part);
-        }
-        let used = end.map_or(chunk.len(), |end| end + 1);
-        input.consume(used);
-        if end.is_some() {
-            return Ok(Some(whole));
-        }
+        None if std::io::stdin().is_terminal() => Err(Failure::usage(
+            "idem ledger import reads an export from stdin, which is a terminal; pipe one in or give a FILE",
+        )
+        .into()),
+        None => Ok((Box::new(std::io::stdin().lock()), "stdin".to_owned())),
     }
 }
 
-/// Keeps at most the largest `--capture` of each output tail, its end as
-/// a run would have kept it; returns the bytes left.
-fn cap_tails(run: &mut ledger::ExportedRun) -> usize {
-    let cap = crate::cli::MAX_CAPTURE as usize;
-    let mut bytes = 0;
-    for attempt in &mut run.attempts {
-        for tail in [&mut attempt.stdout_tail, &mut attempt.stderr_tail] {
-            if tail.len() > cap {
-                tail.drain(..tail.len() - cap);
-                tail.shrink_to_fit();
-            }
-            bytes += tail.len();
-        }
+/// A sink that counts the output it passes on, for the size of a batch.
+struct Counted<'a> {
+    sink: &'a mut dyn ledger::ImportSink,
+    bytes: usize,
+}
+
+impl ledger::ImportSink for Counted<'_> {
+    fn run(&mut self, run: &ledger::Run, head: bool) -> Result<()> {
+        self.sink.run(run, head)
     }
-    bytes
+
+    fn attempt(&mut self, attempt: &Attempt) -> Result<()> {
+        self.bytes += attempt.stdout_tail.len() + attempt.stderr_tail.len();
+        self.sink.attempt(attempt)
+    }
 }
 
 /// Where a command's summary goes: stdout, or nowhere under `-q`.

@@ -6,7 +6,35 @@
 //! Every key points at the run that decides what the next `idem run` does
 //! (its latest run, or none after `ledger forget`). Runs keep their attempts.
 
+/// A select list whose columns are read by name: `Cols::X.at()` is the
+/// place of column X in `Cols::LIST`, and a list that follows it in the
+/// same SELECT starts at `Cols::COUNT`.
+macro_rules! select_list {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident {
+        $first:ident = $first_sql:literal $(, $col:ident = $sql:literal)* $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy)]
+        $vis enum $name {
+            $first $(, $col)*
+        }
+
+        #[allow(dead_code)]
+        impl $name {
+            $vis const LIST: &'static str = concat!($first_sql $(, ", ", $sql)*);
+            $vis const COUNT: usize = [$name::$first $(, $name::$col)*].len();
+
+            $vis const fn at(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
+mod columns;
+pub mod line;
 pub(crate) mod postgres;
+mod rules;
 pub mod runlock;
 mod schema;
 mod sqlite;
@@ -558,6 +586,21 @@ pub struct ImportReport {
     pub heads: u64,
 }
 
+/// Where `import` puts the runs of a stream, one at a time: each run, then
+/// its attempts, so that memory holds one attempt whatever the run holds.
+pub trait ImportSink {
+    /// A run (`head`: it was its key's head in its ledger); its attempts
+    /// follow.
+    fn run(&mut self, run: &Run, head: bool) -> Result<()>;
+
+    /// An attempt of the run handed over last.
+    fn attempt(&mut self, attempt: &Attempt) -> Result<()>;
+}
+
+/// Hands one run of a stream to the sink; `false` when it has none left
+/// for this transaction.
+pub type Feed<'a> = dyn FnMut(&mut dyn ImportSink) -> Result<bool> + 'a;
+
 /// Per-key figures for `metrics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyMetrics {
@@ -668,12 +711,16 @@ pub trait Ledger {
     /// time (memory stays bounded whatever the ledger holds).
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()>;
 
-    /// Adds `runs` in one transaction, idempotently by `run_id`: a run this
-    /// ledger holds already is left as it is, unless it holds it `running`
-    /// with its owner gone and the stream finished. An imported run that was its key's head
-    /// becomes the head here when it started after every run of its key
-    /// here and the current head is not running.
-    fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport>;
+    /// Adds the runs `feed` hands over, one at a time, in one transaction,
+    /// until it has no more: idempotently by `run_id` (a run this ledger
+    /// holds already is left as it is, unless it holds it `running` with
+    /// its owner gone and the stream finished). An imported run that was
+    /// its key's head becomes the head here when it started after every
+    /// run of its key here and the current head is not running. When
+    /// `feed` fails, the run it was feeding leaves nothing, the runs before
+    /// it are committed, and its error is returned; `report` counts what
+    /// was imported either way.
+    fn import(&mut self, feed: &mut Feed<'_>, report: &mut ImportReport) -> Result<()>;
 
     /// Per-key figures, in key order.
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>>;

@@ -14,7 +14,9 @@
 //! are serialized however many hosts race.
 
 mod connect;
+mod rows;
 mod schema;
+mod tx;
 
 use std::time::Duration;
 
@@ -24,13 +26,17 @@ use postgres::error::SqlState;
 use postgres::{Client, GenericClient, Row};
 use uuid::Uuid;
 
+use super::columns::{attempt_list, JobCol};
+use super::rules;
 use super::{
-    decode_command, encode_command, Attempt, Claim, ExportedRun, ForgetReport, ForgottenKey, Head,
-    HookRun, ImportReport, JobState, KeyMetrics, Ledger, ListFilter, Locks, Outcome, Owner, Plan,
-    PruneReport, Run, RunAttempts, Status, Tails,
+    encode_command, Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport,
+    JobState, KeyMetrics, Ledger, ListFilter, Locks, NewRun, Outcome, Plan, PruneReport, Run,
+    RunAttempts, Tails,
 };
 use crate::exit::{Failure, IDEM_FAILED};
+use rows::{attempt_from_row, job_from_row, query_head, run_from_row, RunCol, Unreadable};
 use schema::{LATEST, MIGRATIONS};
+use tx::{job_outcome, owner_gone, release_locks, Tx, RELEASE_OWNER};
 
 /// How long a claim waits for a key's row lock before giving up (exit 125).
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -53,11 +59,6 @@ macro_rules! typed {
         &[$(($value as &(dyn postgres::types::ToSql + Sync), postgres::types::Type::$type)),*]
     };
 }
-
-const RUN_COLUMNS: &str = "r.key, r.id, r.run_id, r.status, r.exit_code, r.signal, r.attempts, \
-     r.started_at, r.finished_at, r.host, r.pid, r.command, r.shell, r.recovered, \
-     coalesce(r.job, r.key), \
-     EXISTS (SELECT 1 FROM idem.keys hk WHERE hk.key = r.key AND hk.head = r.id)";
 
 pub struct PostgresLedger {
     client: Client,
@@ -112,11 +113,7 @@ impl PostgresLedger {
     fn fail(&self, doing: &str, error: &postgres::Error) -> anyhow::Error {
         let failure = Failure::new(
             IDEM_FAILED,
-            format!(
-                "could not {doing} ledger {}: {}",
-                self.shown,
-                connect::describe(error)
-            ),
+            format!("could not {doing} ledger {}: {}", self.shown, words(error)),
         );
         let passing = connection_lost(error) || error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
         if passing {
@@ -265,84 +262,6 @@ pub fn schema_versions(client: &mut Client) -> Result<(i32, i32), postgres::Erro
 
 pub use connect::describe;
 
-/// Reads the columns of [`RUN_COLUMNS`]: the run's row id and the run.
-/// (`try_get` throughout: a schema changed behind idem's back is an error
-/// to report, never a panic.)
-fn run_from_row(row: &Row) -> Result<(i64, Run), postgres::Error> {
-    let status: String = row.try_get(3)?;
-    let run = Run {
-        key: row.try_get(0)?,
-        run_id: row.try_get(2)?,
-        status: Status::parse(&status).unwrap_or(Status::Failed),
-        exit_code: row.try_get(4)?,
-        signal: row.try_get(5)?,
-        attempts: row.try_get::<_, i32>(6)?.max(0) as u32,
-        started_at: row.try_get(7)?,
-        finished_at: row.try_get(8)?,
-        host: row.try_get(9)?,
-        pid: row.try_get::<_, i64>(10)? as u32,
-        command: decode_command(row.try_get::<_, &[u8]>(11)?),
-        shell: row.try_get(12)?,
-        recovered: row.try_get(13)?,
-        job: row.try_get(14)?,
-        head: row.try_get(15)?,
-    };
-    Ok((row.try_get(1)?, run))
-}
-
-/// Reads the columns of [`ATTEMPT_COLUMNS`]: the run's row id and the attempt.
-fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), postgres::Error> {
-    let attempt = Attempt {
-        number: row.try_get::<_, i32>(1)?.max(0) as u32,
-        started_at: Some(row.try_get(2)?),
-        finished_at: row.try_get(3)?,
-        exit_code: row.try_get(4)?,
-        signal: row.try_get(5)?,
-        timed_out: row.try_get(6)?,
-        stdout_tail: row.try_get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default(),
-        stderr_tail: row.try_get::<_, Option<Vec<u8>>>(8)?.unwrap_or_default(),
-        cut: row.try_get(9)?,
-    };
-    Ok((row.try_get(0)?, attempt))
-}
-
-const ATTEMPT_COLUMNS: &str = "a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal, \
-     a.timed_out, a.stdout_tail, a.stderr_tail, a.cut";
-
-/// The key's head, with whether its lease has passed by the database's clock.
-fn query_head(client: &mut impl GenericClient, key: &str) -> Result<Option<Head>, postgres::Error> {
-    let row = client.query_typed_opt(
-        &format!(
-            "SELECT {RUN_COLUMNS}, k.owner_pgid,
-                    coalesce(k.lease_until < clock_timestamp(), false), now(), j.checked_at
-             FROM idem.keys k JOIN idem.runs r ON r.id = k.head
-             LEFT JOIN idem.jobs j ON j.job = r.job WHERE k.key = $1"
-        ),
-        typed![&key => TEXT],
-    )?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let (_, run) = run_from_row(&row)?;
-    let owner = if run.status == Status::Running {
-        let expired: bool = row.try_get(17)?;
-        Some(Owner {
-            host: run.host.clone(),
-            pid: run.pid,
-            pgid: row.try_get::<_, Option<i64>>(16)?.map(|pgid| pgid as u32),
-            alive: Some(!expired),
-        })
-    } else {
-        None
-    };
-    Ok(Some(Head {
-        run,
-        owner,
-        read_at: Some(row.try_get(18)?),
-        checked_at: row.try_get(19)?,
-    }))
-}
-
 fn interval(duration: Duration) -> String {
     format!("{} milliseconds", duration.as_millis().max(1))
 }
@@ -411,6 +330,7 @@ impl Ledger for PostgresLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
         // A read, safe to repeat on a new connection after a cut one.
         self.retrying(|client| query_head(client, key))
+            .map(|head| head.map(|(_, head)| head))
             .map_err(|error| self.fail("read", &error))
     }
 
@@ -432,62 +352,16 @@ impl Ledger for PostgresLedger {
             )?;
             let head = query_head(&mut tx, key)?;
             // A shared ledger's liveness is the lease alone: nothing lingers.
-            let plan = plan(head.as_ref(), false);
-            if plan.abandon_head {
-                mark_abandoned(&mut tx, key)?;
+            let plan = plan(head.as_ref().map(|(_, head)| head), false);
+            if let (true, Some((id, _))) = (plan.abandon_head, &head) {
+                rules::Tx::mark_abandoned(&mut Tx::new(&mut tx), *id)?;
             }
             let Some(new) = plan.claim else {
                 tx.commit()?;
                 return Ok(None);
             };
-            // The job's row after the key's: every writer takes them in
-            // that order, so none waits on another in a circle.
-            tx.execute_typed(
-                "INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
-                     last_run, last_status, checked_at, running)
-                 VALUES ($1, $2, $3, $4, $5, $6, now(), now(), 'running', now(), 1)
-                 ON CONFLICT (job) DO UPDATE SET template = excluded.template,
-                     zone = excluded.zone, host = excluded.host, command = excluded.command,
-                     shell = excluded.shell,
-                     first_run = coalesce(idem.jobs.first_run, now()), last_run = now(),
-                     last_status = 'running', last_exit = NULL, checked_at = now(),
-                     running = idem.jobs.running + 1",
-                typed![
-                    &new.job.name => TEXT,
-                    &new.job.template => TEXT,
-                    &new.job.zone => TEXT,
-                    &new.host => TEXT,
-                    &encode_command(&new.command) => BYTEA,
-                    &new.shell => BOOL,
-                ],
-            )?;
-            let row = tx.query_typed_one(
-                "WITH run AS (
-                     INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
-                         command, shell, recovered, job)
-                     VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7, $9)
-                     RETURNING id
-                 )
-                 UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'),
-                     owner_boot = NULL, owner_pid_start = NULL, owner_pgid = NULL,
-                     owner_pgid_start = NULL, lease = $8::text::interval,
-                     lease_until = clock_timestamp() + $8::text::interval
-                 FROM run WHERE idem.keys.key = $1
-                 RETURNING idem.keys.epoch",
-                typed![
-                    &key => TEXT,
-                    &new.run_id => UUID,
-                    &new.host => TEXT,
-                    &i64::from(new.pid) => INT8,
-                    &encode_command(&new.command) => BYTEA,
-                    &new.shell => BOOL,
-                    &new.recovered => BOOL,
-                    &interval(new.lease) => TEXT,
-                    &new.job.name => TEXT,
-                ],
-            )?;
+            let epoch = start_run(&mut tx, key, &new)?;
             tx.commit()?;
-            let epoch: i64 = row.try_get(0)?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
@@ -576,53 +450,8 @@ impl Ledger for PostgresLedger {
             if !lock_claimed(&mut tx, claim)? {
                 return Ok(false);
             }
-            // The last attempt, the outcome and the key's release in one
-            // statement. A repeat after a lost connection may find its
-            // first commit: `recorded` looks at the run as it was before.
-            let attempt = last.cloned().unwrap_or_default();
-            let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
-            let row = tx.query_typed_one(
-                "WITH a AS (
-                     INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
-                         signal, timed_out, stdout_tail, stderr_tail, cut)
-                     SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
-                     FROM idem.runs WHERE run_id = $1 AND $13
-                     ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
-                         signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
-                         cut = $14
-                 ), r AS (
-                     UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
-                         finished_at = now(), attempts = greatest(attempts, $5)
-                     WHERE run_id = $1 AND status = 'running'
-                     RETURNING id
-                 ), o AS (
-                     UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
-                         owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
-                     WHERE key = $6
-                 )
-                 SELECT (SELECT count(*) FROM r) = 1
-                     OR EXISTS (SELECT 1 FROM idem.runs
-                                WHERE run_id = $1 AND status = $2 AND exit_code = $3),
-                     (SELECT count(*) FROM r) = 1",
-                typed![
-                    &claim.run_id => UUID,
-                    &outcome.status.as_str() => TEXT,
-                    &outcome.exit_code => INT4,
-                    &outcome.signal => INT4,
-                    &(attempt.number as i32) => INT4,
-                    &claim.key => TEXT,
-                    &(attempt.number as i32) => INT4,
-                    &attempt.exit_code => INT4,
-                    &attempt.signal => INT4,
-                    &attempt.timed_out => BOOL,
-                    &tail(&attempt.stdout_tail) => BYTEA,
-                    &tail(&attempt.stderr_tail) => BYTEA,
-                    &last.is_some() => BOOL,
-                    &attempt.cut => BOOL,
-                ],
-            )?;
-            let recorded: bool = row.try_get(0)?;
-            if row.try_get::<_, bool>(1)? {
+            let (recorded, ended) = record_outcome(&mut tx, claim, last, outcome)?;
+            if ended {
                 job_outcome(
                     &mut tx,
                     claim.run_id,
@@ -672,7 +501,7 @@ impl Ledger for PostgresLedger {
     }
 
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
-        let mut sql = format!("SELECT {RUN_COLUMNS} FROM idem.runs r WHERE true");
+        let mut sql = format!("SELECT {} FROM idem.runs r WHERE true", RunCol::LIST);
         let glob = filter.key_glob.as_deref().map(glob_to_regex);
         let job_glob = filter.job_glob.as_deref().map(glob_to_regex);
         let statuses: Vec<String> = filter
@@ -725,20 +554,22 @@ impl Ledger for PostgresLedger {
                 .try_get(0)?;
             let runs = self.client.query(
                 &format!(
-                    "SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.key = $1
-                     ORDER BY r.started_at DESC, r.id DESC LIMIT $2"
+                    "SELECT {} FROM idem.runs r WHERE r.key = $1
+                     ORDER BY r.started_at DESC, r.id DESC LIMIT $2",
+                    RunCol::LIST
                 ),
                 &[&key, &i64::from(limit)],
             )?;
             let ids: Vec<i64> = runs
                 .iter()
-                .map(|row| row.try_get(1))
+                .map(|row| row.try_get(RunCol::RowId.at()))
                 .collect::<Result<_, _>>()?;
             // The attempts without their output: see `output`.
             let attempts = self.client.query(
-                "SELECT a.run, a.n, a.started_at, a.finished_at, a.exit_code, a.signal,
-                     a.timed_out, NULL::bytea, NULL::bytea, a.cut
-                 FROM idem.attempts a WHERE a.run = ANY($1) ORDER BY a.run, a.n",
+                &format!(
+                    "SELECT {} FROM idem.attempts a WHERE a.run = ANY($1) ORDER BY a.run, a.n",
+                    attempt_list(false, "NULL::bytea")
+                ),
                 &[&ids],
             )?;
             // Runs come newest first, attempts by run id: match them by id.
@@ -791,19 +622,9 @@ impl Ledger for PostgresLedger {
         dry_run: bool,
         force: bool,
     ) -> Result<ForgetReport> {
-        let result = (|| {
-            let mut tx = begin(&mut self.client)?;
-            let report = forget_keys(&mut tx, keys, purge, force)?;
-            // A dry run does the same work and rolls it back, so what it
-            // reports is exactly what a real one would do.
-            if dry_run || report.busy().next().is_some() {
-                tx.rollback()?;
-            } else {
-                tx.commit()?;
-            }
-            Ok(report)
-        })();
-        result.map_err(|error: postgres::Error| self.fail("forget keys in", &error))
+        self.write_or_rehearse("forget keys in", dry_run, |tx| {
+            rules::forget(tx, keys, purge, force)
+        })
     }
 
     fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
@@ -848,17 +669,7 @@ impl Ledger for PostgresLedger {
     }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
-        let result = (|| {
-            let mut tx = begin(&mut self.client)?;
-            let report = prune_runs(&mut tx, before)?;
-            if dry_run {
-                tx.rollback()?;
-            } else {
-                tx.commit()?;
-            }
-            Ok(report)
-        })();
-        result.map_err(|error: postgres::Error| self.fail("prune", &error))
+        self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))
     }
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
@@ -866,10 +677,7 @@ impl Ledger for PostgresLedger {
         let read = |error: postgres::Error| -> anyhow::Error {
             Failure::new(
                 IDEM_FAILED,
-                format!(
-                    "could not read ledger {shown}: {}",
-                    connect::describe(&error)
-                ),
+                format!("could not read ledger {shown}: {}", words(&error)),
             )
             .into()
         };
@@ -883,76 +691,35 @@ impl Ledger for PostgresLedger {
             .read_only(true)
             .start()
             .map_err(read)?;
-        let runs = tx
-            .bind(
-                &format!(
-                    "SELECT {RUN_COLUMNS}, coalesce(k.head = r.id, false)
-                     FROM idem.runs r JOIN idem.keys k ON k.key = r.key
-                     ORDER BY r.started_at, r.id"
-                ),
-                &[],
-            )
-            .map_err(read)?;
-        let attempts = tx
-            .bind(
-                &format!(
-                    "SELECT {ATTEMPT_COLUMNS} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
-                     ORDER BY r.started_at, r.id, a.n"
-                ),
-                &[],
-            )
-            .map_err(read)?;
-        const BATCH: i32 = 256;
-        let mut pending: std::collections::VecDeque<Row> = Default::default();
-        let mut attempts_done = false;
-        loop {
-            let batch = tx.query_portal(&runs, BATCH).map_err(read)?;
-            if batch.is_empty() {
-                break;
-            }
-            for row in &batch {
-                let (id, run) = run_from_row(row).map_err(read)?;
-                let head: bool = row.try_get(16).map_err(read)?;
-                let mut run_attempts = Vec::new();
-                loop {
-                    if pending.is_empty() && !attempts_done {
-                        let more = tx.query_portal(&attempts, BATCH).map_err(read)?;
-                        attempts_done = more.is_empty();
-                        pending.extend(more);
-                    }
-                    let next = match pending.front() {
-                        Some(next) => next.try_get::<_, i64>(0).map_err(read)?,
-                        None => break,
-                    };
-                    if next != id {
-                        break;
-                    }
-                    if let Some(next) = pending.pop_front() {
-                        run_attempts.push(attempt_from_row(&next).map_err(read)?.1);
-                    }
-                }
-                sink(ExportedRun {
-                    run,
-                    attempts: run_attempts,
-                    head,
-                })?;
-            }
+        let mut cursors = Cursors::open(&mut tx).map_err(read)?;
+        while let Some((run, attempts)) = cursors.next(&mut tx).map_err(read)? {
+            sink(ExportedRun {
+                head: run.head,
+                run,
+                attempts,
+            })?;
         }
         tx.commit().map_err(read)
     }
 
-    fn import(&mut self, runs: &[ExportedRun]) -> Result<ImportReport> {
+    fn import(&mut self, feed: &mut Feed<'_>, report: &mut ImportReport) -> Result<()> {
         let result = (|| {
             let mut tx = begin(&mut self.client)?;
-            let report = import_runs(&mut tx, runs)?;
+            let fed = rules::import_all(&mut Tx::new(&mut tx), feed, report)?;
             tx.commit()?;
-            Ok(report)
+            Ok(fed)
         })();
-        result.map_err(|error: postgres::Error| self.fail("import runs into", &error))
+        result.map_err(|error: postgres::Error| self.fail("import runs into", &error))?
     }
 
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
-        key_metrics(&mut self.client).map_err(|error| self.fail("read", &error))
+        let result = (|| {
+            let mut tx = begin(&mut self.client)?;
+            let metrics = rules::metrics(&mut Tx::new(&mut tx))?;
+            tx.commit()?;
+            Ok(metrics)
+        })();
+        result.map_err(|error: postgres::Error| self.fail("read", &error))
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
@@ -972,8 +739,9 @@ impl Ledger for PostgresLedger {
         let result = (|| {
             let rows = self.client.query(
                 &format!(
-                    "SELECT {JOB_COLUMNS} FROM idem.jobs WHERE $1::text IS NULL OR job ~ $1
-                     ORDER BY job COLLATE \"C\""
+                    "SELECT {} FROM idem.jobs WHERE $1::text IS NULL OR job ~ $1
+                     ORDER BY job COLLATE \"C\"",
+                    JobCol::LIST
                 ),
                 &[&regex],
             )?;
@@ -1065,492 +833,226 @@ impl Ledger for PostgresLedger {
     }
 }
 
-fn forget_keys(
+impl PostgresLedger {
+    /// Runs `body` in one transaction; a dry run does the same work and
+    /// rolls it back, so what it reports is exactly what a real one would
+    /// do.
+    fn write_or_rehearse<T>(
+        &mut self,
+        doing: &str,
+        dry_run: bool,
+        body: impl FnOnce(&mut Tx<'_, '_>) -> Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let result = (|| {
+            let mut tx = begin(&mut self.client)?;
+            let value = body(&mut Tx::new(&mut tx))?;
+            if dry_run {
+                tx.rollback()?;
+            } else {
+                tx.commit()?;
+            }
+            Ok(value)
+        })();
+        result.map_err(|error: postgres::Error| self.fail(doing, &error))
+    }
+}
+
+/// Starts the new run of `key` (its row locked) and makes it the key's
+/// head under a new epoch and lease: the epoch.
+fn start_run(
     tx: &mut postgres::Transaction<'_>,
-    keys: &[String],
-    purge: bool,
-    force: bool,
-) -> Result<ForgetReport, postgres::Error> {
-    // The keys' row locks, so no claim of them reads or writes meanwhile;
-    // taken in one order, so two forgets of the same keys cannot deadlock.
-    let locked: std::collections::HashSet<String> = tx
-        .query(
-            "SELECT key FROM idem.keys WHERE key = ANY($1) ORDER BY key COLLATE \"C\" FOR UPDATE",
-            &[&keys],
-        )?
-        .iter()
-        .map(|row| row.try_get(0))
-        .collect::<Result<_, _>>()?;
-    let mut report = ForgetReport::default();
-    let mut found = Vec::new();
-    for key in keys {
-        let known = locked.contains(key);
-        let head = query_head(tx, key)?;
-        let runs: i64 = tx
-            .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[key])?
-            .try_get(0)?;
-        let running = head
-            .as_ref()
-            .filter(|head| head.run.status == Status::Running);
-        let busy = running
-            .and_then(|head| head.owner.clone())
-            .filter(|owner| owner.alive == Some(true) || (owner.alive.is_none() && !force));
-        let abandoned = running.is_some() && busy.is_none();
-        report.keys.push(ForgottenKey {
-            key: key.clone(),
-            known,
-            head: head.as_ref().map(|head| head.run.status),
-            abandoned,
-            runs: runs.max(0) as u64,
-            busy,
-        });
-        if known {
-            found.push((key, abandoned));
-        }
-    }
-    if report.busy().next().is_some() {
-        return Ok(report);
-    }
-    for (key, abandoned) in found {
-        if abandoned {
-            mark_abandoned(tx, key)?;
-        }
-        if purge {
-            tx.execute(
-                "DELETE FROM idem.attempts
-                 WHERE run IN (SELECT id FROM idem.runs WHERE key = $1)",
-                &[key],
-            )?;
-            uncount_runs(tx, "key = $1", key)?;
-            tx.execute("DELETE FROM idem.runs WHERE key = $1", &[key])?;
-            tx.execute("DELETE FROM idem.keys WHERE key = $1", &[key])?;
-        } else {
-            // The epoch rises too: an owner presumed gone that comes back
-            // finds its claim lost.
-            tx.execute(
-                "UPDATE idem.keys SET head = NULL, epoch = nextval('idem.fences'), owner_boot = NULL,
-                     owner_pid_start = NULL, owner_pgid = NULL, owner_pgid_start = NULL,
-                     lease_until = NULL
-                 WHERE key = $1",
-                &[key],
-            )?;
-        }
-    }
-    Ok(report)
-}
-
-/// Ends the key's running head with an unknown outcome: its owner's lease
-/// ran out.
-fn mark_abandoned(tx: &mut postgres::Transaction<'_>, key: &str) -> Result<(), postgres::Error> {
-    let abandoned = tx.query_typed_opt(
-        "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
-         WHERE id = (SELECT head FROM idem.keys WHERE key = $1) AND status = 'running'
-         RETURNING run_id",
-        typed![&key => TEXT],
-    )?;
-    if let Some(row) = abandoned {
-        let run_id: Uuid = row.try_get(0)?;
-        job_outcome(tx, run_id, Status::Abandoned, None)?;
-        release_locks(tx, run_id)?;
-    }
-    Ok(())
-}
-
-const JOB_COLUMNS: &str = "job, template, zone, host, command, shell, first_run, last_run, \
-     last_status, last_exit, last_success, failures, running, succeeded, failed, abandoned, \
-     checked_at, strip, ok_keys";
-
-fn job_from_row(row: &Row) -> Result<JobState, postgres::Error> {
-    let count = |index: usize| -> Result<u64, postgres::Error> {
-        Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
-    };
-    Ok(JobState {
-        job: row.try_get(0)?,
-        template: row.try_get(1)?,
-        zone: row.try_get(2)?,
-        host: row.try_get(3)?,
-        command: decode_command(&row.try_get::<_, Option<Vec<u8>>>(4)?.unwrap_or_default()),
-        shell: row.try_get(5)?,
-        first_run: row.try_get(6)?,
-        last_run: row.try_get(7)?,
-        last_status: row
-            .try_get::<_, Option<String>>(8)?
-            .and_then(|status| Status::parse(&status)),
-        last_exit: row.try_get(9)?,
-        last_success: row.try_get(10)?,
-        failures: count(11)?,
-        runs: [count(12)?, count(13)?, count(14)?, count(15)?],
-        checked_at: row.try_get(16)?,
-        strip: row.try_get(17)?,
-        ok_keys: super::decode_keys(row.try_get::<_, &str>(18)?),
-        live: 0,
-    })
-}
-
-/// Reads a job's figures under its row lock, with the database's `now()`.
-fn load_job(
-    tx: &mut postgres::Transaction<'_>,
-    job: &str,
-) -> Result<(JobState, Timestamp), postgres::Error> {
-    let row = tx.query_one(
-        &format!("SELECT {JOB_COLUMNS}, now() FROM idem.jobs WHERE job = $1 FOR UPDATE"),
-        &[&job],
-    )?;
-    Ok((job_from_row(&row)?, row.try_get(19)?))
-}
-
-fn save_job(tx: &mut postgres::Transaction<'_>, job: &JobState) -> Result<(), postgres::Error> {
-    tx.execute(
-        "UPDATE idem.jobs SET first_run = $2, last_run = $3, last_status = $4, last_exit = $5,
-             last_success = $6, failures = $7, running = $8, succeeded = $9, failed = $10,
-             abandoned = $11, checked_at = $12, strip = $13, ok_keys = $14, host = $15,
-             command = $16, shell = $17
-         WHERE job = $1",
-        &[
-            &job.job,
-            &job.first_run,
-            &job.last_run,
-            &job.last_status.map(Status::as_str),
-            &job.last_exit,
-            &job.last_success,
-            &(job.failures as i64),
-            &(job.runs[0] as i64),
-            &(job.runs[1] as i64),
-            &(job.runs[2] as i64),
-            &(job.runs[3] as i64),
-            &job.checked_at,
-            &job.strip,
-            &super::encode_keys(&job.ok_keys),
-            &job.host,
-            &encode_command(&job.command),
-            &job.shell,
+    key: &str,
+    new: &NewRun,
+) -> Result<i64, postgres::Error> {
+    // The job's row after the key's: every writer takes them in that
+    // order, so none waits on another in a circle.
+    tx.execute_typed(
+        "INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
+             last_run, last_status, checked_at, running)
+         VALUES ($1, $2, $3, $4, $5, $6, now(), now(), 'running', now(), 1)
+         ON CONFLICT (job) DO UPDATE SET template = excluded.template,
+             zone = excluded.zone, host = excluded.host, command = excluded.command,
+             shell = excluded.shell,
+             first_run = coalesce(idem.jobs.first_run, now()), last_run = now(),
+             last_status = 'running', last_exit = NULL, checked_at = now(),
+             running = idem.jobs.running + 1",
+        typed![
+            &new.job.name => TEXT,
+            &new.job.template => TEXT,
+            &new.job.zone => TEXT,
+            &new.host => TEXT,
+            &encode_command(&new.command) => BYTEA,
+            &new.shell => BOOL,
         ],
     )?;
-    Ok(())
-}
-
-/// A running run ended `status`: its job's figures follow, in the
-/// transaction that records it.
-fn job_outcome(
-    tx: &mut postgres::Transaction<'_>,
-    run_id: Uuid,
-    status: Status,
-    exit: Option<i32>,
-) -> Result<(), postgres::Error> {
-    let Some(row) = tx.query_opt(
-        "SELECT job, key, started_at FROM idem.runs WHERE run_id = $1",
-        &[&run_id],
-    )?
-    else {
-        return Ok(());
-    };
-    let Some(job) = row.try_get::<_, Option<String>>(0)? else {
-        return Ok(());
-    };
-    let key: String = row.try_get(1)?;
-    let (mut state, now) = load_job(tx, &job)?;
-    state.runs[0] = state.runs[0].saturating_sub(1);
-    let index = Status::ALL
-        .iter()
-        .position(|each| *each == status)
-        .unwrap_or(0);
-    state.runs[index] += 1;
-    state.outcome(&key, status, row.try_get(2)?, exit, now);
-    save_job(tx, &state)
-}
-
-/// Frees the named locks run `run_id` holds.
-fn release_locks(tx: &mut postgres::Transaction<'_>, run_id: Uuid) -> Result<(), postgres::Error> {
-    tx.execute(
-        "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1",
-        &[&run_id],
-    )?;
-    Ok(())
-}
-
-/// The job of an imported run, made when new, with the run counted in.
-fn import_job(tx: &mut postgres::Transaction<'_>, run: &Run) -> Result<(), postgres::Error> {
-    tx.execute(
-        "INSERT INTO idem.jobs (job, template) VALUES ($1, $1) ON CONFLICT (job) DO NOTHING",
-        &[&run.job],
-    )?;
-    let (mut job, _) = load_job(tx, &run.job)?;
-    job.imported(run);
-    save_job(tx, &job)
-}
-
-/// Takes the runs chosen by `filter` (`$1` bound to `value`) out of their
-/// jobs' counts, before they are deleted.
-fn uncount_runs(
-    tx: &mut postgres::Transaction<'_>,
-    filter: &str,
-    value: &(dyn postgres::types::ToSql + Sync),
-) -> Result<(), postgres::Error> {
-    tx.execute(
-        &format!(
-            "UPDATE idem.jobs j SET running = greatest(j.running - c.running, 0),
-                 succeeded = greatest(j.succeeded - c.succeeded, 0),
-                 failed = greatest(j.failed - c.failed, 0),
-                 abandoned = greatest(j.abandoned - c.abandoned, 0)
-             FROM (SELECT job, count(*) FILTER (WHERE status = 'running') AS running,
-                       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-                       count(*) FILTER (WHERE status = 'failed') AS failed,
-                       count(*) FILTER (WHERE status = 'abandoned') AS abandoned
-                   FROM idem.runs WHERE {filter} GROUP BY job) AS c
-             WHERE j.job = c.job"
+    let row = tx.query_typed_one(
+        concat!(
+            "WITH run AS (
+                 INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
+                     command, shell, recovered, job)
+                 VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7, $9)
+                 RETURNING id
+             )
+             UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'), ",
+            owner_gone!(),
+            ", lease = $8::text::interval,
+                 lease_until = clock_timestamp() + $8::text::interval
+             FROM run WHERE idem.keys.key = $1
+             RETURNING idem.keys.epoch"
         ),
-        &[value],
+        typed![
+            &key => TEXT,
+            &new.run_id => UUID,
+            &new.host => TEXT,
+            &i64::from(new.pid) => INT8,
+            &encode_command(&new.command) => BYTEA,
+            &new.shell => BOOL,
+            &new.recovered => BOOL,
+            &interval(new.lease) => TEXT,
+            &new.job.name => TEXT,
+        ],
     )?;
-    Ok(())
+    row.try_get(0)
 }
 
-fn prune_runs(
+/// The last attempt, the outcome and the key's release in one statement:
+/// whether the outcome is recorded, and whether this statement ended the
+/// run. A repeat after a lost connection may find its first commit:
+/// `recorded` looks at the run as it was before.
+fn record_outcome(
     tx: &mut postgres::Transaction<'_>,
-    before: Timestamp,
-) -> Result<PruneReport, postgres::Error> {
-    // Finished before the cutoff, never running, never a key's head.
-    let ids: Vec<i64> = tx
-        .query(
-            "SELECT r.id FROM idem.runs r
-             WHERE r.started_at < $1 AND r.finished_at < $1 AND r.status <> 'running'
-               AND NOT EXISTS (SELECT 1 FROM idem.keys k WHERE k.head = r.id)",
-            &[&before],
-        )?
-        .iter()
-        .map(|row| row.try_get(0))
-        .collect::<Result<_, _>>()?;
-    let stats = tx.query_one(
-        "SELECT count(*),
-                coalesce(sum(octet_length(stdout_tail)), 0)
-                    + coalesce(sum(octet_length(stderr_tail)), 0)
-         FROM idem.attempts WHERE run = ANY($1)",
-        &[&ids],
-    )?;
-    tx.execute("DELETE FROM idem.attempts WHERE run = ANY($1)", &[&ids])?;
-    uncount_runs(tx, "id = ANY($1)", &ids)?;
-    let runs = tx.execute("DELETE FROM idem.runs WHERE id = ANY($1)", &[&ids])?;
-    let keys = tx.execute(
-        "DELETE FROM idem.keys k WHERE k.head IS NULL
-           AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
-        &[],
-    )?;
-    Ok(PruneReport {
-        runs,
-        attempts: stats.try_get::<_, i64>(0)?.max(0) as u64,
-        output_bytes: stats.try_get::<_, i64>(1)?.max(0) as u64,
-        keys,
-    })
-}
-
-fn insert_attempts(
-    tx: &mut postgres::Transaction<'_>,
-    run: i64,
-    attempts: &[Attempt],
-) -> Result<(), postgres::Error> {
-    let insert = tx.prepare(
-        "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
-             timed_out, stdout_tail, stderr_tail, cut)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )?;
+    claim: &Claim,
+    last: Option<&Attempt>,
+    outcome: &Outcome,
+) -> Result<(bool, bool), postgres::Error> {
+    let attempt = last.cloned().unwrap_or_default();
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
-    for attempt in attempts {
-        tx.execute(
-            &insert,
-            &[
-                &run,
-                &(attempt.number as i32),
-                &attempt.started_at.unwrap_or(Timestamp::UNIX_EPOCH),
-                &attempt.finished_at,
-                &attempt.exit_code,
-                &attempt.signal,
-                &attempt.timed_out,
-                &tail(&attempt.stdout_tail),
-                &tail(&attempt.stderr_tail),
-                &attempt.cut,
-            ],
-        )?;
-    }
-    Ok(())
-}
-
-fn import_runs(
-    tx: &mut postgres::Transaction<'_>,
-    runs: &[ExportedRun],
-) -> Result<ImportReport, postgres::Error> {
-    let mut report = ImportReport::default();
-    for item in runs {
-        let run = &item.run;
-        tx.execute(
-            "INSERT INTO idem.keys (key) VALUES ($1) ON CONFLICT (key) DO NOTHING",
-            &[&run.key],
-        )?;
-        // The key's row lock, as a claim takes it.
-        tx.execute(
-            "SELECT 1 FROM idem.keys WHERE key = $1 FOR UPDATE",
-            &[&run.key],
-        )?;
-        let existing = tx.query_opt(
-            "SELECT id, status FROM idem.runs WHERE run_id = $1",
-            &[&run.run_id],
-        )?;
-        let finishes = match &existing {
-            Some(row) => row.try_get::<_, &str>(1)? == "running" && run.status != Status::Running,
-            None => false,
-        };
-        // A copy never overrides a run that goes on here.
-        let lives = finishes
-            && query_head(tx, &run.key)?
-                .and_then(|head| head.owner)
-                .is_some_and(|owner| owner.presumed_alive());
-        let id: i64 = match existing {
-            Some(_) if lives => {
-                report.unchanged += 1;
-                continue;
-            }
-            Some(row) if finishes => {
-                // Exported again after it finished: take the outcome.
-                let id: i64 = row.try_get(0)?;
-                tx.execute(
-                    "UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
-                         attempts = $5, finished_at = $6
-                     WHERE id = $1",
-                    &[
-                        &id,
-                        &run.status.as_str(),
-                        &run.exit_code,
-                        &run.signal,
-                        &(run.attempts as i32),
-                        &run.finished_at,
-                    ],
-                )?;
-                tx.execute("DELETE FROM idem.attempts WHERE run = $1", &[&id])?;
-                insert_attempts(tx, id, &item.attempts)?;
-                job_outcome(tx, run.run_id, run.status, run.exit_code)?;
-                tx.execute(
-                    "UPDATE idem.keys SET owner_boot = NULL, owner_pid_start = NULL,
-                         owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
-                     WHERE head = $1",
-                    &[&id],
-                )?;
-                report.updated += 1;
-                id
-            }
-            Some(_) => {
-                report.unchanged += 1;
-                continue;
-            }
-            None => {
-                import_job(tx, run)?;
-                let id: i64 = tx
-                    .query_one(
-                        "INSERT INTO idem.runs (run_id, key, status, exit_code, signal, attempts,
-                             started_at, finished_at, host, pid, command, shell, recovered, job)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-                         RETURNING id",
-                        &[
-                            &run.run_id,
-                            &run.key,
-                            &run.status.as_str(),
-                            &run.exit_code,
-                            &run.signal,
-                            &(run.attempts as i32),
-                            &run.started_at,
-                            &run.finished_at,
-                            &run.host,
-                            &i64::from(run.pid),
-                            &encode_command(&run.command),
-                            &run.shell,
-                            &run.recovered,
-                            &run.job,
-                        ],
-                    )?
-                    .try_get(0)?;
-                insert_attempts(tx, id, &item.attempts)?;
-                report.added += 1;
-                id
-            }
-        };
-        // A running run's owner is not in this ledger, so it cannot decide.
-        if !item.head || run.status == Status::Running {
-            continue;
-        }
-        let row = tx.query_one(
-            "SELECT (SELECT status FROM idem.runs WHERE id = k.head),
-                    (SELECT max(started_at) FROM idem.runs WHERE key = k.key AND id <> $2)
-             FROM idem.keys k WHERE k.key = $1",
-            &[&run.key, &id],
-        )?;
-        let head_status: Option<String> = row.try_get(0)?;
-        let latest: Option<Timestamp> = row.try_get(1)?;
-        let newer = latest.is_none_or(|latest| latest < run.started_at);
-        if newer && head_status.as_deref() != Some("running") {
-            tx.execute(
-                "UPDATE idem.keys SET head = $2, owner_boot = NULL, owner_pid_start = NULL,
-                     owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL
-                 WHERE key = $1",
-                &[&run.key, &id],
-            )?;
-            report.heads += 1;
-        }
-    }
-    Ok(report)
-}
-
-fn key_metrics(client: &mut Client) -> Result<Vec<KeyMetrics>, postgres::Error> {
-    let rows = client.query(
-        "WITH ok AS (
-             SELECT key, max(started_at) AS started, max(finished_at) AS finished
-             FROM idem.runs WHERE status = 'succeeded' GROUP BY key
-         ),
-         last AS (
-             SELECT DISTINCT ON (key) key, id FROM idem.runs ORDER BY key, started_at DESC, id DESC
-         )
-         SELECT k.key, last.id, ok.finished,
-             count(*) FILTER (WHERE r.status = 'running'),
-             count(*) FILTER (WHERE r.status = 'succeeded'),
-             count(*) FILTER (WHERE r.status = 'failed'),
-             count(*) FILTER (WHERE r.status = 'abandoned'),
-             count(*) FILTER (WHERE r.status IN ('failed', 'abandoned')
-                 AND r.started_at > coalesce(ok.started, '-infinity'))
-         FROM idem.keys k
-         JOIN idem.runs r ON r.key = k.key
-         JOIN last ON last.key = k.key
-         LEFT JOIN ok ON ok.key = k.key
-         GROUP BY k.key, last.id, ok.finished, ok.started
-         ORDER BY k.key COLLATE \"C\"",
-        &[],
+    let row = tx.query_typed_one(
+        &format!(
+            "WITH a AS (
+                 INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
+                     signal, timed_out, stdout_tail, stderr_tail, cut)
+                 SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
+                 FROM idem.runs WHERE run_id = $1 AND $13
+                 ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
+                     signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
+                     cut = $14
+             ), r AS (
+                 UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
+                     finished_at = now(), attempts = greatest(attempts, $5)
+                 WHERE run_id = $1 AND status = 'running'
+                 RETURNING id
+             ), o AS (
+                 UPDATE idem.keys SET {RELEASE_OWNER} WHERE key = $6
+             )
+             SELECT (SELECT count(*) FROM r) = 1
+                 OR EXISTS (SELECT 1 FROM idem.runs
+                            WHERE run_id = $1 AND status = $2 AND exit_code = $3),
+                 (SELECT count(*) FROM r) = 1"
+        ),
+        typed![
+            &claim.run_id => UUID,
+            &outcome.status.as_str() => TEXT,
+            &outcome.exit_code => INT4,
+            &outcome.signal => INT4,
+            &(attempt.number as i32) => INT4,
+            &claim.key => TEXT,
+            &(attempt.number as i32) => INT4,
+            &attempt.exit_code => INT4,
+            &attempt.signal => INT4,
+            &attempt.timed_out => BOOL,
+            &tail(&attempt.stdout_tail) => BYTEA,
+            &tail(&attempt.stderr_tail) => BYTEA,
+            &last.is_some() => BOOL,
+            &attempt.cut => BOOL,
+        ],
     )?;
-    let ids = rows
-        .iter()
-        .map(|row| row.try_get(1))
-        .collect::<Result<Vec<i64>, _>>()?;
-    let mut last: std::collections::HashMap<i64, Run> = client
-        .query(
-            &format!("SELECT {RUN_COLUMNS} FROM idem.runs r WHERE r.id = ANY($1)"),
-            &[&ids],
-        )?
-        .iter()
-        .map(run_from_row)
-        .collect::<Result<_, _>>()?;
-    let count = |row: &Row, index: usize| -> Result<u64, postgres::Error> {
-        Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
-    };
-    rows.iter()
-        .map(|row| {
-            Ok(KeyMetrics {
-                key: row.try_get(0)?,
-                last_run: last.remove(&row.try_get::<_, i64>(1)?),
-                last_success: row.try_get(2)?,
-                consecutive_failures: count(row, 7)?,
-                runs: [
-                    count(row, 3)?,
-                    count(row, 4)?,
-                    count(row, 5)?,
-                    count(row, 6)?,
-                ],
-            })
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// The two cursors of `export`: runs, and their attempts in the same
+/// order, each read in batches.
+struct Cursors {
+    runs: postgres::Portal,
+    attempts: postgres::Portal,
+    batch: std::collections::VecDeque<Row>,
+    pending: std::collections::VecDeque<Row>,
+    attempts_done: bool,
+}
+
+/// Rows a cursor hands over at a time.
+const BATCH: i32 = 256;
+
+impl Cursors {
+    fn open(tx: &mut postgres::Transaction<'_>) -> Result<Cursors, postgres::Error> {
+        let runs = tx.bind(
+            &format!(
+                "SELECT {} FROM idem.runs r ORDER BY r.started_at, r.id",
+                RunCol::LIST
+            ),
+            &[],
+        )?;
+        let attempts = tx.bind(
+            &format!(
+                "SELECT {} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
+                 ORDER BY r.started_at, r.id, a.n",
+                attempt_list(true, "NULL::bytea")
+            ),
+            &[],
+        )?;
+        Ok(Cursors {
+            runs,
+            attempts,
+            batch: Default::default(),
+            pending: Default::default(),
+            attempts_done: false,
         })
-        .collect()
+    }
+
+    /// The next run with its attempts; `None` after the last.
+    fn next(
+        &mut self,
+        tx: &mut postgres::Transaction<'_>,
+    ) -> Result<Option<(Run, Vec<Attempt>)>, postgres::Error> {
+        if self.batch.is_empty() {
+            self.batch.extend(tx.query_portal(&self.runs, BATCH)?);
+        }
+        let Some(row) = self.batch.pop_front() else {
+            return Ok(None);
+        };
+        let (id, run) = run_from_row(&row)?;
+        let mut attempts = Vec::new();
+        loop {
+            if self.pending.is_empty() && !self.attempts_done {
+                let more = tx.query_portal(&self.attempts, BATCH)?;
+                self.attempts_done = more.is_empty();
+                self.pending.extend(more);
+            }
+            match self.pending.front() {
+                Some(next) if attempt_from_row(next)?.0 == id => {}
+                _ => break,
+            }
+            if let Some(next) = self.pending.pop_front() {
+                attempts.push(attempt_from_row(&next)?.1);
+            }
+        }
+        Ok(Some((run, attempts)))
+    }
+}
+
+/// A ledger error in words: a stored value that cannot be read is said as
+/// SQLite's are; anything else as the server or the connection says it.
+fn words(error: &postgres::Error) -> String {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(unreadable) = cause.downcast_ref::<Unreadable>() {
+            return format!(
+                "a stored value cannot be read ({unreadable}): the ledger was changed by hand or damaged; run `idem doctor`"
+            );
+        }
+        source = cause.source();
+    }
+    connect::describe(error)
 }
 
 /// Whether `error` broke the connection (rather than being the server's

@@ -77,6 +77,15 @@ fn mode_text(mode: u32) -> String {
 /// opening); doctor names the same refusals as problems, and a ledger that
 /// cannot be written, where `run` can skip but never record.
 fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
+    file_permissions(path, metadata, report);
+    folder_permissions(path, report);
+    let mode = metadata.permissions().mode();
+    report
+        .facts
+        .insert("file_mode".into(), mode_text(mode).into());
+}
+
+fn file_permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
     let mode = metadata.permissions().mode();
     let me = nix::unistd::geteuid().as_raw();
     if metadata.uid() != me {
@@ -131,6 +140,12 @@ fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
             Some(format!("chmod 600 {}", path.display())),
         );
     }
+}
+
+/// The folder's part of what `run` refuses: others may not replace the
+/// ledger in it.
+fn folder_permissions(path: &Path, report: &mut Report) {
+    let me = nix::unistd::geteuid().as_raw();
     let folder = ledger::folder_of(path);
     match fs::metadata(folder) {
         Ok(folder_meta) => {
@@ -179,9 +194,6 @@ fn permissions(path: &Path, metadata: &fs::Metadata, report: &mut Report) {
             None::<String>,
         ),
     }
-    report
-        .facts
-        .insert("file_mode".into(), mode_text(mode).into());
 }
 
 /// Whether this user may write the ledger (asked of the kernel, which
@@ -219,8 +231,16 @@ fn side_files(path: &Path, report: &mut Report) {
         .map(|side| file_name(side))
         .collect();
     report.facts.insert("side_files".into(), json!(present));
+    if refused_side_file(&[&wal, &shm, &journal], report) {
+        return;
+    }
+    wal_and_journal(&wal, &shm, &journal, report);
+}
+
+/// Reports the first side file `run` would refuse; whether there is one.
+fn refused_side_file(sides: &[&PathBuf], report: &mut Report) -> bool {
     let me = nix::unistd::geteuid().as_raw();
-    for side in [&wal, &shm, &journal] {
+    for side in sides {
         let Ok(meta) = fs::symlink_metadata(side) else {
             continue;
         };
@@ -245,17 +265,23 @@ fn side_files(path: &Path, report: &mut Report) {
                 format!("{} {wrong}", file_name(side)),
                 Some("find out who put it there; idem's own is a private regular file"),
             );
-            return;
+            return true;
         }
     }
-    let wal_bytes = fs::metadata(&wal).map_or(0, |meta| meta.len());
-    let in_wal: Vec<String> = [&wal, &shm]
+    false
+}
+
+/// The write-ahead log and its index, kept on purpose, and what a
+/// journal or a large log says.
+fn wal_and_journal(wal: &Path, shm: &Path, journal: &Path, report: &mut Report) {
+    let wal_bytes = fs::metadata(wal).map_or(0, |meta| meta.len());
+    let in_wal: Vec<String> = [wal, shm]
         .iter()
         .filter(|side| side.exists())
         .map(|side| file_name(side))
         .collect();
     if !in_wal.is_empty() {
-        let user = match shm_holder(&shm) {
+        let user = match shm_holder(shm) {
             Some(pid) => format!("in use by process {pid}"),
             None => "kept between runs in WAL mode".to_owned(),
         };
@@ -273,7 +299,7 @@ fn side_files(path: &Path, report: &mut Report) {
             Level::Warn,
             format!(
                 "{} is a rollback journal left by an interrupted write",
-                file_name(&journal)
+                file_name(journal)
             ),
             Some("the next idem command rolls it back; do not delete it"),
         );
@@ -283,7 +309,7 @@ fn side_files(path: &Path, report: &mut Report) {
             Level::Warn,
             format!(
                 "{} holds {} MiB: checkpoints are not keeping up",
-                file_name(&wal),
+                file_name(wal),
                 wal_bytes >> 20
             ),
             Some("look for a process holding the ledger open (fuser LEDGER), then run any idem command"),

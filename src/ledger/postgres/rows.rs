@@ -1,0 +1,218 @@
+//! Rows of a PostgreSQL ledger as the ledger's types: each mapping once,
+//! each column read by its name in one select list, with `try_get`
+//! throughout (a schema changed behind idem's back is an error to report,
+//! never a panic). A stored value that cannot be read (an unknown status,
+//! a time out of range) is an [`Unreadable`] error, which `fail` words as
+//! SQLite's are; never a made-up value in its place.
+
+use std::error::Error;
+
+use jiff::Timestamp;
+use postgres::types::{FromSql, Type};
+use postgres::{GenericClient, Row};
+
+use super::super::columns::{AttemptCol, JobCol};
+use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
+
+/// A stored value idem cannot read.
+#[derive(Debug)]
+pub(super) struct Unreadable(pub String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        out.write_str(&self.0)
+    }
+}
+
+impl Error for Unreadable {}
+
+type FromSqlError = Box<dyn Error + Sync + Send>;
+
+impl<'a> FromSql<'a> for Status {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Status, FromSqlError> {
+        let text = <&str as FromSql>::from_sql(ty, raw)?;
+        Status::parse(text).ok_or_else(|| Unreadable(format!("unknown run status {text:?}")).into())
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as FromSql>::accepts(ty)
+    }
+}
+
+/// A stored time, read as [`Unreadable`] when out of range.
+struct Stamp(Timestamp);
+
+impl<'a> FromSql<'a> for Stamp {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Stamp, FromSqlError> {
+        Timestamp::from_sql(ty, raw)
+            .map(Stamp)
+            .map_err(|error| Unreadable(format!("a time out of range: {error}")).into())
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <Timestamp as FromSql>::accepts(ty)
+    }
+}
+
+fn time(row: &Row, at: usize) -> Result<Timestamp, postgres::Error> {
+    Ok(row.try_get::<_, Stamp>(at)?.0)
+}
+
+fn maybe_time(row: &Row, at: usize) -> Result<Option<Timestamp>, postgres::Error> {
+    Ok(row.try_get::<_, Option<Stamp>>(at)?.map(|stamp| stamp.0))
+}
+
+select_list! {
+    /// A run (`r`: idem.runs).
+    pub(super) enum RunCol {
+        Key = "r.key",
+        RowId = "r.id",
+        RunId = "r.run_id",
+        Status = "r.status",
+        ExitCode = "r.exit_code",
+        Signal = "r.signal",
+        Attempts = "r.attempts",
+        StartedAt = "r.started_at",
+        FinishedAt = "r.finished_at",
+        Host = "r.host",
+        Pid = "r.pid",
+        Command = "r.command",
+        Shell = "r.shell",
+        Recovered = "r.recovered",
+        Job = "coalesce(r.job, r.key)",
+        Head = "EXISTS (SELECT 1 FROM idem.keys hk WHERE hk.key = r.key AND hk.head = r.id)",
+    }
+}
+
+select_list! {
+    /// Who owns a key's running head (`k`: idem.keys), after a [`RunCol`]
+    /// list: an owner is judged by its lease alone, on the database's clock.
+    pub(super) enum OwnerCol {
+        Pgid = "k.owner_pgid",
+        Expired = "coalesce(k.lease_until < clock_timestamp(), false)",
+    }
+}
+
+/// Reads a [`RunCol`] list: the run's row id and the run.
+pub(super) fn run_from_row(row: &Row) -> Result<(i64, Run), postgres::Error> {
+    let run = Run {
+        key: row.try_get(RunCol::Key.at())?,
+        run_id: row.try_get(RunCol::RunId.at())?,
+        status: row.try_get(RunCol::Status.at())?,
+        exit_code: row.try_get(RunCol::ExitCode.at())?,
+        signal: row.try_get(RunCol::Signal.at())?,
+        attempts: row.try_get::<_, i32>(RunCol::Attempts.at())?.max(0) as u32,
+        started_at: time(row, RunCol::StartedAt.at())?,
+        finished_at: maybe_time(row, RunCol::FinishedAt.at())?,
+        host: row.try_get(RunCol::Host.at())?,
+        pid: row.try_get::<_, i64>(RunCol::Pid.at())? as u32,
+        command: decode_command(row.try_get::<_, &[u8]>(RunCol::Command.at())?),
+        shell: row.try_get(RunCol::Shell.at())?,
+        recovered: row.try_get(RunCol::Recovered.at())?,
+        job: row.try_get(RunCol::Job.at())?,
+        head: row.try_get(RunCol::Head.at())?,
+    };
+    Ok((row.try_get(RunCol::RowId.at())?, run))
+}
+
+/// Reads an [`AttemptCol`] list: the run's row id and the attempt.
+pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), postgres::Error> {
+    let tail = |col: AttemptCol| -> Result<Vec<u8>, postgres::Error> {
+        Ok(row
+            .try_get::<_, Option<Vec<u8>>>(col.at())?
+            .unwrap_or_default())
+    };
+    let attempt = Attempt {
+        number: row.try_get::<_, i32>(AttemptCol::Number.at())?.max(0) as u32,
+        started_at: Some(time(row, AttemptCol::StartedAt.at())?),
+        finished_at: maybe_time(row, AttemptCol::FinishedAt.at())?,
+        exit_code: row.try_get(AttemptCol::ExitCode.at())?,
+        signal: row.try_get(AttemptCol::Signal.at())?,
+        timed_out: row.try_get(AttemptCol::TimedOut.at())?,
+        stdout_tail: tail(AttemptCol::Stdout)?,
+        stderr_tail: tail(AttemptCol::Stderr)?,
+        cut: row.try_get(AttemptCol::Cut.at())?,
+    };
+    Ok((row.try_get(AttemptCol::Run.at())?, attempt))
+}
+
+/// Reads an [`OwnerCol`] list starting at column `at`: the owner of `run`.
+pub(super) fn owner_from_row(row: &Row, at: usize, run: &Run) -> Result<Owner, postgres::Error> {
+    let expired: bool = row.try_get(at + OwnerCol::Expired.at())?;
+    Ok(Owner {
+        host: run.host.clone(),
+        pid: run.pid,
+        pgid: row
+            .try_get::<_, Option<i64>>(at + OwnerCol::Pgid.at())?
+            .map(|pgid| pgid as u32),
+        alive: Some(!expired),
+    })
+}
+
+/// Reads a [`JobCol`] list.
+pub(super) fn job_from_row(row: &Row) -> Result<JobState, postgres::Error> {
+    let count = |col: JobCol| -> Result<u64, postgres::Error> {
+        Ok(row.try_get::<_, i64>(col.at())?.max(0) as u64)
+    };
+    Ok(JobState {
+        job: row.try_get(JobCol::Job.at())?,
+        template: row.try_get(JobCol::Template.at())?,
+        zone: row.try_get(JobCol::Zone.at())?,
+        host: row.try_get(JobCol::Host.at())?,
+        command: decode_command(
+            &row.try_get::<_, Option<Vec<u8>>>(JobCol::Command.at())?
+                .unwrap_or_default(),
+        ),
+        shell: row.try_get(JobCol::Shell.at())?,
+        first_run: maybe_time(row, JobCol::FirstRun.at())?,
+        last_run: maybe_time(row, JobCol::LastRun.at())?,
+        last_status: row.try_get(JobCol::LastStatus.at())?,
+        last_exit: row.try_get(JobCol::LastExit.at())?,
+        last_success: maybe_time(row, JobCol::LastSuccess.at())?,
+        failures: count(JobCol::Failures)?,
+        runs: [
+            count(JobCol::Running)?,
+            count(JobCol::Succeeded)?,
+            count(JobCol::Failed)?,
+            count(JobCol::Abandoned)?,
+        ],
+        checked_at: maybe_time(row, JobCol::CheckedAt.at())?,
+        strip: row.try_get(JobCol::Strip.at())?,
+        ok_keys: super::super::decode_keys(row.try_get::<_, &str>(JobCol::OkKeys.at())?),
+        live: 0,
+    })
+}
+
+/// The key's head with its row id, its owner judged by its lease on the
+/// database's clock.
+pub(super) fn query_head(
+    client: &mut impl GenericClient,
+    key: &str,
+) -> Result<Option<(i64, Head)>, postgres::Error> {
+    let row = client.query_typed_opt(
+        &format!(
+            "SELECT {}, {}, now(), j.checked_at
+             FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+             LEFT JOIN idem.jobs j ON j.job = r.job WHERE k.key = $1",
+            RunCol::LIST,
+            OwnerCol::LIST
+        ),
+        &[(&key, Type::TEXT)],
+    )?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let (id, run) = run_from_row(&row)?;
+    let owner = match run.status {
+        Status::Running => Some(owner_from_row(&row, RunCol::COUNT, &run)?),
+        _ => None,
+    };
+    let read_at = RunCol::COUNT + OwnerCol::COUNT;
+    let head = Head {
+        owner,
+        read_at: Some(time(&row, read_at)?),
+        checked_at: maybe_time(&row, read_at + 1)?,
+        run,
+    };
+    Ok(Some((id, head)))
+}

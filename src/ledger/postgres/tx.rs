@@ -1,0 +1,465 @@
+//! The ledger's rules ([`crate::ledger::rules`]) over one PostgreSQL
+//! transaction, and the job bookkeeping every write shares. A key is
+//! locked by its row (`FOR UPDATE`), as a claim locks it; clearing a head
+//! raises the key's epoch, so an owner presumed gone finds its claim lost.
+
+use std::collections::{HashMap, HashSet};
+
+use jiff::Timestamp;
+use postgres::types::{ToSql, Type};
+use postgres::Transaction;
+use uuid::Uuid;
+
+use super::super::columns::JobCol;
+use super::super::rules::{self, KeyFigures};
+use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
+use super::rows::{job_from_row, query_head, run_from_row, RunCol};
+
+/// Frees a key's owner columns but its lease's end (see [`RELEASE_OWNER`]).
+macro_rules! owner_gone {
+    () => {
+        "owner_boot = NULL, owner_pid_start = NULL, owner_pgid = NULL, owner_pgid_start = NULL"
+    };
+}
+pub(super) use owner_gone;
+
+/// Frees a key's owner: the run it owned has ended or was judged gone.
+pub(super) const RELEASE_OWNER: &str = concat!(owner_gone!(), ", lease_until = NULL");
+
+/// One transaction, and the runs `prune` set aside in it.
+pub(super) struct Tx<'a, 'b> {
+    pub tx: &'a mut Transaction<'b>,
+    pub marked: Vec<i64>,
+}
+
+impl<'a, 'b> Tx<'a, 'b> {
+    pub fn new(tx: &'a mut Transaction<'b>) -> Tx<'a, 'b> {
+        Tx {
+            tx,
+            marked: Vec::new(),
+        }
+    }
+}
+
+impl rules::Tx for Tx<'_, '_> {
+    type Error = postgres::Error;
+
+    fn batch(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        self.tx.batch_execute(sql)
+    }
+
+    fn lock_keys(&mut self, keys: &[String]) -> Result<HashSet<String>, postgres::Error> {
+        self.tx
+            .query(
+                "SELECT key FROM idem.keys WHERE key = ANY($1)
+                 ORDER BY key COLLATE \"C\" FOR UPDATE",
+                &[&keys],
+            )?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect()
+    }
+
+    fn hold_key(&mut self, key: &str) -> Result<(), postgres::Error> {
+        self.tx.execute_typed(
+            "INSERT INTO idem.keys (key) VALUES ($1) ON CONFLICT (key) DO NOTHING",
+            &[(&key, Type::TEXT)],
+        )?;
+        self.tx.execute_typed(
+            "SELECT 1 FROM idem.keys WHERE key = $1 FOR UPDATE",
+            &[(&key, Type::TEXT)],
+        )?;
+        Ok(())
+    }
+
+    fn read_head(&mut self, key: &str) -> Result<Option<(i64, Head)>, postgres::Error> {
+        query_head(self.tx, key)
+    }
+
+    fn count_runs(&mut self, key: &str) -> Result<u64, postgres::Error> {
+        let runs: i64 = self
+            .tx
+            .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[&key])?
+            .try_get(0)?;
+        Ok(runs.max(0) as u64)
+    }
+
+    fn mark_abandoned(&mut self, run: i64) -> Result<(), postgres::Error> {
+        let abandoned = self.tx.query_typed_opt(
+            "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
+             WHERE id = $1 AND status = 'running'
+             RETURNING run_id",
+            &[(&run, Type::INT8)],
+        )?;
+        if let Some(row) = abandoned {
+            let run_id: Uuid = row.try_get(0)?;
+            job_outcome(self.tx, run_id, Status::Abandoned, None)?;
+            release_locks(self.tx, run_id)?;
+        }
+        self.release_owner(run)
+    }
+
+    fn release_owner(&mut self, run: i64) -> Result<(), postgres::Error> {
+        self.tx.execute_typed(
+            &format!("UPDATE idem.keys SET {RELEASE_OWNER} WHERE head = $1"),
+            &[(&run, Type::INT8)],
+        )?;
+        Ok(())
+    }
+
+    fn clear_head(&mut self, key: &str) -> Result<(), postgres::Error> {
+        self.tx.execute(
+            &format!(
+                "UPDATE idem.keys SET head = NULL, epoch = nextval('idem.fences'), {RELEASE_OWNER}
+                 WHERE key = $1"
+            ),
+            &[&key],
+        )?;
+        Ok(())
+    }
+
+    fn purge(&mut self, key: &str) -> Result<(), postgres::Error> {
+        self.tx.execute(
+            "DELETE FROM idem.attempts
+             WHERE run IN (SELECT id FROM idem.runs WHERE key = $1)",
+            &[&key],
+        )?;
+        uncount_runs(self.tx, "key = $1", &key)?;
+        self.tx
+            .execute("DELETE FROM idem.runs WHERE key = $1", &[&key])?;
+        self.tx
+            .execute("DELETE FROM idem.keys WHERE key = $1", &[&key])?;
+        Ok(())
+    }
+
+    fn find_run(&mut self, run_id: Uuid) -> Result<Option<(i64, Status)>, postgres::Error> {
+        self.tx
+            .query_typed_opt(
+                "SELECT id, status FROM idem.runs WHERE run_id = $1",
+                &[(&run_id, Type::UUID)],
+            )?
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .transpose()
+    }
+
+    fn insert_run(&mut self, run: &Run) -> Result<i64, postgres::Error> {
+        import_job(self.tx, run)?;
+        self.tx
+            .query_one(
+                "INSERT INTO idem.runs (run_id, key, status, exit_code, signal, attempts,
+                     started_at, finished_at, host, pid, command, shell, recovered, job)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                 RETURNING id",
+                &[
+                    &run.run_id,
+                    &run.key,
+                    &run.status.as_str(),
+                    &run.exit_code,
+                    &run.signal,
+                    &(run.attempts as i32),
+                    &run.started_at,
+                    &run.finished_at,
+                    &run.host,
+                    &i64::from(run.pid),
+                    &encode_command(&run.command),
+                    &run.shell,
+                    &run.recovered,
+                    &run.job,
+                ],
+            )?
+            .try_get(0)
+    }
+
+    fn replace_outcome(&mut self, id: i64, run: &Run) -> Result<(), postgres::Error> {
+        self.tx.execute(
+            "UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
+                 attempts = $5, finished_at = $6
+             WHERE id = $1",
+            &[
+                &id,
+                &run.status.as_str(),
+                &run.exit_code,
+                &run.signal,
+                &(run.attempts as i32),
+                &run.finished_at,
+            ],
+        )?;
+        self.tx
+            .execute("DELETE FROM idem.attempts WHERE run = $1", &[&id])?;
+        job_outcome(self.tx, run.run_id, run.status, run.exit_code)
+    }
+
+    fn add_attempt(&mut self, id: i64, attempt: &Attempt) -> Result<(), postgres::Error> {
+        fn tail(bytes: &[u8]) -> Option<&[u8]> {
+            (!bytes.is_empty()).then_some(bytes)
+        }
+        self.tx.execute_typed(
+            "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
+                 timed_out, stdout_tail, stderr_tail, cut)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            &[
+                (&id, Type::INT8),
+                (&(attempt.number as i32), Type::INT4),
+                (
+                    &attempt.started_at.unwrap_or(Timestamp::UNIX_EPOCH),
+                    Type::TIMESTAMPTZ,
+                ),
+                (&attempt.finished_at, Type::TIMESTAMPTZ),
+                (&attempt.exit_code, Type::INT4),
+                (&attempt.signal, Type::INT4),
+                (&attempt.timed_out, Type::BOOL),
+                (&tail(&attempt.stdout_tail), Type::BYTEA),
+                (&tail(&attempt.stderr_tail), Type::BYTEA),
+                (&attempt.cut, Type::BOOL),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn head_and_latest(
+        &mut self,
+        key: &str,
+        id: i64,
+    ) -> Result<(Option<Status>, Option<Timestamp>), postgres::Error> {
+        let row = self.tx.query_one(
+            "SELECT (SELECT status FROM idem.runs WHERE id = k.head),
+                    (SELECT max(started_at) FROM idem.runs WHERE key = k.key AND id <> $2)
+             FROM idem.keys k WHERE k.key = $1",
+            &[&key, &id],
+        )?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+
+    fn adopt_head(&mut self, key: &str, id: i64) -> Result<(), postgres::Error> {
+        self.tx.execute(
+            &format!("UPDATE idem.keys SET head = $2, {RELEASE_OWNER} WHERE key = $1"),
+            &[&key, &id],
+        )?;
+        Ok(())
+    }
+
+    fn mark_prunable(&mut self, before: Timestamp) -> Result<u64, postgres::Error> {
+        // Finished before the cutoff, never running, never a key's head.
+        self.marked = self
+            .tx
+            .query(
+                "SELECT r.id FROM idem.runs r
+                 WHERE r.started_at < $1 AND r.finished_at < $1 AND r.status <> 'running'
+                   AND NOT EXISTS (SELECT 1 FROM idem.keys k WHERE k.head = r.id)",
+                &[&before],
+            )?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()?;
+        Ok(self.marked.len() as u64)
+    }
+
+    fn marked_output(&mut self) -> Result<(u64, u64), postgres::Error> {
+        let stats = self.tx.query_one(
+            "SELECT count(*),
+                    coalesce(sum(octet_length(stdout_tail)), 0)
+                        + coalesce(sum(octet_length(stderr_tail)), 0)
+             FROM idem.attempts WHERE run = ANY($1)",
+            &[&self.marked],
+        )?;
+        Ok((
+            stats.try_get::<_, i64>(0)?.max(0) as u64,
+            stats.try_get::<_, i64>(1)?.max(0) as u64,
+        ))
+    }
+
+    fn delete_marked(&mut self) -> Result<(), postgres::Error> {
+        let ids = std::mem::take(&mut self.marked);
+        self.tx
+            .execute("DELETE FROM idem.attempts WHERE run = ANY($1)", &[&ids])?;
+        uncount_runs(self.tx, "id = ANY($1)", &ids)?;
+        self.tx
+            .execute("DELETE FROM idem.runs WHERE id = ANY($1)", &[&ids])?;
+        Ok(())
+    }
+
+    fn delete_unused_keys(&mut self) -> Result<u64, postgres::Error> {
+        self.tx.execute(
+            "DELETE FROM idem.keys k WHERE k.head IS NULL
+               AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
+            &[],
+        )
+    }
+
+    fn key_figures(&mut self) -> Result<Vec<KeyFigures>, postgres::Error> {
+        let rows = self.tx.query(
+            "WITH ok AS (
+                 SELECT key, max(started_at) AS started, max(finished_at) AS finished
+                 FROM idem.runs WHERE status = 'succeeded' GROUP BY key
+             ),
+             last AS (
+                 SELECT DISTINCT ON (key) key, id FROM idem.runs
+                 ORDER BY key, started_at DESC, id DESC
+             )
+             SELECT k.key, last.id, ok.finished,
+                 count(*) FILTER (WHERE r.status = 'running'),
+                 count(*) FILTER (WHERE r.status = 'succeeded'),
+                 count(*) FILTER (WHERE r.status = 'failed'),
+                 count(*) FILTER (WHERE r.status = 'abandoned'),
+                 count(*) FILTER (WHERE r.status IN ('failed', 'abandoned')
+                     AND r.started_at > coalesce(ok.started, '-infinity'))
+             FROM idem.keys k
+             JOIN idem.runs r ON r.key = k.key
+             JOIN last ON last.key = k.key
+             LEFT JOIN ok ON ok.key = k.key
+             GROUP BY k.key, last.id, ok.finished, ok.started
+             ORDER BY k.key COLLATE \"C\"",
+            &[],
+        )?;
+        let count = |row: &postgres::Row, index: usize| -> Result<u64, postgres::Error> {
+            Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
+        };
+        rows.iter()
+            .map(|row| {
+                Ok(KeyFigures {
+                    key: row.try_get(0)?,
+                    last: row.try_get(1)?,
+                    last_success: row.try_get(2)?,
+                    failures: count(row, 7)?,
+                    runs: [
+                        count(row, 3)?,
+                        count(row, 4)?,
+                        count(row, 5)?,
+                        count(row, 6)?,
+                    ],
+                })
+            })
+            .collect()
+    }
+
+    fn runs(&mut self, ids: &[i64]) -> Result<HashMap<i64, Run>, postgres::Error> {
+        self.tx
+            .query(
+                &format!(
+                    "SELECT {} FROM idem.runs r WHERE r.id = ANY($1)",
+                    RunCol::LIST
+                ),
+                &[&ids],
+            )?
+            .iter()
+            .map(run_from_row)
+            .collect()
+    }
+}
+
+/// A running run ended `status`: its job's figures follow, in the
+/// transaction that records it.
+pub(super) fn job_outcome(
+    tx: &mut Transaction<'_>,
+    run_id: Uuid,
+    status: Status,
+    exit: Option<i32>,
+) -> Result<(), postgres::Error> {
+    let Some(row) = tx.query_opt(
+        "SELECT job, key, started_at FROM idem.runs WHERE run_id = $1",
+        &[&run_id],
+    )?
+    else {
+        return Ok(());
+    };
+    let Some(job) = row.try_get::<_, Option<String>>(0)? else {
+        return Ok(());
+    };
+    let key: String = row.try_get(1)?;
+    let (mut state, now) = load_job(tx, &job)?;
+    state.runs[0] = state.runs[0].saturating_sub(1);
+    let index = Status::ALL
+        .iter()
+        .position(|each| *each == status)
+        .unwrap_or(0);
+    state.runs[index] += 1;
+    state.outcome(&key, status, row.try_get(2)?, exit, now);
+    save_job(tx, &state)
+}
+
+/// Frees the named locks run `run_id` holds.
+pub(super) fn release_locks(tx: &mut Transaction<'_>, run_id: Uuid) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1",
+        &[&run_id],
+    )?;
+    Ok(())
+}
+
+/// Reads a job's figures under its row lock, with the database's `now()`.
+fn load_job(tx: &mut Transaction<'_>, job: &str) -> Result<(JobState, Timestamp), postgres::Error> {
+    let row = tx.query_one(
+        &format!(
+            "SELECT {}, now() FROM idem.jobs WHERE job = $1 FOR UPDATE",
+            JobCol::LIST
+        ),
+        &[&job],
+    )?;
+    Ok((job_from_row(&row)?, row.try_get(JobCol::COUNT)?))
+}
+
+fn save_job(tx: &mut Transaction<'_>, job: &JobState) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE idem.jobs SET first_run = $2, last_run = $3, last_status = $4, last_exit = $5,
+             last_success = $6, failures = $7, running = $8, succeeded = $9, failed = $10,
+             abandoned = $11, checked_at = $12, strip = $13, ok_keys = $14, host = $15,
+             command = $16, shell = $17
+         WHERE job = $1",
+        &[
+            &job.job,
+            &job.first_run,
+            &job.last_run,
+            &job.last_status.map(Status::as_str),
+            &job.last_exit,
+            &job.last_success,
+            &(job.failures as i64),
+            &(job.runs[0] as i64),
+            &(job.runs[1] as i64),
+            &(job.runs[2] as i64),
+            &(job.runs[3] as i64),
+            &job.checked_at,
+            &job.strip,
+            &encode_keys(&job.ok_keys),
+            &job.host,
+            &encode_command(&job.command),
+            &job.shell,
+        ],
+    )?;
+    Ok(())
+}
+
+/// The job of an imported run, made when new, with the run counted in.
+fn import_job(tx: &mut Transaction<'_>, run: &Run) -> Result<(), postgres::Error> {
+    tx.execute(
+        "INSERT INTO idem.jobs (job, template) VALUES ($1, $1) ON CONFLICT (job) DO NOTHING",
+        &[&run.job],
+    )?;
+    let (mut job, _) = load_job(tx, &run.job)?;
+    job.imported(run);
+    save_job(tx, &job)
+}
+
+/// Takes the runs chosen by `filter` (`$1` bound to `value`) out of their
+/// jobs' counts, before they are deleted.
+fn uncount_runs(
+    tx: &mut Transaction<'_>,
+    filter: &str,
+    value: &(dyn ToSql + Sync),
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        &format!(
+            "UPDATE idem.jobs j SET running = greatest(j.running - c.running, 0),
+                 succeeded = greatest(j.succeeded - c.succeeded, 0),
+                 failed = greatest(j.failed - c.failed, 0),
+                 abandoned = greatest(j.abandoned - c.abandoned, 0)
+             FROM (SELECT job, count(*) FILTER (WHERE status = 'running') AS running,
+                       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+                       count(*) FILTER (WHERE status = 'failed') AS failed,
+                       count(*) FILTER (WHERE status = 'abandoned') AS abandoned
+                   FROM idem.runs WHERE {filter} GROUP BY job) AS c
+             WHERE j.job = c.job"
+        ),
+        &[value],
+    )?;
+    Ok(())
+}

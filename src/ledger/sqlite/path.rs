@@ -1,0 +1,336 @@
+//! The ledger's path, judged before SQLite opens anything, and the file
+//! system it lives on.
+
+use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::exit::{io_words, Failure, IDEM_FAILED};
+
+// ---- the ledger's path, judged before SQLite opens anything -------------
+//
+// As ssh judges `authorized_keys`: a ledger decides what runs, so idem uses
+// only a file of its own user that no one else can write, in a folder that
+// no one else can swap it out of (owned by the user or root, and writable
+// by no one else unless sticky, like /tmp). It never follows a symbolic
+// link at the ledger's path or beside it, where another user could plant
+// one to make idem write a file of its choosing. A refusal changes nothing.
+
+fn refuse(message: String) -> anyhow::Error {
+    Failure::new(IDEM_FAILED, message).into()
+}
+
+/// A file's owner for people: `alice (uid 1000)`, or `uid 4242`.
+fn owner_words(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("{} (uid {uid})", user.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
+fn mode_words(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+/// What a file that is not a regular file is, for people.
+fn kind_words(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_dir() {
+        "a folder"
+    } else if file_type.is_fifo() {
+        "a fifo"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
+fn not_regular(path: &Path, file_type: std::fs::FileType) -> anyhow::Error {
+    refuse(format!(
+        "ledger {} is not a regular file (it is {}); set --db or IDEM_DB to a ledger file",
+        path.display(),
+        kind_words(file_type)
+    ))
+}
+
+fn symbolic_link(path: &Path) -> anyhow::Error {
+    refuse(format!(
+        "ledger {} is a symbolic link, which idem never follows (another user could aim it at any file); give the real path with --db or IDEM_DB",
+        path.display()
+    ))
+}
+
+/// Refuses a file at (or beside) the ledger that is not the user's own or
+/// that others can write.
+fn check_owner_and_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    if metadata.uid() != me {
+        return Err(refuse(format!(
+            "ledger {} belongs to {}, not to {}: idem uses only a ledger of its own user; set --db or IDEM_DB to one of yours",
+            path.display(),
+            owner_words(metadata.uid()),
+            owner_words(me)
+        )));
+    }
+    if metadata.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "ledger {} is mode {}: other users can write it; chmod 600 {}",
+            path.display(),
+            mode_words(metadata.mode()),
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Makes the ledger's folder (0700) when it is missing, and refuses one
+/// that cannot be searched, that another user owns, or that others can
+/// write without the sticky bit.
+pub(super) fn prepare_folder(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let folder = crate::ledger::folder_of(path);
+    let metadata = match std::fs::metadata(folder) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(folder)
+                .and_then(|()| std::fs::metadata(folder))
+                .map_err(|error| {
+                    refuse(format!(
+                        "could not create ledger folder {}: {}; set --db or IDEM_DB",
+                        folder.display(),
+                        io_words(&error)
+                    ))
+                })?
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(refuse(format!(
+                "ledger folder {} cannot be reached: a folder above it cannot be searched ({}); give this user search (x) rights on each folder of the path, or set --db",
+                folder.display(),
+                io_words(&error)
+            )))
+        }
+        Err(error) => {
+            return Err(refuse(format!(
+                "could not read ledger folder {}: {}; set --db or IDEM_DB",
+                folder.display(),
+                io_words(&error)
+            )))
+        }
+    };
+    if !metadata.is_dir() {
+        return Err(refuse(format!(
+            "ledger {} cannot exist: {} is not a folder; set --db or IDEM_DB",
+            path.display(),
+            folder.display()
+        )));
+    }
+    if nix::unistd::access(folder, nix::unistd::AccessFlags::X_OK).is_err() {
+        return Err(refuse(format!(
+            "ledger folder {} cannot be searched (mode {}, owner {}); chmod u+x {}, or set --db",
+            folder.display(),
+            mode_words(metadata.mode()),
+            owner_words(metadata.uid()),
+            folder.display()
+        )));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if metadata.uid() != me && metadata.uid() != 0 {
+        return Err(refuse(format!(
+            "ledger folder {} belongs to {}, who could replace the ledger in it; keep the ledger in a folder of your own (set --db or IDEM_DB)",
+            folder.display(),
+            owner_words(metadata.uid())
+        )));
+    }
+    let sticky = metadata.mode() & 0o1000 != 0;
+    if metadata.mode() & 0o022 != 0 && !sticky {
+        return Err(refuse(format!(
+            "ledger folder {} is mode {}: other users can replace the ledger in it; chmod 700 {}, or set --db",
+            folder.display(),
+            mode_words(metadata.mode()),
+            folder.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Opens (creating with 0600) the ledger file; falls back to read-only
+/// where the file or its file system refuses writes, so reading still works.
+///
+/// `O_NOFOLLOW` refuses a link, even a dangling one, and `O_NONBLOCK` keeps
+/// a FIFO from hanging the open; what was opened is then judged by `fstat`
+/// before SQLite sees it, so nothing (no `-journal`) appears beside a
+/// device or a FIFO. A device is not even opened: `lstat` finds it first.
+pub(super) fn open_file(path: &Path) -> Result<(File, bool)> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => return Err(symbolic_link(path)),
+        Ok(metadata) if !metadata.is_file() => return Err(not_regular(path, metadata.file_type())),
+        _ => {}
+    }
+    let options = |write: bool, create: bool| {
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .write(write)
+            .create_new(create)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK);
+        options
+    };
+    let (opened, created) = match options(true, true).open(path) {
+        Ok(file) => (Ok(file), true),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            (options(true, false).open(path), false)
+        }
+        Err(error) => (Err(error), false),
+    };
+    let (file, writable) = match opened {
+        Ok(file) => (file, true),
+        Err(error)
+            if matches!(
+                error.raw_os_error(),
+                Some(libc_errno::EACCES) | Some(libc_errno::EROFS)
+            ) && std::fs::symlink_metadata(path).is_ok() =>
+        {
+            let file = options(false, false)
+                .open(path)
+                .map_err(|error| open_error(path, &error))?;
+            (file, false)
+        }
+        Err(error) => return Err(open_error(path, &error)),
+    };
+    let metadata = file.metadata().map_err(|error| open_error(path, &error))?;
+    if !metadata.is_file() {
+        return Err(not_regular(path, metadata.file_type()));
+    }
+    if created {
+        // The umask may have taken bits away; never add any.
+        file.set_permissions(Permissions::from_mode(0o600))
+            .with_context(|| format!("could not set permissions of {}", path.display()))?;
+    } else {
+        check_owner_and_mode(path, &metadata)?;
+    }
+    Ok((file, writable))
+}
+
+/// The -wal and -shm files are part of the ledger (and a -journal while a
+/// write is caught midway): SQLite opens them by name, so they are judged
+/// like the ledger itself.
+pub(super) fn check_side_files(path: &Path) -> Result<()> {
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let side = side_file(path, suffix);
+        match std::fs::symlink_metadata(&side) {
+            Ok(metadata) if metadata.file_type().is_symlink() => {
+                return Err(refuse(format!(
+                    "ledger file {} is a symbolic link, which idem never follows; remove the link (the ledger's own {suffix} file is a regular file)",
+                    side.display()
+                )))
+            }
+            Ok(metadata) if !metadata.is_file() => {
+                return Err(not_regular(&side, metadata.file_type()))
+            }
+            Ok(metadata) => check_owner_and_mode(&side, &metadata)?,
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The file next to the ledger with `suffix` (`-wal`, `-shm`, `-journal`).
+pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut side = path.as_os_str().to_owned();
+    side.push(suffix);
+    PathBuf::from(side)
+}
+
+/// How to read a ledger that cannot be written. SQLite reads a WAL-mode
+/// file through its -shm index and must create that index when it is
+/// missing, which a read-only file system refuses. Without a -wal file the
+/// main file holds every commit, so `immutable=1` reads it creating nothing
+/// (a writer that starts meanwhile writes to a new -wal, not to this file,
+/// until it checkpoints).
+pub(crate) fn read_only_uri(path: &Path) -> Result<PathBuf> {
+    let wal_is_empty =
+        std::fs::metadata(side_file(path, "-wal")).map_or(true, |wal| wal.len() == 0);
+    if wal_is_empty {
+        return Ok(sqlite_uri(path, "immutable=1"));
+    }
+    if side_file(path, "-shm").exists() {
+        return Ok(sqlite_uri(path, "mode=ro"));
+    }
+    Err(Failure::new(
+        IDEM_FAILED,
+        format!(
+            "ledger {} cannot be written and holds a write-ahead log (-wal) without its index (-shm), left by a crash; make it writable once (any idem command then folds the log in)",
+            path.display()
+        ),
+    )
+    .into())
+}
+
+/// A `file:` URI for `path` with `query`: every byte but the unreserved ones
+/// is percent-encoded, so `?`, `#` and non-UTF-8 names survive.
+pub(crate) fn sqlite_uri(path: &Path, query: &str) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut uri = b"file:".to_vec();
+    if path.is_absolute() {
+        uri.extend_from_slice(b"//");
+    }
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            uri.push(byte);
+        } else {
+            uri.extend_from_slice(format!("%{byte:02X}").as_bytes());
+        }
+    }
+    uri.push(b'?');
+    uri.extend_from_slice(query.as_bytes());
+    PathBuf::from(std::ffi::OsString::from_vec(uri))
+}
+
+mod libc_errno {
+    pub const EACCES: i32 = nix::errno::Errno::EACCES as i32;
+    pub const EROFS: i32 = nix::errno::Errno::EROFS as i32;
+    pub const ELOOP: i32 = nix::errno::Errno::ELOOP as i32;
+}
+
+fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
+    if error.raw_os_error() == Some(libc_errno::ELOOP) {
+        // Made a link since it was looked at.
+        return symbolic_link(path);
+    }
+    Failure::new(
+        IDEM_FAILED,
+        format!(
+            "could not open ledger {}: {}; set --db or IDEM_DB",
+            path.display(),
+            io_words(error)
+        ),
+    )
+    .into()
+}
+
+/// Bytes free for unprivileged writers on the file system of `path`.
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
+    let stats = nix::sys::statvfs::statvfs(crate::ledger::folder_of(path)).ok()?;
+    Some(
+        stats
+            .blocks_available()
+            .saturating_mul(stats.fragment_size()),
+    )
+}
+
+/// Whether the file system holding `path` has (next to) no space left.
+pub(crate) fn disk_full(path: &Path) -> bool {
+    free_bytes(path).is_some_and(|free| free < 256 << 10)
+}

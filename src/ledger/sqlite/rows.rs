@@ -1,0 +1,290 @@
+//! Rows of a SQLite ledger as the ledger's types: each mapping once, each
+//! column read by its name in one select list. A stored value that cannot
+//! be read (a run id that is not a UUID, an unknown status, a time out of
+//! range) is an error, which `describe` turns into words naming the ledger;
+//! never a made-up value in its place.
+
+use jiff::Timestamp;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
+use rusqlite::{Connection, OptionalExtension, Row};
+use uuid::Uuid;
+
+use super::super::columns::{AttemptCol, JobCol};
+use super::super::runlock::RunLocks;
+use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
+use crate::exit::io_words;
+
+/// Runs with their keys and jobs, for [`RunCol`].
+pub(super) const RUNS: &str =
+    "runs r JOIN keys k ON k.id = r.key_id LEFT JOIN jobs j ON j.id = r.job_id";
+
+select_list! {
+    /// A run, over [`RUNS`].
+    pub(super) enum RunCol {
+        Key = "k.key",
+        RowId = "r.id",
+        RunId = "r.run_id",
+        Status = "r.status",
+        ExitCode = "r.exit_code",
+        Signal = "r.signal",
+        Attempts = "r.attempts",
+        StartedAt = "r.started_at",
+        FinishedAt = "r.finished_at",
+        Host = "r.host",
+        Pid = "r.pid",
+        Command = "r.command",
+        Shell = "r.shell",
+        Recovered = "r.recovered",
+        Job = "coalesce(j.job, k.key)",
+        Head = "coalesce(k.head = r.id, 0)",
+    }
+}
+
+select_list! {
+    /// Who owns a key's running head, after a [`RunCol`] list.
+    pub(super) enum OwnerCol {
+        KeyId = "k.id",
+        Locked = "k.owner_lock",
+        Boot = "k.owner_boot",
+        Pgid = "k.owner_pgid",
+    }
+}
+
+pub(super) fn millis(time: Timestamp) -> i64 {
+    time.as_millisecond()
+}
+
+/// A stored time; one out of range cannot be read.
+pub(super) fn timestamp(ms: i64) -> rusqlite::Result<Timestamp> {
+    Timestamp::from_millisecond(ms).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, ms))
+}
+
+fn time_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Timestamp>> {
+    row.get::<_, Option<i64>>(at)?.map(timestamp).transpose()
+}
+
+impl FromSql for Status {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Status> {
+        let text = value.as_str()?;
+        Status::parse(text)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown run status {text:?}").into()))
+    }
+}
+
+/// A run id stored as 16 bytes.
+fn uuid_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Uuid> {
+    let bytes: Vec<u8> = row.get(at)?;
+    Uuid::from_slice(&bytes).map_err(|error| {
+        rusqlite::Error::FromSqlConversionFailure(at, rusqlite::types::Type::Blob, error.into())
+    })
+}
+
+/// Reads a [`RunCol`] list: the run's row id and the run.
+pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Run)> {
+    let run = Run {
+        key: row.get(RunCol::Key.at())?,
+        run_id: uuid_at(row, RunCol::RunId.at())?,
+        status: row.get(RunCol::Status.at())?,
+        exit_code: row.get(RunCol::ExitCode.at())?,
+        signal: row.get(RunCol::Signal.at())?,
+        attempts: row.get(RunCol::Attempts.at())?,
+        started_at: timestamp(row.get(RunCol::StartedAt.at())?)?,
+        finished_at: time_at(row, RunCol::FinishedAt.at())?,
+        host: row.get(RunCol::Host.at())?,
+        pid: row.get(RunCol::Pid.at())?,
+        command: decode_command(&row.get::<_, Vec<u8>>(RunCol::Command.at())?),
+        shell: row.get(RunCol::Shell.at())?,
+        recovered: row.get(RunCol::Recovered.at())?,
+        job: row.get(RunCol::Job.at())?,
+        head: row.get(RunCol::Head.at())?,
+    };
+    Ok((row.get(RunCol::RowId.at())?, run))
+}
+
+/// Reads an [`AttemptCol`] list; a tail read as NULL is empty.
+pub(super) fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Attempt> {
+    let tail = |col: AttemptCol| -> rusqlite::Result<Vec<u8>> {
+        Ok(row.get::<_, Option<Vec<u8>>>(col.at())?.unwrap_or_default())
+    };
+    Ok(Attempt {
+        number: row.get(AttemptCol::Number.at())?,
+        started_at: Some(timestamp(row.get(AttemptCol::StartedAt.at())?)?),
+        finished_at: time_at(row, AttemptCol::FinishedAt.at())?,
+        exit_code: row.get(AttemptCol::ExitCode.at())?,
+        signal: row.get(AttemptCol::Signal.at())?,
+        timed_out: row.get(AttemptCol::TimedOut.at())?,
+        stdout_tail: tail(AttemptCol::Stdout)?,
+        stderr_tail: tail(AttemptCol::Stderr)?,
+        cut: row.get(AttemptCol::Cut.at())?,
+    })
+}
+
+/// Reads a [`JobCol`] list starting at column `at`.
+pub(super) fn job_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<JobState> {
+    let time = |col: JobCol| time_at(row, at + col.at());
+    let count = |col: JobCol| -> rusqlite::Result<u64> {
+        Ok(row
+            .get::<_, Option<i64>>(at + col.at())?
+            .unwrap_or(0)
+            .max(0) as u64)
+    };
+    let get = |col: JobCol| at + col.at();
+    Ok(JobState {
+        job: row.get(get(JobCol::Job))?,
+        template: row.get(get(JobCol::Template))?,
+        zone: row.get(get(JobCol::Zone))?,
+        host: row.get(get(JobCol::Host))?,
+        command: decode_command(
+            &row.get::<_, Option<Vec<u8>>>(get(JobCol::Command))?
+                .unwrap_or_default(),
+        ),
+        shell: row
+            .get::<_, Option<bool>>(get(JobCol::Shell))?
+            .unwrap_or(false),
+        first_run: time(JobCol::FirstRun)?,
+        last_run: time(JobCol::LastRun)?,
+        last_status: row.get(get(JobCol::LastStatus))?,
+        last_exit: row.get(get(JobCol::LastExit))?,
+        last_success: time(JobCol::LastSuccess)?,
+        failures: count(JobCol::Failures)?,
+        runs: [
+            count(JobCol::Running)?,
+            count(JobCol::Succeeded)?,
+            count(JobCol::Failed)?,
+            count(JobCol::Abandoned)?,
+        ],
+        checked_at: time(JobCol::CheckedAt)?,
+        strip: row.get(get(JobCol::Strip))?,
+        ok_keys: super::super::decode_keys(&row.get::<_, String>(get(JobCol::OkKeys))?),
+        live: 0,
+    })
+}
+
+/// Tells whether the owner of the running head of key row `key_id` lives:
+/// `locked` when its claim holds the key's byte of the lock file, else the
+/// row's boot id (claims of an idem that did not lock).
+pub(super) type Judge<'a> =
+    dyn FnMut(i64, bool, Option<&str>) -> rusqlite::Result<Option<bool>> + 'a;
+
+/// The judge outside a claim: asks the kernel who holds the key's byte.
+pub(super) fn by_the_kernel(
+    locks: &RunLocks,
+) -> impl FnMut(i64, bool, Option<&str>) -> rusqlite::Result<Option<bool>> + '_ {
+    move |key_id, locked, boot| judge_local_owner(locks, key_id, locked, boot)
+}
+
+/// Whether the owner of the running head of key row `key_id` lives, by
+/// the key's columns `owner_lock` (`locked`) and `owner_boot` (`boot`).
+pub(crate) fn judge_local_owner(
+    locks: &RunLocks,
+    key_id: i64,
+    locked: bool,
+    boot: Option<&str>,
+) -> rusqlite::Result<Option<bool>> {
+    if locked {
+        locks
+            .held(key_id)
+            .map(Some)
+            .map_err(|error| lock_file_error(locks, error))
+    } else {
+        Ok(unlocked_owner(boot))
+    }
+}
+
+/// A claim made without the lock file lives, for all idem can tell, until
+/// its host reboots.
+pub(super) fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
+    let this_boot = crate::host::boot_id();
+    match boot {
+        Some(boot) if !boot.is_empty() && !this_boot.is_empty() && boot != this_boot => Some(false),
+        _ => None,
+    }
+}
+
+pub(super) fn lock_file_error(locks: &RunLocks, error: std::io::Error) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(
+        format!(
+            "could not use the lock file {}: {}",
+            locks.path().display(),
+            io_words(&error)
+        )
+        .into(),
+    )
+}
+
+/// Reads an [`OwnerCol`] list starting at column `at`: the owner of `run`,
+/// a running head, judged by `judge`.
+fn owner_from_row(
+    row: &Row<'_>,
+    at: usize,
+    run: &Run,
+    judge: &mut Judge<'_>,
+) -> rusqlite::Result<Owner> {
+    let locked = row
+        .get::<_, Option<bool>>(at + OwnerCol::Locked.at())?
+        .unwrap_or(false);
+    let boot: Option<String> = row.get(at + OwnerCol::Boot.at())?;
+    Ok(Owner {
+        host: run.host.clone(),
+        pid: run.pid,
+        pgid: row.get(at + OwnerCol::Pgid.at())?,
+        alive: judge(row.get(at + OwnerCol::KeyId.at())?, locked, boot.as_deref())?,
+    })
+}
+
+/// The key's head with its row id, its owner judged by `judge`.
+pub(super) fn query_head(
+    conn: &Connection,
+    key: &str,
+    judge: &mut Judge<'_>,
+) -> rusqlite::Result<Option<(i64, Head)>> {
+    let checked_at = RunCol::COUNT + OwnerCol::COUNT;
+    conn.prepare_cached(&format!(
+        "SELECT {}, {}, j.checked_at
+         FROM keys k JOIN runs r ON r.id = k.head LEFT JOIN jobs j ON j.id = r.job_id
+         WHERE k.key = ?1",
+        RunCol::LIST,
+        OwnerCol::LIST
+    ))?
+    .query_row([key], |row| {
+        let (id, run) = run_from_row(row)?;
+        let owner = match run.status {
+            Status::Running => Some(owner_from_row(row, RunCol::COUNT, &run, judge)?),
+            _ => None,
+        };
+        let head = Head {
+            owner,
+            read_at: None,
+            checked_at: time_at(row, checked_at)?,
+            run,
+        };
+        Ok((id, head))
+    })
+    .optional()
+}
+
+/// Every key whose head is running, in key order, with its job's row id
+/// and its owner (judged by the kernel).
+pub(super) fn running_heads(
+    conn: &Connection,
+    locks: &RunLocks,
+) -> rusqlite::Result<Vec<(Option<i64>, Run, Owner)>> {
+    // The literal term lets the planner use the partial index.
+    let mut statement = conn.prepare(&format!(
+        "SELECT {}, {}, r.job_id FROM runs r CROSS JOIN keys k ON k.id = r.key_id
+         LEFT JOIN jobs j ON j.id = r.job_id
+         WHERE r.status = 'running' AND r.status <> 'succeeded' AND k.head = r.id
+         ORDER BY k.key",
+        RunCol::LIST,
+        OwnerCol::LIST
+    ))?;
+    let mut judge = by_the_kernel(locks);
+    let mut rows = statement.query([])?;
+    let mut heads = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (_, run) = run_from_row(row)?;
+        let owner = owner_from_row(row, RunCol::COUNT, &run, &mut judge)?;
+        heads.push((row.get(RunCol::COUNT + OwnerCol::COUNT)?, run, owner));
+    }
+    Ok(heads)
+}

@@ -1,0 +1,418 @@
+//! The ledger's rules ([`crate::ledger::rules`]) over one SQLite write
+//! transaction, and the job bookkeeping every write shares. The writers'
+//! lock is held around the whole transaction, so locking a key is a no-op.
+
+use std::collections::{HashMap, HashSet};
+
+use jiff::Timestamp;
+use rusqlite::types::ToSql;
+use rusqlite::{params, Connection, OptionalExtension};
+use uuid::Uuid;
+
+use super::super::columns::JobCol;
+use super::super::rules::{self, KeyFigures};
+use super::super::runlock::RunLocks;
+use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
+use super::rows::{
+    by_the_kernel, job_from_row, millis, query_head, run_from_row, timestamp, RunCol, RUNS,
+};
+
+/// Frees a key's owner columns: the run it owned has ended or was judged
+/// dead. Part of every update that ends a head's `running`.
+pub(super) const RELEASE_OWNER: &str = "owner_boot = NULL, owner_pid_start = NULL, \
+     owner_pgid = NULL, owner_pgid_start = NULL, owner_lock = NULL";
+
+/// One write transaction (the writers' lock held), with the kernel locks
+/// that judge owners.
+pub(super) struct Tx<'a> {
+    pub conn: &'a Connection,
+    pub locks: &'a RunLocks,
+}
+
+impl rules::Tx for Tx<'_> {
+    type Error = rusqlite::Error;
+
+    fn batch(&mut self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.execute_batch(sql)
+    }
+
+    fn lock_keys(&mut self, keys: &[String]) -> rusqlite::Result<HashSet<String>> {
+        let mut known = HashSet::new();
+        let mut find = self
+            .conn
+            .prepare_cached("SELECT 1 FROM keys WHERE key = ?1")?;
+        for key in keys {
+            if find.exists([key])? {
+                known.insert(key.clone());
+            }
+        }
+        Ok(known)
+    }
+
+    fn hold_key(&mut self, key: &str) -> rusqlite::Result<()> {
+        self.conn
+            .prepare_cached("INSERT INTO keys (key) VALUES (?1) ON CONFLICT (key) DO NOTHING")?
+            .execute([key])?;
+        Ok(())
+    }
+
+    fn read_head(&mut self, key: &str) -> rusqlite::Result<Option<(i64, Head)>> {
+        query_head(self.conn, key, &mut by_the_kernel(self.locks))
+    }
+
+    fn count_runs(&mut self, key: &str) -> rusqlite::Result<u64> {
+        self.conn
+            .prepare_cached(
+                "SELECT count(*) FROM runs r JOIN keys k ON k.id = r.key_id WHERE k.key = ?1",
+            )?
+            .query_row([key], |row| row.get(0))
+    }
+
+    fn mark_abandoned(&mut self, run: i64) -> rusqlite::Result<()> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE runs SET status = 'abandoned', finished_at = ?2
+                 WHERE id = ?1 AND status = 'running'",
+            )?
+            .execute(params![run, millis(Timestamp::now())])?;
+        if changed == 1 {
+            job_outcome(self.conn, run, Status::Abandoned, None)?;
+        }
+        self.release_owner(run)
+    }
+
+    fn release_owner(&mut self, run: i64) -> rusqlite::Result<()> {
+        self.conn
+            .prepare_cached(&format!("UPDATE keys SET {RELEASE_OWNER} WHERE head = ?1"))?
+            .execute([run])?;
+        Ok(())
+    }
+
+    fn clear_head(&mut self, key: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            &format!("UPDATE keys SET head = NULL, {RELEASE_OWNER} WHERE key = ?1"),
+            [key],
+        )?;
+        Ok(())
+    }
+
+    fn purge(&mut self, key: &str) -> rusqlite::Result<()> {
+        let key_id: i64 =
+            self.conn
+                .query_row("SELECT id FROM keys WHERE key = ?1", [key], |row| {
+                    row.get(0)
+                })?;
+        self.conn.execute(
+            "DELETE FROM attempts WHERE run IN (SELECT id FROM runs WHERE key_id = ?1)",
+            [key_id],
+        )?;
+        uncount_runs(self.conn, "key_id = ?1", &key_id)?;
+        self.conn
+            .execute("DELETE FROM runs WHERE key_id = ?1", [key_id])?;
+        self.conn
+            .execute("DELETE FROM keys WHERE id = ?1", [key_id])?;
+        Ok(())
+    }
+
+    fn find_run(&mut self, run_id: Uuid) -> rusqlite::Result<Option<(i64, Status)>> {
+        self.conn
+            .prepare_cached("SELECT id, status FROM runs WHERE run_id = ?1")?
+            .query_row([run_id.as_bytes().as_slice()], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+    }
+
+    fn insert_run(&mut self, run: &Run) -> rusqlite::Result<i64> {
+        let job_id = import_job(self.conn, run)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO runs (run_id, key_id, status, exit_code, signal, attempts,
+                     started_at, finished_at, host, pid, command, shell, recovered, job_id)
+                 SELECT ?1, id, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+                 FROM keys WHERE key = ?2",
+            )?
+            .execute(params![
+                run.run_id.as_bytes().as_slice(),
+                run.key,
+                run.status.as_str(),
+                run.exit_code,
+                run.signal,
+                run.attempts,
+                millis(run.started_at),
+                run.finished_at.map(millis),
+                run.host,
+                run.pid,
+                encode_command(&run.command),
+                run.shell,
+                run.recovered,
+                job_id
+            ])?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    fn replace_outcome(&mut self, id: i64, run: &Run) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, attempts = ?5,
+                 finished_at = ?6
+             WHERE id = ?1",
+            params![
+                id,
+                run.status.as_str(),
+                run.exit_code,
+                run.signal,
+                run.attempts,
+                run.finished_at.map(millis)
+            ],
+        )?;
+        self.conn
+            .execute("DELETE FROM attempts WHERE run = ?1", [id])?;
+        job_outcome(self.conn, id, run.status, run.exit_code)
+    }
+
+    fn add_attempt(&mut self, id: i64, attempt: &Attempt) -> rusqlite::Result<()> {
+        upsert_attempt(self.conn, id, attempt)
+    }
+
+    fn head_and_latest(
+        &mut self,
+        key: &str,
+        id: i64,
+    ) -> rusqlite::Result<(Option<Status>, Option<Timestamp>)> {
+        let (status, latest): (Option<Status>, Option<i64>) = self
+            .conn
+            .prepare_cached(
+                "SELECT (SELECT status FROM runs WHERE id = k.head),
+                        (SELECT max(started_at) FROM runs WHERE key_id = k.id AND id != ?2)
+                 FROM keys k WHERE k.key = ?1",
+            )?
+            .query_row(params![key, id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok((status, latest.map(timestamp).transpose()?))
+    }
+
+    fn adopt_head(&mut self, key: &str, id: i64) -> rusqlite::Result<()> {
+        self.conn.execute(
+            &format!("UPDATE keys SET head = ?2, {RELEASE_OWNER} WHERE key = ?1"),
+            params![key, id],
+        )?;
+        Ok(())
+    }
+
+    fn mark_prunable(&mut self, before: Timestamp) -> rusqlite::Result<u64> {
+        // Finished before the cutoff (so started before it too, which lets
+        // the start-time index find them), never running, never a head.
+        self.conn
+            .execute_batch("CREATE TEMP TABLE IF NOT EXISTS pruned (id INTEGER PRIMARY KEY)")?;
+        self.conn.execute("DELETE FROM temp.pruned", [])?;
+        let runs = self.conn.execute(
+            "INSERT INTO temp.pruned (id)
+             SELECT r.id FROM runs r
+             WHERE r.started_at < ?1 AND r.finished_at < ?1 AND r.status != 'running'
+               AND r.id NOT IN (SELECT head FROM keys WHERE head IS NOT NULL)",
+            [millis(before)],
+        )?;
+        Ok(runs as u64)
+    }
+
+    fn marked_output(&mut self) -> rusqlite::Result<(u64, u64)> {
+        self.conn.query_row(
+            "SELECT count(*),
+                 coalesce(sum(length(stdout_tail)), 0) + coalesce(sum(length(stderr_tail)), 0)
+             FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+    }
+
+    fn delete_marked(&mut self) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "DELETE FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
+            [],
+        )?;
+        uncount_runs(self.conn, "id IN (SELECT id FROM temp.pruned) AND ?1", &1)?;
+        self.conn.execute(
+            "DELETE FROM runs WHERE id IN (SELECT id FROM temp.pruned)",
+            [],
+        )?;
+        self.conn.execute("DELETE FROM temp.pruned", [])?;
+        Ok(())
+    }
+
+    fn delete_unused_keys(&mut self) -> rusqlite::Result<u64> {
+        let keys = self.conn.execute(
+            "DELETE FROM keys WHERE head IS NULL
+               AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.key_id = keys.id)",
+            [],
+        )?;
+        Ok(keys as u64)
+    }
+
+    fn key_figures(&mut self) -> rusqlite::Result<Vec<KeyFigures>> {
+        // One pass over the runs; `r.id` is the row of max(started_at) (a
+        // SQLite bare column beside a single max()).
+        let mut statement = self.conn.prepare(
+            "WITH ok AS (
+                 SELECT key_id, max(started_at) AS started, max(finished_at) AS finished
+                 FROM runs WHERE status = 'succeeded' GROUP BY key_id
+             )
+             SELECT k.key, max(r.started_at), r.id, ok.finished,
+                 sum(r.status = 'running'), sum(r.status = 'succeeded'),
+                 sum(r.status = 'failed'), sum(r.status = 'abandoned'),
+                 sum(r.status IN ('failed', 'abandoned')
+                     AND r.started_at > coalesce(ok.started, -1))
+             FROM keys k JOIN runs r ON r.key_id = k.id LEFT JOIN ok ON ok.key_id = k.id
+             GROUP BY k.id ORDER BY k.key",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok(KeyFigures {
+                key: row.get(0)?,
+                last: row.get(2)?,
+                last_success: row.get::<_, Option<i64>>(3)?.map(timestamp).transpose()?,
+                failures: row.get(8)?,
+                runs: [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
+            })
+        })?;
+        rows.collect()
+    }
+
+    fn runs(&mut self, ids: &[i64]) -> rusqlite::Result<HashMap<i64, Run>> {
+        let mut statement = self.conn.prepare(&format!(
+            "SELECT {} FROM {RUNS} WHERE r.id = ?1",
+            RunCol::LIST
+        ))?;
+        let mut runs = HashMap::new();
+        for id in ids {
+            if let Some((id, run)) = statement.query_row([id], run_from_row).optional()? {
+                runs.insert(id, run);
+            }
+        }
+        Ok(runs)
+    }
+}
+
+pub(super) fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> rusqlite::Result<()> {
+    // An upsert: the attempt's start is recorded before its command runs,
+    // but not when the child died before reaching exec; import adds new ones.
+    tx.prepare_cached(
+        "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal, timed_out,
+             stdout_tail, stderr_tail, cut)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (run, n) DO UPDATE SET finished_at = ?4, exit_code = ?5, signal = ?6,
+             timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9, cut = ?10",
+    )?
+    .execute(params![
+        run,
+        attempt.number,
+        attempt.started_at.map_or(0, millis),
+        attempt.finished_at.map(millis),
+        attempt.exit_code,
+        attempt.signal,
+        attempt.timed_out,
+        (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
+        (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
+        attempt.cut,
+    ])?;
+    Ok(())
+}
+
+/// Takes the runs chosen by `filter` (over `runs`, with `?1` bound to
+/// `value`) out of their jobs' counts, before they are deleted.
+fn uncount_runs(tx: &Connection, filter: &str, value: &dyn ToSql) -> rusqlite::Result<()> {
+    tx.execute(
+        &format!(
+            "UPDATE jobs SET running = max(jobs.running - c.running, 0),
+                 succeeded = max(jobs.succeeded - c.succeeded, 0),
+                 failed = max(jobs.failed - c.failed, 0),
+                 abandoned = max(jobs.abandoned - c.abandoned, 0)
+             FROM (SELECT job_id, sum(status = 'running') AS running,
+                       sum(status = 'succeeded') AS succeeded, sum(status = 'failed') AS failed,
+                       sum(status = 'abandoned') AS abandoned
+                   FROM runs WHERE {filter} GROUP BY job_id) AS c
+             WHERE jobs.id = c.job_id"
+        ),
+        [value],
+    )?;
+    Ok(())
+}
+
+fn status_index(status: Status) -> usize {
+    Status::ALL
+        .iter()
+        .position(|each| *each == status)
+        .unwrap_or(0)
+}
+
+fn save_job(tx: &Connection, id: i64, job: &JobState) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE jobs SET first_run = ?2, last_run = ?3, last_status = ?4, last_exit = ?5,
+             last_success = ?6, failures = ?7, running = ?8, succeeded = ?9, failed = ?10,
+             abandoned = ?11, checked_at = ?12, strip = ?13, ok_keys = ?14, host = ?15,
+             command = ?16, shell = ?17
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        job.first_run.map(millis),
+        job.last_run.map(millis),
+        job.last_status.map(Status::as_str),
+        job.last_exit,
+        job.last_success.map(millis),
+        job.failures as i64,
+        job.runs[0] as i64,
+        job.runs[1] as i64,
+        job.runs[2] as i64,
+        job.runs[3] as i64,
+        job.checked_at.map(millis),
+        job.strip,
+        encode_keys(&job.ok_keys),
+        job.host,
+        encode_command(&job.command),
+        job.shell
+    ])?;
+    Ok(())
+}
+
+fn load_job(tx: &Connection, id: i64) -> rusqlite::Result<JobState> {
+    tx.prepare_cached(&format!("SELECT {} FROM jobs WHERE id = ?1", JobCol::LIST))?
+        .query_row([id], |row| job_from_row(row, 0))
+}
+
+/// A running run of row `run` ended `status`: its job's figures follow, in
+/// the transaction that records it.
+pub(super) fn job_outcome(
+    tx: &Connection,
+    run: i64,
+    status: Status,
+    exit: Option<i32>,
+) -> rusqlite::Result<()> {
+    let found: Option<(Option<i64>, String, i64)> = tx
+        .prepare_cached(
+            "SELECT r.job_id, k.key, r.started_at FROM runs r JOIN keys k ON k.id = r.key_id
+             WHERE r.id = ?1",
+        )?
+        .query_row([run], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((Some(job_id), key, started)) = found else {
+        return Ok(());
+    };
+    let mut job = load_job(tx, job_id)?;
+    job.runs[0] = job.runs[0].saturating_sub(1);
+    job.runs[status_index(status)] += 1;
+    job.outcome(&key, status, timestamp(started)?, exit, Timestamp::now());
+    save_job(tx, job_id, &job)
+}
+
+/// The job of an imported run, made when new, with the run counted in.
+fn import_job(tx: &Connection, run: &Run) -> rusqlite::Result<i64> {
+    let job_id: i64 = tx
+        .prepare_cached(
+            "INSERT INTO jobs (job, template) VALUES (?1, ?1)
+             ON CONFLICT (job) DO UPDATE SET job = excluded.job RETURNING id",
+        )?
+        .query_row([&run.job], |row| row.get(0))?;
+    let mut job = load_job(tx, job_id)?;
+    job.imported(run);
+    save_job(tx, job_id, &job)?;
+    Ok(job_id)
+}

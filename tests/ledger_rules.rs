@@ -1,0 +1,140 @@
+//! The ledger's rules and its row layer, as both backends keep them: a
+//! stored value that cannot be read is an error naming the ledger, and
+//! `import` streams in bounded memory.
+
+use crate::pg::Server;
+use crate::util::{assert_code, text, Env};
+
+#[test]
+fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
+    let Some(server) = Server::start("postgres_an_unknown_status_is_an_error_naming_the_ledger")
+    else {
+        return;
+    };
+    let env = Env::new();
+    let url = server.url();
+    let idem = |args: &[&str]| {
+        let mut command = env.idem(args);
+        command.env("IDEM_DB", &url);
+        command.output().expect("idem runs")
+    };
+    assert_code(&idem(&["run", "--key", "k", "--", "true"]), 0);
+    // The schema's CHECK keeps an unknown status out; a ledger changed by
+    // hand (or by a newer idem) may hold one all the same.
+    server.sql(
+        "idem",
+        "ALTER TABLE idem.runs DROP CONSTRAINT runs_status_check;
+         UPDATE idem.runs SET status = 'paused';",
+    );
+    for args in [
+        &["ledger", "list"][..],
+        &["ledger", "show", "k"],
+        &["run", "--key", "k", "--", "true"],
+    ] {
+        let output = idem(args);
+        assert_code(&output, 125);
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains("ledger postgresql://"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("a stored value cannot be read (unknown run status \"paused\")"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    // SQLite cannot drop a CHECK constraint; writing the schema's text
+    // without it is what a hand-edited ledger looks like.
+    let edited = std::process::Command::new("sqlite3")
+        .arg(env.db())
+        .arg(
+            "PRAGMA writable_schema = ON;
+             UPDATE sqlite_schema SET sql = replace(sql,
+                 'CHECK (status IN (''running'', ''succeeded'', ''failed'', ''abandoned''))', '')
+             WHERE name = 'runs';
+             PRAGMA writable_schema = OFF;",
+        )
+        .status()
+        .expect("sqlite3 is installed (.ci/run installs it)");
+    assert!(edited.success());
+    let edited = std::process::Command::new("sqlite3")
+        .arg(env.db())
+        .arg("UPDATE runs SET status = 'paused';")
+        .status()
+        .expect("sqlite3 runs");
+    assert!(edited.success());
+    let output = env.run(["ledger", "list"]);
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
+    assert!(
+        stderr.contains("a stored value cannot be read (unknown run status \"paused\")"),
+        "{stderr}"
+    );
+}
+
+/// Maximum resident set size in KiB of `idem ledger import FILE`, by GNU
+/// time (as tests/hardening.rs measures it).
+fn import_peak_kib(env: &Env, file: &std::path::Path) -> (std::process::Output, u64) {
+    assert!(
+        std::path::Path::new("/usr/bin/time").exists(),
+        "/usr/bin/time is missing (apt-get install time)"
+    );
+    let output = std::process::Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args(["ledger", "import"])
+        .arg(file)
+        .env("IDEM_DB", env.db())
+        .env("HOME", env.dir.path())
+        .current_dir(env.dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    let rss = stderr
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .unwrap_or_else(|| panic!("no peak in {stderr}"))
+        .parse()
+        .unwrap();
+    (output, rss)
+}
+
+#[test]
+fn import_of_a_16_mib_line_stays_within_16_mib() {
+    const MIB: usize = 1 << 20;
+    let env = Env::new();
+    let head = "{\"key\":\"long\",\"run_id\":\"018f0000-0000-7000-8000-000000000001\",\
+        \"status\":\"succeeded\",\"exit_code\":0,\"attempts\":1,\
+        \"started_at\":\"2026-01-01T00:00:00Z\",\"finished_at\":\"2026-01-01T00:00:01Z\",\
+        \"host\":\"h\",\"pid\":1,\"command\":[\"true\"],\"shell\":false,\"head\":true,\
+        \"attempts_detail\":[{\"attempt\":1,\"exit_code\":0,\
+        \"started_at\":\"2026-01-01T00:00:00Z\",\"finished_at\":\"2026-01-01T00:00:01Z\",\
+        \"stderr_tail\":\"\",\"stdout_tail\":\"s";
+    let end = "\"}]}";
+    // As long as a line may be: one tail of (nearly) 16 MiB.
+    let mut line = head.as_bytes().to_vec();
+    line.resize(16 * MIB - end.len(), b'x');
+    line.extend_from_slice(end.as_bytes());
+    line.push(b'\n');
+    let file = env.path("import.jsonl");
+    std::fs::write(&file, &line).unwrap();
+    let (output, peak) = import_peak_kib(&env, &file);
+    assert_code(&output, 0);
+    assert!(peak <= 16 * 1024, "import of a 16 MiB line took {peak} KiB");
+    let shown = env.show_json("long");
+    let tail = shown["attempts_detail"][0]["stdout_tail"].as_str().unwrap();
+    assert_eq!(tail.len(), MIB, "the tail's last 1 MiB is kept");
+    assert!(tail.bytes().all(|byte| byte == b'x'));
+}
