@@ -294,7 +294,15 @@ fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
     chmod(env.dir.path(), 0o755);
     let binary = env.path("idem");
     if !binary.exists() {
-        fs::copy(env!("CARGO_BIN_EXE_idem"), &binary).unwrap();
+        // Copied by cp(1), not fs::copy: a command another test forks in
+        // the moment this process holds the copy open for writing inherits
+        // that descriptor, and exec of the copy then fails "text file busy".
+        let copied = Command::new("cp")
+            .arg(env!("CARGO_BIN_EXE_idem"))
+            .arg(&binary)
+            .status()
+            .unwrap();
+        assert!(copied.success(), "cp of the idem binary failed");
     }
     let output = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
