@@ -13,6 +13,15 @@
 //! write of a key's state takes that row lock first, so claims of a key
 //! are serialized however many hosts race.
 
+/// Parameters with their types, so that a statement costs one round trip
+/// to the server (no separate prepare): `typed![&key => TEXT, &n => INT4]`.
+// Before the modules, which use it too.
+macro_rules! typed {
+    ($($value:expr => $type:ident),* $(,)?) => {
+        &[$(($value as &(dyn postgres::types::ToSql + Sync), postgres::types::Type::$type)),*]
+    };
+}
+
 mod connect;
 mod rows;
 mod schema;
@@ -36,7 +45,7 @@ use super::{
 use crate::exit::{Failure, IDEM_FAILED};
 use rows::{attempt_from_row, job_from_row, query_head, run_from_row, RunCol, Unreadable};
 use schema::{LATEST, MIGRATIONS};
-use tx::{job_outcome, owner_gone, release_locks, Tx, RELEASE_OWNER};
+use tx::{job_outcome, owner_gone, release_locks, Tx, RELEASE_LOCKS, RELEASE_OWNER};
 
 /// How long a claim waits for a key's row lock before giving up (exit 125).
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -51,14 +60,6 @@ const SCHEMA: &str = "idem";
 /// Any constant both idem processes agree on: the key of the advisory lock
 /// taken while migrating ("idem" in ASCII, then a version of the lock).
 const MIGRATION_LOCK: i64 = 0x6964_656d_0000_0001;
-
-/// Parameters with their types, so that a statement costs one round trip
-/// to the server (no separate prepare): `typed![&key => TEXT, &n => INT4]`.
-macro_rules! typed {
-    ($($value:expr => $type:ident),* $(,)?) => {
-        &[$(($value as &(dyn postgres::types::ToSql + Sync), postgres::types::Type::$type)),*]
-    };
-}
 
 pub struct PostgresLedger {
     client: Client,
@@ -458,7 +459,10 @@ impl Ledger for PostgresLedger {
                     outcome.status,
                     Some(outcome.exit_code),
                 )?;
-                release_locks(&mut tx, claim.run_id)?;
+                // A round trip saved for the many runs that take no --lock.
+                if !claim.locks.is_empty() {
+                    release_locks(&mut tx, claim.run_id)?;
+                }
             }
             tx.commit()?;
             Ok(recorded)
@@ -824,10 +828,7 @@ impl Ledger for PostgresLedger {
 
     fn release_locks(&mut self, run_id: Uuid) -> Result<()> {
         self.client
-            .execute(
-                "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1",
-                &[&run_id],
-            )
+            .execute_typed(RELEASE_LOCKS, typed![&run_id => UUID])
             .map(|_| ())
             .map_err(|error| self.fail("release a lock in", &error))
     }
@@ -864,30 +865,22 @@ fn start_run(
     key: &str,
     new: &NewRun,
 ) -> Result<i64, postgres::Error> {
-    // The job's row after the key's: every writer takes them in that
-    // order, so none waits on another in a circle.
-    tx.execute_typed(
-        "INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
-             last_run, last_status, checked_at, running)
-         VALUES ($1, $2, $3, $4, $5, $6, now(), now(), 'running', now(), 1)
-         ON CONFLICT (job) DO UPDATE SET template = excluded.template,
-             zone = excluded.zone, host = excluded.host, command = excluded.command,
-             shell = excluded.shell,
-             first_run = coalesce(idem.jobs.first_run, now()), last_run = now(),
-             last_status = 'running', last_exit = NULL, checked_at = now(),
-             running = idem.jobs.running + 1",
-        typed![
-            &new.job.name => TEXT,
-            &new.job.template => TEXT,
-            &new.job.zone => TEXT,
-            &new.host => TEXT,
-            &encode_command(&new.command) => BYTEA,
-            &new.shell => BOOL,
-        ],
-    )?;
+    // One statement, one round trip. The key's row is locked already, so
+    // the job's row is the only lock it takes: every writer takes them in
+    // that order (key, then job), so none waits on another in a circle.
     let row = tx.query_typed_one(
         concat!(
-            "WITH run AS (
+            "WITH job AS (
+                 INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
+                     last_run, last_status, checked_at, running)
+                 VALUES ($9, $10, $11, $3, $5, $6, now(), now(), 'running', now(), 1)
+                 ON CONFLICT (job) DO UPDATE SET template = excluded.template,
+                     zone = excluded.zone, host = excluded.host, command = excluded.command,
+                     shell = excluded.shell,
+                     first_run = coalesce(idem.jobs.first_run, now()), last_run = now(),
+                     last_status = 'running', last_exit = NULL, checked_at = now(),
+                     running = idem.jobs.running + 1
+             ), run AS (
                  INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
                      command, shell, recovered, job)
                  VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7, $9)
@@ -910,6 +903,8 @@ fn start_run(
             &new.recovered => BOOL,
             &interval(new.lease) => TEXT,
             &new.job.name => TEXT,
+            &new.job.template => TEXT,
+            &new.job.zone => TEXT,
         ],
     )?;
     row.try_get(0)

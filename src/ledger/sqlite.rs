@@ -584,7 +584,11 @@ impl Ledger for SqliteLedger {
     }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
-        self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))
+        let report = self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))?;
+        if !dry_run {
+            self.checkpoint();
+        }
+        Ok(report)
     }
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
@@ -623,9 +627,11 @@ impl Ledger for SqliteLedger {
     }
 
     fn import(&mut self, feed: &mut Feed<'_>, report: &mut ImportReport) -> Result<()> {
-        self.write("import runs into", true, |tx| {
+        let imported = self.write("import runs into", true, |tx| {
             rules::import_all(tx, feed, report)
-        })?
+        })?;
+        self.checkpoint();
+        imported
     }
 
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
@@ -813,6 +819,20 @@ fn list_query(filter: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
 
 impl SqliteLedger {
     /// The rules' view of the connection outside a write, for reads.
+    /// Folds the WAL into the ledger and empties it, after a write far
+    /// larger than a run's: a process that opens the ledger alone reads the
+    /// whole WAL to rebuild its index, so an import of a million runs would
+    /// otherwise slow every run until the next checkpoint. Best effort: what
+    /// was written is committed already, and a checkpoint that cannot finish
+    /// now is finished by a later commit.
+    fn checkpoint(&self) {
+        if let Ok(_guard) = self.write_lock() {
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
+    }
+
     fn reader(&self) -> Tx<'_> {
         Tx {
             conn: &self.conn,

@@ -355,9 +355,9 @@ pub(super) fn job_outcome(
     status: Status,
     exit: Option<i32>,
 ) -> Result<(), postgres::Error> {
-    let Some(row) = tx.query_opt(
+    let Some(row) = tx.query_typed_opt(
         "SELECT job, key, started_at FROM idem.runs WHERE run_id = $1",
-        &[&run_id],
+        typed![&run_id => UUID],
     )?
     else {
         return Ok(());
@@ -377,52 +377,53 @@ pub(super) fn job_outcome(
     save_job(tx, &state)
 }
 
+/// Frees the named locks of run `$1`.
+pub(super) const RELEASE_LOCKS: &str =
+    "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1";
+
 /// Frees the named locks run `run_id` holds.
 pub(super) fn release_locks(tx: &mut Transaction<'_>, run_id: Uuid) -> Result<(), postgres::Error> {
-    tx.execute(
-        "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1",
-        &[&run_id],
-    )?;
+    tx.execute_typed(RELEASE_LOCKS, typed![&run_id => UUID])?;
     Ok(())
 }
 
 /// Reads a job's figures under its row lock, with the database's `now()`.
 fn load_job(tx: &mut Transaction<'_>, job: &str) -> Result<(JobState, Timestamp), postgres::Error> {
-    let row = tx.query_one(
+    let row = tx.query_typed_one(
         &format!(
             "SELECT {}, now() FROM idem.jobs WHERE job = $1 FOR UPDATE",
             JobCol::LIST
         ),
-        &[&job],
+        typed![&job => TEXT],
     )?;
     Ok((job_from_row(&row)?, row.try_get(JobCol::COUNT)?))
 }
 
 fn save_job(tx: &mut Transaction<'_>, job: &JobState) -> Result<(), postgres::Error> {
-    tx.execute(
+    tx.execute_typed(
         "UPDATE idem.jobs SET first_run = $2, last_run = $3, last_status = $4, last_exit = $5,
              last_success = $6, failures = $7, running = $8, succeeded = $9, failed = $10,
              abandoned = $11, checked_at = $12, strip = $13, ok_keys = $14, host = $15,
              command = $16, shell = $17
          WHERE job = $1",
-        &[
-            &job.job,
-            &job.first_run,
-            &job.last_run,
-            &job.last_status.map(Status::as_str),
-            &job.last_exit,
-            &job.last_success,
-            &(job.failures as i64),
-            &(job.runs[0] as i64),
-            &(job.runs[1] as i64),
-            &(job.runs[2] as i64),
-            &(job.runs[3] as i64),
-            &job.checked_at,
-            &job.strip,
-            &encode_keys(&job.ok_keys),
-            &job.host,
-            &encode_command(&job.command),
-            &job.shell,
+        typed![
+            &job.job => TEXT,
+            &job.first_run => TIMESTAMPTZ,
+            &job.last_run => TIMESTAMPTZ,
+            &job.last_status.map(Status::as_str) => TEXT,
+            &job.last_exit => INT4,
+            &job.last_success => TIMESTAMPTZ,
+            &(job.failures as i64) => INT8,
+            &(job.runs[0] as i64) => INT8,
+            &(job.runs[1] as i64) => INT8,
+            &(job.runs[2] as i64) => INT8,
+            &(job.runs[3] as i64) => INT8,
+            &job.checked_at => TIMESTAMPTZ,
+            &job.strip => TEXT,
+            &encode_keys(&job.ok_keys) => TEXT,
+            &job.host => TEXT,
+            &encode_command(&job.command) => BYTEA,
+            &job.shell => BOOL,
         ],
     )?;
     Ok(())
