@@ -749,6 +749,11 @@ pub trait Ledger {
     fn release_locks(&mut self, _run_id: Uuid) -> Result<()> {
         Ok(())
     }
+
+    /// Done with the ledger, with nothing left to write: closes it, or
+    /// leaves that to the process's exit where closing costs more than it
+    /// does (see SQLite's).
+    fn leave(self: Box<Self>) {}
 }
 
 /// Named locks a run holds: kernel locks (a local ledger), or lock rows

@@ -180,14 +180,23 @@ impl SqliteLedger {
         Ok(())
     }
 
+    /// The file's application id, schema version, and (only for a file
+    /// with neither, which may be new and empty) how many objects it holds.
+    /// Plain pragmas: a query over them costs a skip about 4% more.
     fn versions(&self) -> rusqlite::Result<(i32, i64, i64)> {
-        self.conn.query_row(
-            "SELECT (SELECT application_id FROM pragma_application_id),
-                    (SELECT user_version FROM pragma_user_version),
-                    (SELECT count(*) FROM sqlite_schema)",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
+        let app_id = self
+            .conn
+            .pragma_query_value(None, "application_id", |row| row.get(0))?;
+        let version = self
+            .conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let objects = if app_id == 0 && version == 0 {
+            self.conn
+                .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?
+        } else {
+            -1
+        };
+        Ok((app_id, version, objects))
     }
 
     fn check_and_migrate(&mut self) -> Result<()> {
@@ -714,6 +723,13 @@ impl Ledger for SqliteLedger {
             locks.names.push(name.clone());
         }
         Ok(Ok(locks))
+    }
+
+    fn leave(self: Box<Self>) {
+        // Everything is committed, and no checkpoint runs at close (see
+        // `configure`): closing would only free memory and unmap the WAL
+        // index, which the exit does, for 5% of a skip's instructions.
+        std::mem::forget(self);
     }
 }
 

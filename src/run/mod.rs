@@ -78,7 +78,10 @@ fn run_key(
     let mut ledger = ledger::open(location)?;
     let (claim, recovered) = match acquire(config, key, ledger.as_mut(), reporter)? {
         Acquired::Claimed { claim, recovered } => (claim, recovered),
-        Acquired::Done(code) => return Ok(code),
+        Acquired::Done(code) => {
+            ledger.leave();
+            return Ok(code);
+        }
     };
     let alerts = Alerts::start(
         &config.alerts,
@@ -103,7 +106,9 @@ fn run_key(
     let ending = run.attempts(&supervisor, ledger.as_mut(), streams, &mut output, &alerts);
     drop(heartbeat);
     let lost = supervisor.stopped().is_some();
-    run.conclude(ending, lost, ledger.as_mut(), output, &alerts)
+    let code = run.conclude(ending, lost, ledger.as_mut(), output, &alerts);
+    ledger.leave();
+    code
 }
 
 /// `--splay`: a random wait before the claim, so that a fleet started by
