@@ -398,223 +398,156 @@ fn seconds(time: Timestamp) -> String {
     format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
 }
 
+/// What every family says of one job or one key: the figures a job's row
+/// and a key's latest run have in common.
+struct Figures<'a> {
+    /// The job's or the key's name, the value of its label.
+    name: &'a str,
+    last_success: Option<Timestamp>,
+    last_run: Option<Timestamp>,
+    last_status: Option<Status>,
+    last_exit: Option<i32>,
+    failures: u64,
+    /// Runs by status, in the order of [`Status::ALL`].
+    runs: [u64; 4],
+}
+
+/// A sample of a family: its `status` label, if it has one, and its value.
+type Sample = (Option<Status>, String);
+
+/// One family of gauges, for jobs (`idem_NAME{job=..}`) and for keys
+/// (`idem_key_NAME{key=..}`).
+struct Family {
+    name: &'static str,
+    job_help: &'static str,
+    key_help: &'static str,
+    samples: fn(&Figures) -> Vec<Sample>,
+}
+
+/// The families, in the order they are written.
+const FAMILIES: [Family; 6] = [
+    Family {
+        name: "last_success_timestamp_seconds",
+        job_help: "When the job's latest successful run finished, in Unix seconds.",
+        key_help: "When the key's latest successful run finished, in Unix seconds.",
+        samples: |figures| {
+            let time = figures.last_success;
+            time.map(|time| (None, seconds(time))).into_iter().collect()
+        },
+    },
+    Family {
+        name: "last_run_status",
+        job_help: "The status of the job's latest run: 1 for that status, 0 for the others.",
+        key_help: "The status of the key's latest run: 1 for that status, 0 for the others.",
+        samples: |figures| match figures.last_status {
+            Some(last) => Status::ALL
+                .iter()
+                .map(|&status| (Some(status), u8::from(last == status).to_string()))
+                .collect(),
+            None => Vec::new(),
+        },
+    },
+    Family {
+        name: "last_run_timestamp_seconds",
+        job_help: "When the job's latest run started, in Unix seconds.",
+        key_help: "When the key's latest run started, in Unix seconds.",
+        samples: |figures| {
+            let time = figures.last_run;
+            time.map(|time| (None, seconds(time))).into_iter().collect()
+        },
+    },
+    Family {
+        name: "last_run_exit_code",
+        job_help: "The exit code of the job's latest finished run.",
+        key_help: "The exit code of the key's latest finished run.",
+        samples: |figures| {
+            let code = figures.last_exit;
+            code.map(|code| (None, code.to_string())).into_iter().collect()
+        },
+    },
+    Family {
+        name: "consecutive_failures",
+        job_help: "Failed and abandoned runs of the job in a row, across its keys, since its latest success.",
+        key_help: "Failed and abandoned runs of the key since its latest success.",
+        samples: |figures| vec![(None, figures.failures.to_string())],
+    },
+    Family {
+        name: "runs",
+        job_help: "Runs of the job in the ledger, by status (ledger prune lowers it).",
+        key_help: "Runs of the key in the ledger, by status (ledger prune lowers it).",
+        samples: |figures| {
+            let counts = Status::ALL.iter().zip(figures.runs);
+            counts
+                .map(|(&status, count)| (Some(status), count.to_string()))
+                .collect()
+        },
+    },
+];
+
 /// Per-job metrics for node_exporter's textfile collector: bounded by the
 /// number of jobs, not of periods, so a `{date}` key adds no series.
 pub fn job_metrics_text(jobs: &[JobState]) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        lines(&mut out);
-    };
-    let label = |job: &JobState| label_value(&job.job);
-    family(
-        "idem_last_success_timestamp_seconds",
-        "When the job's latest successful run finished, in Unix seconds.",
-        &mut |out| {
-            for job in jobs {
-                if let Some(time) = job.last_success {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_success_timestamp_seconds{{job=\"{}\"}} {}",
-                        label(job),
-                        seconds(time)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_last_run_status",
-        "The status of the job's latest run: 1 for that status, 0 for the others.",
-        &mut |out| {
-            for job in jobs {
-                let Some(last) = job.last_status else {
-                    continue;
-                };
-                for status in Status::ALL {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_run_status{{job=\"{}\",status=\"{}\"}} {}",
-                        label(job),
-                        status.as_str(),
-                        u8::from(last == status)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_last_run_timestamp_seconds",
-        "When the job's latest run started, in Unix seconds.",
-        &mut |out| {
-            for job in jobs {
-                if let Some(time) = job.last_run {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_run_timestamp_seconds{{job=\"{}\"}} {}",
-                        label(job),
-                        seconds(time)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_last_run_exit_code",
-        "The exit code of the job's latest finished run.",
-        &mut |out| {
-            for job in jobs {
-                if let Some(code) = job.last_exit {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_run_exit_code{{job=\"{}\"}} {code}",
-                        label(job)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_consecutive_failures",
-        "Failed and abandoned runs of the job in a row, across its keys, since its latest success.",
-        &mut |out| {
-            for job in jobs {
-                let _ = writeln!(
-                    out,
-                    "idem_consecutive_failures{{job=\"{}\"}} {}",
-                    label(job),
-                    job.failures
-                );
-            }
-        },
-    );
-    family(
-        "idem_runs",
-        "Runs of the job in the ledger, by status (ledger prune lowers it).",
-        &mut |out| {
-            for job in jobs {
-                for (status, count) in Status::ALL.iter().zip(job.runs) {
-                    let _ = writeln!(
-                        out,
-                        "idem_runs{{job=\"{}\",status=\"{}\"}} {count}",
-                        label(job),
-                        status.as_str()
-                    );
-                }
-            }
-        },
-    );
-    out
+    let figures: Vec<Figures> = jobs
+        .iter()
+        .map(|job| Figures {
+            name: &job.job,
+            last_success: job.last_success,
+            last_run: job.last_run,
+            last_status: job.last_status,
+            last_exit: job.last_exit,
+            failures: job.failures,
+            runs: job.runs,
+        })
+        .collect();
+    exposition(false, &figures)
 }
 
 /// Per-key metrics (`metrics --per-key`): a series set per key, so a
 /// `{date}` key adds series every day.
 pub fn metrics_text(keys: &[KeyMetrics]) -> String {
+    let figures: Vec<Figures> = keys
+        .iter()
+        .map(|metric| Figures {
+            name: &metric.key,
+            last_success: metric.last_success,
+            last_run: metric.last_run.as_ref().map(|run| run.started_at),
+            last_status: metric.last_run.as_ref().map(|run| run.status),
+            last_exit: metric.last_run.as_ref().and_then(|run| run.exit_code),
+            failures: metric.consecutive_failures,
+            runs: metric.runs,
+        })
+        .collect();
+    exposition(true, &figures)
+}
+
+/// Every family, each with its help, its type and its samples, of jobs or
+/// (`per_key`) of keys.
+fn exposition(per_key: bool, subjects: &[Figures]) -> String {
+    let (prefix, label) = if per_key {
+        ("idem_key_", "key")
+    } else {
+        ("idem_", "job")
+    };
     let mut out = String::new();
-    let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
+    for family in &FAMILIES {
+        let name = format!("{prefix}{}", family.name);
+        let help = if per_key {
+            family.key_help
+        } else {
+            family.job_help
+        };
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} gauge");
-        lines(&mut out);
-    };
-    let label = |metric: &KeyMetrics| label_value(&metric.key);
-    family(
-        "idem_key_last_success_timestamp_seconds",
-        "When the key's latest successful run finished, in Unix seconds.",
-        &mut |out| {
-            for metric in keys {
-                if let Some(time) = metric.last_success {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_success_timestamp_seconds{{key=\"{}\"}} {}",
-                        label(metric),
-                        seconds(time)
-                    );
-                }
+        for figures in subjects {
+            let subject = label_value(figures.name);
+            for (status, value) in (family.samples)(figures) {
+                let status = status.map_or(String::new(), |status| {
+                    format!(",status=\"{}\"", status.as_str())
+                });
+                let _ = writeln!(out, "{name}{{{label}=\"{subject}\"{status}}} {value}");
             }
-        },
-    );
-    family(
-        "idem_key_last_run_status",
-        "The status of the key's latest run: 1 for that status, 0 for the others.",
-        &mut |out| {
-            for metric in keys {
-                let Some(run) = &metric.last_run else {
-                    continue;
-                };
-                for status in Status::ALL {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_run_status{{key=\"{}\",status=\"{}\"}} {}",
-                        label(metric),
-                        status.as_str(),
-                        u8::from(run.status == status)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_key_last_run_timestamp_seconds",
-        "When the key's latest run started, in Unix seconds.",
-        &mut |out| {
-            for metric in keys {
-                if let Some(run) = &metric.last_run {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_run_timestamp_seconds{{key=\"{}\"}} {}",
-                        label(metric),
-                        seconds(run.started_at)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_key_last_run_exit_code",
-        "The exit code of the key's latest finished run.",
-        &mut |out| {
-            for metric in keys {
-                if let Some(code) = metric.last_run.as_ref().and_then(|run| run.exit_code) {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_run_exit_code{{key=\"{}\"}} {code}",
-                        label(metric)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_key_consecutive_failures",
-        "Failed and abandoned runs of the key since its latest success.",
-        &mut |out| {
-            for metric in keys {
-                let _ = writeln!(
-                    out,
-                    "idem_key_consecutive_failures{{key=\"{}\"}} {}",
-                    label(metric),
-                    metric.consecutive_failures
-                );
-            }
-        },
-    );
-    family(
-        "idem_key_runs",
-        "Runs of the key in the ledger, by status (ledger prune lowers it).",
-        &mut |out| {
-            for metric in keys {
-                for (status, count) in Status::ALL.iter().zip(metric.runs) {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_runs{{key=\"{}\",status=\"{}\"}} {count}",
-                        label(metric),
-                        status.as_str()
-                    );
-                }
-            }
-        },
-    );
+        }
+    }
     out
 }
 
