@@ -1,5 +1,8 @@
 //! Runs and attempts for people (tables) and for scripts (JSON).
 
+pub mod show;
+pub mod summary;
+
 use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -150,6 +153,20 @@ pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
             + "…";
     }
     text
+}
+
+/// An exit code for people (`-` when there is none).
+pub fn exit_text(code: Option<i32>) -> String {
+    code.map_or("-".into(), |code| code.to_string())
+}
+
+/// `1 run`, `2 runs`: a count and its noun, plural but for one.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// A duration in milliseconds for people (`-` when unknown).
@@ -306,7 +323,7 @@ pub fn runs_table(runs: &[Run], style: Style) -> Table {
             [
                 printable(&run.key).into_owned(),
                 run.status.as_str().to_owned(),
-                run.exit_code.map_or("-".into(), |code| code.to_string()),
+                exit_text(run.exit_code),
                 run.attempts.to_string(),
                 local(run.started_at, &zone),
                 human_ms(duration_ms(run)),
