@@ -55,9 +55,14 @@ pub fn rfc3339(time: Timestamp) -> String {
 
 /// Argv for display: lossy where an argument is not UTF-8.
 pub fn command_words(run: &Run) -> Vec<String> {
-    run.command
+    lossy_words(&run.command)
+}
+
+/// Words for display: lossy where one is not UTF-8.
+pub fn lossy_words(words: &[OsString]) -> Vec<String> {
+    words
         .iter()
-        .map(|arg| String::from_utf8_lossy(arg.as_bytes()).into_owned())
+        .map(|word| String::from_utf8_lossy(word.as_bytes()).into_owned())
         .collect()
 }
 
@@ -132,9 +137,9 @@ pub fn short_command(run: &Run, width: usize) -> String {
 
 /// [`short_command`] of an argv and its `--shell` flag.
 pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
-    let words: Vec<String> = command
+    let words: Vec<String> = lossy_words(command)
         .iter()
-        .map(|arg| printable(&String::from_utf8_lossy(arg.as_bytes())).into_owned())
+        .map(|word| printable(word).into_owned())
         .collect();
     let mut text = if shell {
         format!("sh -c {}", shell_word(&words.join(" ")))
@@ -255,6 +260,7 @@ const GIVE_WAY: [usize; 6] = [6, 3, 5, 2, COMMAND, 4];
 /// Blanks between two columns.
 const GAP: usize = 2;
 
+/// The colour of a status, wherever one is shown.
 fn status_colour(status: Status) -> Color {
     match status {
         Status::Running => Color::Yellow,
@@ -262,6 +268,29 @@ fn status_colour(status: Status) -> Color {
         Status::Failed => Color::Red,
         Status::Abandoned => Color::Magenta,
     }
+}
+
+/// [`status_colour`] as the code of an ANSI escape (`ESC [ 32 m`), for
+/// text coloured by hand.
+pub fn status_ansi(status: Status) -> u8 {
+    match status_colour(status) {
+        Color::Red => 31,
+        Color::Green => 32,
+        Color::Yellow => 33,
+        Color::Magenta => 35,
+        _ => 39,
+    }
+}
+
+/// A table without borders, coloured or not as `style` says, whatever
+/// stdout is.
+pub fn new_table(style: Style) -> Table {
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING).force_no_tty();
+    if style.colour {
+        table.enforce_styling();
+    }
+    table
 }
 
 /// `text` cut to `width` characters, the last one an ellipsis when cut.
@@ -339,11 +368,7 @@ pub fn runs_table(runs: &[Run], style: Style) -> Table {
             .unwrap_or(0)
     });
     let columns = fit(&content, style.width.map(usize::from));
-    let mut table = Table::new();
-    table.load_preset(presets::NOTHING).force_no_tty();
-    if style.colour {
-        table.enforce_styling();
-    }
+    let mut table = new_table(style);
     table.set_content_arrangement(ContentArrangement::Disabled);
     table.set_header(columns.iter().map(|&(at, _)| HEADERS[at]));
     for (run, cells) in runs.iter().zip(&rows) {
