@@ -466,16 +466,18 @@ struct Family {
     samples: fn(&Figures) -> Vec<Sample>,
 }
 
+/// A time's one sample, when there is a time.
+fn time_sample(time: Option<Timestamp>) -> Vec<Sample> {
+    time.map(|time| (None, seconds(time))).into_iter().collect()
+}
+
 /// The families, in the order they are written.
 const FAMILIES: [Family; 6] = [
     Family {
         name: "last_success_timestamp_seconds",
         job_help: "When the job's latest successful run finished, in Unix seconds.",
         key_help: "When the key's latest successful run finished, in Unix seconds.",
-        samples: |figures| {
-            let time = figures.last_success;
-            time.map(|time| (None, seconds(time))).into_iter().collect()
-        },
+        samples: |figures| time_sample(figures.last_success),
     },
     Family {
         name: "last_run_status",
@@ -493,10 +495,7 @@ const FAMILIES: [Family; 6] = [
         name: "last_run_timestamp_seconds",
         job_help: "When the job's latest run started, in Unix seconds.",
         key_help: "When the key's latest run started, in Unix seconds.",
-        samples: |figures| {
-            let time = figures.last_run;
-            time.map(|time| (None, seconds(time))).into_iter().collect()
-        },
+        samples: |figures| time_sample(figures.last_run),
     },
     Family {
         name: "last_run_exit_code",
