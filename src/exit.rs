@@ -1,7 +1,11 @@
 //! The exit-code contract of `idem`, in one place (see the README's table).
 //!
 //! Library code never exits: it returns a code, or an error that carries one
-//! ([`Failure`]), and `main` turns that into the process status.
+//! ([`Failure`]), and `main` turns that into the process status
+//! ([`outcome`]); a command line clap refuses becomes its one line and
+//! code in [`usage`].
+
+pub mod usage;
 
 use std::fmt;
 
@@ -89,6 +93,20 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
         .chain()
         .find_map(|cause| cause.downcast_ref::<Failure>())
         .map_or(IDEM_FAILED, |failure| failure.code)
+}
+
+/// The exit code of a command's outcome; an error is said in one line
+/// first.
+pub fn outcome(result: anyhow::Result<u8>) -> u8 {
+    match result {
+        Ok(code) => code,
+        // A closed pipe (`idem ledger list | head`) is the reader's choice.
+        Err(error) if is_broken_pipe(&error) => SUCCESS,
+        Err(error) => {
+            say(&format!("{error:#}"));
+            code_for(&error)
+        }
+    }
 }
 
 /// An I/O error in lowercase words, without Rust's "(os error N)".

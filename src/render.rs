@@ -1,5 +1,8 @@
 //! Runs and attempts for people (tables) and for scripts (JSON).
 
+pub mod show;
+pub mod summary;
+
 use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -52,9 +55,14 @@ pub fn rfc3339(time: Timestamp) -> String {
 
 /// Argv for display: lossy where an argument is not UTF-8.
 pub fn command_words(run: &Run) -> Vec<String> {
-    run.command
+    lossy_words(&run.command)
+}
+
+/// Words for display: lossy where one is not UTF-8.
+pub fn lossy_words(words: &[OsString]) -> Vec<String> {
+    words
         .iter()
-        .map(|arg| String::from_utf8_lossy(arg.as_bytes()).into_owned())
+        .map(|word| String::from_utf8_lossy(word.as_bytes()).into_owned())
         .collect()
 }
 
@@ -129,9 +137,9 @@ pub fn short_command(run: &Run, width: usize) -> String {
 
 /// [`short_command`] of an argv and its `--shell` flag.
 pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
-    let words: Vec<String> = command
+    let words: Vec<String> = lossy_words(command)
         .iter()
-        .map(|arg| printable(&String::from_utf8_lossy(arg.as_bytes())).into_owned())
+        .map(|word| printable(word).into_owned())
         .collect();
     let mut text = if shell {
         format!("sh -c {}", shell_word(&words.join(" ")))
@@ -150,6 +158,20 @@ pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
             + "…";
     }
     text
+}
+
+/// An exit code for people (`-` when there is none).
+pub fn exit_text(code: Option<i32>) -> String {
+    code.map_or("-".into(), |code| code.to_string())
+}
+
+/// `1 run`, `2 runs`: a count and its noun, plural but for one.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// A duration in milliseconds for people (`-` when unknown).
@@ -238,6 +260,7 @@ const GIVE_WAY: [usize; 6] = [6, 3, 5, 2, COMMAND, 4];
 /// Blanks between two columns.
 const GAP: usize = 2;
 
+/// The colour of a status, wherever one is shown.
 fn status_colour(status: Status) -> Color {
     match status {
         Status::Running => Color::Yellow,
@@ -245,6 +268,29 @@ fn status_colour(status: Status) -> Color {
         Status::Failed => Color::Red,
         Status::Abandoned => Color::Magenta,
     }
+}
+
+/// [`status_colour`] as the code of an ANSI escape (`ESC [ 32 m`), for
+/// text coloured by hand.
+pub fn status_ansi(status: Status) -> u8 {
+    match status_colour(status) {
+        Color::Red => 31,
+        Color::Green => 32,
+        Color::Yellow => 33,
+        Color::Magenta => 35,
+        _ => 39,
+    }
+}
+
+/// A table without borders, coloured or not as `style` says, whatever
+/// stdout is.
+pub fn new_table(style: Style) -> Table {
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING).force_no_tty();
+    if style.colour {
+        table.enforce_styling();
+    }
+    table
 }
 
 /// `text` cut to `width` characters, the last one an ellipsis when cut.
@@ -306,7 +352,7 @@ pub fn runs_table(runs: &[Run], style: Style) -> Table {
             [
                 printable(&run.key).into_owned(),
                 run.status.as_str().to_owned(),
-                run.exit_code.map_or("-".into(), |code| code.to_string()),
+                exit_text(run.exit_code),
                 run.attempts.to_string(),
                 local(run.started_at, &zone),
                 human_ms(duration_ms(run)),
@@ -322,11 +368,7 @@ pub fn runs_table(runs: &[Run], style: Style) -> Table {
             .unwrap_or(0)
     });
     let columns = fit(&content, style.width.map(usize::from));
-    let mut table = Table::new();
-    table.load_preset(presets::NOTHING).force_no_tty();
-    if style.colour {
-        table.enforce_styling();
-    }
+    let mut table = new_table(style);
     table.set_content_arrangement(ContentArrangement::Disabled);
     table.set_header(columns.iter().map(|&(at, _)| HEADERS[at]));
     for (run, cells) in runs.iter().zip(&rows) {
@@ -398,223 +440,155 @@ fn seconds(time: Timestamp) -> String {
     format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
 }
 
+/// What every family says of one job or one key: the figures a job's row
+/// and a key's latest run have in common.
+struct Figures<'a> {
+    /// The job's or the key's name, the value of its label.
+    name: &'a str,
+    last_success: Option<Timestamp>,
+    last_run: Option<Timestamp>,
+    last_status: Option<Status>,
+    last_exit: Option<i32>,
+    failures: u64,
+    /// Runs by status, in the order of [`Status::ALL`].
+    runs: [u64; 4],
+}
+
+/// A sample of a family: its `status` label, if it has one, and its value.
+type Sample = (Option<Status>, String);
+
+/// One family of gauges, for jobs (`idem_NAME{job=..}`) and for keys
+/// (`idem_key_NAME{key=..}`).
+struct Family {
+    name: &'static str,
+    job_help: &'static str,
+    key_help: &'static str,
+    samples: fn(&Figures) -> Vec<Sample>,
+}
+
+/// A time's one sample, when there is a time.
+fn time_sample(time: Option<Timestamp>) -> Vec<Sample> {
+    time.map(|time| (None, seconds(time))).into_iter().collect()
+}
+
+/// The families, in the order they are written.
+const FAMILIES: [Family; 6] = [
+    Family {
+        name: "last_success_timestamp_seconds",
+        job_help: "When the job's latest successful run finished, in Unix seconds.",
+        key_help: "When the key's latest successful run finished, in Unix seconds.",
+        samples: |figures| time_sample(figures.last_success),
+    },
+    Family {
+        name: "last_run_status",
+        job_help: "The status of the job's latest run: 1 for that status, 0 for the others.",
+        key_help: "The status of the key's latest run: 1 for that status, 0 for the others.",
+        samples: |figures| match figures.last_status {
+            Some(last) => Status::ALL
+                .iter()
+                .map(|&status| (Some(status), u8::from(last == status).to_string()))
+                .collect(),
+            None => Vec::new(),
+        },
+    },
+    Family {
+        name: "last_run_timestamp_seconds",
+        job_help: "When the job's latest run started, in Unix seconds.",
+        key_help: "When the key's latest run started, in Unix seconds.",
+        samples: |figures| time_sample(figures.last_run),
+    },
+    Family {
+        name: "last_run_exit_code",
+        job_help: "The exit code of the job's latest finished run.",
+        key_help: "The exit code of the key's latest finished run.",
+        samples: |figures| {
+            let code = figures.last_exit;
+            code.map(|code| (None, code.to_string())).into_iter().collect()
+        },
+    },
+    Family {
+        name: "consecutive_failures",
+        job_help: "Failed and abandoned runs of the job in a row, across its keys, since its latest success.",
+        key_help: "Failed and abandoned runs of the key since its latest success.",
+        samples: |figures| vec![(None, figures.failures.to_string())],
+    },
+    Family {
+        name: "runs",
+        job_help: "Runs of the job in the ledger, by status (ledger prune lowers it).",
+        key_help: "Runs of the key in the ledger, by status (ledger prune lowers it).",
+        samples: |figures| {
+            let counts = Status::ALL.iter().zip(figures.runs);
+            counts
+                .map(|(&status, count)| (Some(status), count.to_string()))
+                .collect()
+        },
+    },
+];
+
 /// Per-job metrics for node_exporter's textfile collector: bounded by the
 /// number of jobs, not of periods, so a `{date}` key adds no series.
 pub fn job_metrics_text(jobs: &[JobState]) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        lines(&mut out);
-    };
-    let label = |job: &JobState| label_value(&job.job);
-    family(
-        "idem_last_success_timestamp_seconds",
-        "When the job's latest successful run finished, in Unix seconds.",
-        &mut |out| {
-            for job in jobs {
-                if let Some(time) = job.last_success {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_success_timestamp_seconds{{job=\"{}\"}} {}",
-                        label(job),
-                        seconds(time)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_last_run_status",
-        "The status of the job's latest run: 1 for that status, 0 for the others.",
-        &mut |out| {
-            for job in jobs {
-                let Some(last) = job.last_status else {
-                    continue;
-                };
-                for status in Status::ALL {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_run_status{{job=\"{}\",status=\"{}\"}} {}",
-                        label(job),
-                        status.as_str(),
-                        u8::from(last == status)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_last_run_timestamp_seconds",
-        "When the job's latest run started, in Unix seconds.",
-        &mut |out| {
-            for job in jobs {
-                if let Some(time) = job.last_run {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_run_timestamp_seconds{{job=\"{}\"}} {}",
-                        label(job),
-                        seconds(time)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_last_run_exit_code",
-        "The exit code of the job's latest finished run.",
-        &mut |out| {
-            for job in jobs {
-                if let Some(code) = job.last_exit {
-                    let _ = writeln!(
-                        out,
-                        "idem_last_run_exit_code{{job=\"{}\"}} {code}",
-                        label(job)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_consecutive_failures",
-        "Failed and abandoned runs of the job in a row, across its keys, since its latest success.",
-        &mut |out| {
-            for job in jobs {
-                let _ = writeln!(
-                    out,
-                    "idem_consecutive_failures{{job=\"{}\"}} {}",
-                    label(job),
-                    job.failures
-                );
-            }
-        },
-    );
-    family(
-        "idem_runs",
-        "Runs of the job in the ledger, by status (ledger prune lowers it).",
-        &mut |out| {
-            for job in jobs {
-                for (status, count) in Status::ALL.iter().zip(job.runs) {
-                    let _ = writeln!(
-                        out,
-                        "idem_runs{{job=\"{}\",status=\"{}\"}} {count}",
-                        label(job),
-                        status.as_str()
-                    );
-                }
-            }
-        },
-    );
-    out
+    let figures: Vec<Figures> = jobs
+        .iter()
+        .map(|job| Figures {
+            name: &job.job,
+            last_success: job.last_success,
+            last_run: job.last_run,
+            last_status: job.last_status,
+            last_exit: job.last_exit,
+            failures: job.failures,
+            runs: job.runs,
+        })
+        .collect();
+    exposition(false, &figures)
 }
 
 /// Per-key metrics (`metrics --per-key`): a series set per key, so a
 /// `{date}` key adds series every day.
 pub fn metrics_text(keys: &[KeyMetrics]) -> String {
+    let figures: Vec<Figures> = keys
+        .iter()
+        .map(|metric| Figures {
+            name: &metric.key,
+            last_success: metric.last_success,
+            last_run: metric.last_run.as_ref().map(|run| run.started_at),
+            last_status: metric.last_run.as_ref().map(|run| run.status),
+            last_exit: metric.last_run.as_ref().and_then(|run| run.exit_code),
+            failures: metric.consecutive_failures,
+            runs: metric.runs,
+        })
+        .collect();
+    exposition(true, &figures)
+}
+
+/// Every family, each with its help, its type and its samples, of jobs or
+/// (`per_key`) of keys.
+fn exposition(per_key: bool, subjects: &[Figures]) -> String {
+    let (prefix, label) = if per_key {
+        ("idem_key_", "key")
+    } else {
+        ("idem_", "job")
+    };
     let mut out = String::new();
-    let mut family = |name: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
+    for family in &FAMILIES {
+        let name = format!("{prefix}{}", family.name);
+        let help = if per_key {
+            family.key_help
+        } else {
+            family.job_help
+        };
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} gauge");
-        lines(&mut out);
-    };
-    let label = |metric: &KeyMetrics| label_value(&metric.key);
-    family(
-        "idem_key_last_success_timestamp_seconds",
-        "When the key's latest successful run finished, in Unix seconds.",
-        &mut |out| {
-            for metric in keys {
-                if let Some(time) = metric.last_success {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_success_timestamp_seconds{{key=\"{}\"}} {}",
-                        label(metric),
-                        seconds(time)
-                    );
-                }
+        for figures in subjects {
+            let subject = label_value(figures.name);
+            for (status, value) in (family.samples)(figures) {
+                let status = status.map_or(String::new(), |status| {
+                    format!(",status=\"{}\"", status.as_str())
+                });
+                let _ = writeln!(out, "{name}{{{label}=\"{subject}\"{status}}} {value}");
             }
-        },
-    );
-    family(
-        "idem_key_last_run_status",
-        "The status of the key's latest run: 1 for that status, 0 for the others.",
-        &mut |out| {
-            for metric in keys {
-                let Some(run) = &metric.last_run else {
-                    continue;
-                };
-                for status in Status::ALL {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_run_status{{key=\"{}\",status=\"{}\"}} {}",
-                        label(metric),
-                        status.as_str(),
-                        u8::from(run.status == status)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_key_last_run_timestamp_seconds",
-        "When the key's latest run started, in Unix seconds.",
-        &mut |out| {
-            for metric in keys {
-                if let Some(run) = &metric.last_run {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_run_timestamp_seconds{{key=\"{}\"}} {}",
-                        label(metric),
-                        seconds(run.started_at)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_key_last_run_exit_code",
-        "The exit code of the key's latest finished run.",
-        &mut |out| {
-            for metric in keys {
-                if let Some(code) = metric.last_run.as_ref().and_then(|run| run.exit_code) {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_last_run_exit_code{{key=\"{}\"}} {code}",
-                        label(metric)
-                    );
-                }
-            }
-        },
-    );
-    family(
-        "idem_key_consecutive_failures",
-        "Failed and abandoned runs of the key since its latest success.",
-        &mut |out| {
-            for metric in keys {
-                let _ = writeln!(
-                    out,
-                    "idem_key_consecutive_failures{{key=\"{}\"}} {}",
-                    label(metric),
-                    metric.consecutive_failures
-                );
-            }
-        },
-    );
-    family(
-        "idem_key_runs",
-        "Runs of the key in the ledger, by status (ledger prune lowers it).",
-        &mut |out| {
-            for metric in keys {
-                for (status, count) in Status::ALL.iter().zip(metric.runs) {
-                    let _ = writeln!(
-                        out,
-                        "idem_key_runs{{key=\"{}\",status=\"{}\"}} {count}",
-                        label(metric),
-                        status.as_str()
-                    );
-                }
-            }
-        },
-    );
+        }
+    }
     out
 }
 

@@ -16,6 +16,7 @@ mod jobs;
 mod ledger;
 mod ledger_rules;
 mod liveness;
+mod output;
 mod pg;
 mod postgres;
 mod recipes;

@@ -57,23 +57,14 @@ fn keys(path: &Path, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// The ledger read-only, creating no file: without a write-ahead log the
-/// main file holds every commit and `immutable=1` reads it as it is; with
-/// one, `mode=ro` reads through the log's index.
+/// The ledger read-only, creating no file, as the ledger itself reads one
+/// it cannot write (see [`crate::ledger::read_only_uri`]).
 fn open(path: &Path) -> Option<Connection> {
     if std::fs::symlink_metadata(path).map_or(true, |meta| !meta.is_file()) {
         return None;
     }
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let query = if std::fs::metadata(&wal).map_or(true, |wal| wal.len() == 0) {
-        "immutable=1"
-    } else {
-        "mode=ro"
-    };
-    let uri = format!("file:{}?{query}", percent(path));
     let connection = Connection::open_with_flags(
-        uri,
+        crate::ledger::read_only_uri(path).ok()?,
         OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -85,21 +76,4 @@ fn open(path: &Path) -> Option<Connection> {
         .busy_timeout(std::time::Duration::from_millis(20))
         .ok()?;
     Some(connection)
-}
-
-/// `path` for a `file:` URI: every byte but the unreserved ones encoded.
-fn percent(path: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut text = String::new();
-    if path.is_absolute() {
-        text.push_str("//");
-    }
-    for &byte in path.as_os_str().as_bytes() {
-        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
-            text.push(byte as char);
-        } else {
-            text.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    text
 }

@@ -1,16 +1,14 @@
 //! `idem ledger`: list, show, forget, prune, export, import, path, metrics.
 
-use std::cell::RefCell;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::Result;
 use jiff::Timestamp;
-use serde::Serialize;
 
 use crate::cli::{ColorChoice, LedgerCommand, ListArgs};
 use crate::exit::{self, Failure};
-use crate::ledger::{self, Attempt, ForgottenKey, Ledger, ListFilter, Location, Status};
+use crate::ledger::{self, Attempt, Ledger, ListFilter, Location, Status};
 use crate::render;
 
 /// Runs `import` writes per transaction: few commits, bounded memory...
@@ -176,16 +174,18 @@ fn parse_instant(flag: &str, text: &str, until: bool) -> Result<Timestamp> {
     .into())
 }
 
-/// `ledger show`: the key's latest `limit` runs, their output read one
-/// attempt at a time while printing, so memory holds one attempt's output
-/// whatever the history holds.
+/// `ledger show`: the key's latest `limit` runs, as text or JSON (see
+/// [`render::show`]).
 fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
-    let Some(mut ledger) = ledger::open_existing(location)? else {
-        return Err(Failure::new(
+    let unknown = |key: &str| -> anyhow::Error {
+        Failure::new(
             exit::NOT_FOUND,
             format!("no runs of key {key} in the ledger; see `idem ledger list`"),
         )
-        .into());
+        .into()
+    };
+    let Some(mut ledger) = ledger::open_existing(location)? else {
+        return Err(unknown(key));
     };
     // A template (`daily-{date}`) names the key it makes now, unless the
     // ledger holds a key spelled so (made with `{{` `}}`).
@@ -196,176 +196,27 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
         _ => key.to_owned(),
     };
     let key = expanded.as_str();
-    let unknown = || -> anyhow::Error {
-        Failure::new(
-            exit::NOT_FOUND,
-            format!("no runs of key {key} in the ledger; see `idem ledger list`"),
-        )
-        .into()
-    };
     let head = ledger.head(key)?;
     // At least the latest run: it is what `show` is about.
     let (history, total) = ledger.history(key, limit.max(1))?;
-    let Some(((latest, attempts), earlier)) = history.split_first() else {
-        return Err(unknown());
+    let Some((latest, earlier)) = history.split_first() else {
+        return Err(unknown(key));
+    };
+    let shown = render::show::Shown {
+        key,
+        head: head.as_ref(),
+        latest,
+        earlier,
+        total,
     };
     let mut out = BufWriter::new(std::io::stdout().lock());
     if json {
-        let hooks = ledger.hooks(latest.run_id)?;
-        let object = ShowJson {
-            hooks: hooks.iter().map(render::hook_json).collect(),
-            run: match render::run_json(latest) {
-                serde_json::Value::Object(fields) => fields,
-                _ => serde_json::Map::new(),
-            },
-            attempts_detail: AttemptsDetail {
-                ledger: RefCell::new(ledger.as_mut()),
-                run_id: latest.run_id,
-                attempts,
-            },
-            history: earlier
-                .iter()
-                .map(|(run, _)| render::run_json(run))
-                .collect(),
-        };
-        serde_json::to_writer_pretty(&mut out, &object)?;
-        writeln!(out)?;
-        out.flush()?;
-        return Ok(exit::SUCCESS);
-    }
-    let zone = jiff::tz::TimeZone::system();
-    let state = match &head {
-        None => "forgotten: the next run runs it".to_owned(),
-        Some(head) => {
-            let run = &head.run;
-            match run.status {
-                Status::Succeeded => format!(
-                    "succeeded at {}: the next run skips it (--force runs it again)",
-                    render::local(run.finished_at.unwrap_or(run.started_at), &zone)
-                ),
-                Status::Failed => format!(
-                    "failed with exit {}: the next run runs it again",
-                    run.exit_code.map_or("-".into(), |code| code.to_string())
-                ),
-                Status::Running => format!(
-                    "running since {} (pid {} on {})",
-                    render::local(run.started_at, &zone),
-                    run.pid,
-                    render::printable(&run.host)
-                ),
-                Status::Abandoned => {
-                    "abandoned: the next run reruns it with IDEM_RECOVERED=1".to_owned()
-                }
-            }
-        }
-    };
-    writeln!(out, "key {}: {state}", render::printable(key))?;
-    for (run, attempts) in &history {
-        writeln!(
-            out,
-            "\nrun {}  {}  exit {}  started {}  took {}  on {} (pid {})",
-            run.run_id,
-            run.status.as_str(),
-            run.exit_code.map_or("-".into(), |code| code.to_string()),
-            render::local(run.started_at, &zone),
-            render::human_ms(render::duration_ms(run)),
-            render::printable(&run.host),
-            run.pid,
-        )?;
-        writeln!(out, "  command: {}", render::short_command(run, 200))?;
-        for attempt in attempts {
-            writeln!(
-                out,
-                "  attempt {}: exit {}{}",
-                attempt.number,
-                attempt
-                    .exit_code
-                    .map_or("-".into(), |code| code.to_string()),
-                if attempt.timed_out {
-                    " (timed out)"
-                } else {
-                    ""
-                }
-            )?;
-            let ledger::Tails { stdout, stderr, .. } = ledger
-                .output(run.run_id, Some(attempt.number))?
-                .unwrap_or_default();
-            for (name, tail) in [("stdout", stdout), ("stderr", stderr)] {
-                if !tail.is_empty() {
-                    writeln!(out, "    {name}:")?;
-                    for line in String::from_utf8_lossy(&tail).lines() {
-                        writeln!(out, "      {}", render::printable_output(line))?;
-                    }
-                }
-            }
-        }
-        for hook in ledger.hooks(run.run_id)? {
-            writeln!(
-                out,
-                "  hook {}: {} at {}",
-                hook.event,
-                hook.exit_code
-                    .map_or("could not start".into(), |code| format!("exit {code}")),
-                render::local(hook.at, &zone)
-            )?;
-        }
-    }
-    let hidden = total.saturating_sub(history.len() as u64);
-    if hidden > 0 {
-        writeln!(
-            out,
-            "\n{hidden} earlier run{} not shown (--limit N shows more)",
-            if hidden == 1 { "" } else { "s" }
-        )?;
+        render::show::json(&mut out, &shown, ledger.as_mut())?;
+    } else {
+        render::show::text(&mut out, &shown, ledger.as_mut())?;
     }
     out.flush()?;
     Ok(exit::SUCCESS)
-}
-
-/// `show --json`: the latest run's fields, its attempts with their
-/// output, and the earlier runs' fields.
-#[derive(Serialize)]
-struct ShowJson<'a> {
-    #[serde(flatten)]
-    run: serde_json::Map<String, serde_json::Value>,
-    attempts_detail: AttemptsDetail<'a>,
-    /// The hooks that ran for the latest run.
-    hooks: Vec<serde_json::Value>,
-    history: Vec<serde_json::Value>,
-}
-
-/// Attempts whose output is read from the ledger as each is written out.
-struct AttemptsDetail<'a> {
-    ledger: RefCell<&'a mut dyn Ledger>,
-    run_id: uuid::Uuid,
-    attempts: &'a [Attempt],
-}
-
-impl Serialize for AttemptsDetail<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{Error, SerializeSeq};
-        let mut seq = serializer.serialize_seq(Some(self.attempts.len()))?;
-        for attempt in self.attempts {
-            let ledger::Tails {
-                stdout: stdout_tail,
-                stderr: stderr_tail,
-                cut,
-            } = self
-                .ledger
-                .borrow_mut()
-                .output(self.run_id, Some(attempt.number))
-                .map_err(|error| S::Error::custom(format!("{error:#}")))?
-                .unwrap_or_default();
-            let attempt = Attempt {
-                stdout_tail,
-                stderr_tail,
-                cut,
-                ..attempt.clone()
-            };
-            seq.serialize_element(&render::attempt_json(&attempt))?;
-        }
-        seq.end()
-    }
 }
 
 /// `run --replay`: prints the output kept of the key's deciding run (the
@@ -439,19 +290,8 @@ fn forget(
         return Err(Failure::new(exit::CONFLICT, message).into());
     }
     let mut out = summary(quiet);
-    let verb = match (dry_run, purge) {
-        (true, true) => "would purge",
-        (true, false) => "would forget",
-        (false, true) => "purged",
-        (false, false) => "forgot",
-    };
     for key in report.keys.iter().filter(|key| key.known) {
-        writeln!(
-            out,
-            "{verb} {}: {}",
-            render::printable(&key.key),
-            forget_words(key, purge)
-        )?;
+        writeln!(out, "{}", render::summary::forgotten(key, purge, dry_run))?;
     }
     unknown_keys(
         report
@@ -460,23 +300,6 @@ fn forget(
             .filter(|key| !key.known)
             .map(|key| key.key.as_str()),
     )
-}
-
-fn forget_words(key: &ForgottenKey, purge: bool) -> String {
-    let runs = match key.runs {
-        1 => "1 run".to_owned(),
-        n => format!("{n} runs"),
-    };
-    let was = match (key.head, key.abandoned) {
-        (_, true) => "was running, its owner gone: marked abandoned".to_owned(),
-        (Some(status), false) => format!("was {}", status.as_str()),
-        (None, false) => "was forgotten already".to_owned(),
-    };
-    if purge {
-        format!("{was}; {runs} removed; it runs next time")
-    } else {
-        format!("{was}; it runs next time ({runs} kept)")
-    }
 }
 
 /// Says which keys the ledger does not know: exit 1 when there are any.
@@ -511,23 +334,8 @@ fn prune(
         }
         None => ledger::PruneReport::default(),
     };
-    let zone = jiff::tz::TimeZone::system();
-    writeln!(
-        summary(quiet),
-        "{} {} run{} ({} attempt{}, {} of output{}) that finished before {}; every key's deciding run stays",
-        if dry_run { "would prune" } else { "pruned" },
-        report.runs,
-        if report.runs == 1 { "" } else { "s" },
-        report.attempts,
-        if report.attempts == 1 { "" } else { "s" },
-        render::human_bytes(report.output_bytes),
-        match report.keys {
-            0 => String::new(),
-            1 => ", 1 forgotten key".to_owned(),
-            n => format!(", {n} forgotten keys"),
-        },
-        render::local(before, &zone),
-    )?;
+    let line = render::summary::pruned(&report, before, dry_run);
+    writeln!(summary(quiet), "{line}")?;
     Ok(exit::SUCCESS)
 }
 

@@ -8,10 +8,9 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 
 use anyhow::Result;
-use comfy_table::{presets, Cell, Color, ColumnConstraint, ContentArrangement, Row, Table};
+use comfy_table::{Cell, Color, ColumnConstraint, ContentArrangement, Row, Table};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -181,11 +180,7 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
         failures: job.failures,
         missed,
         strip,
-        command: job
-            .command
-            .iter()
-            .map(|arg| String::from_utf8_lossy(arg.as_bytes()).into_owned())
-            .collect(),
+        command: render::lossy_words(&job.command),
         shell: job.shell,
         argv: job.command.clone(),
     }
@@ -273,28 +268,23 @@ pub fn ago(time: Timestamp, now: Timestamp) -> String {
     }
 }
 
-fn mark(status: &str, colour: bool) -> Cell {
-    let (plain, tint) = match status {
-        "succeeded" => ("+", Color::Green),
-        "failed" => ("x", Color::Red),
-        "abandoned" => ("?", Color::Magenta),
-        _ => (">", Color::Yellow),
-    };
-    if colour {
-        Cell::new("●").fg(tint)
-    } else {
-        Cell::new(plain)
+/// A run's mark in the strip, without colour.
+fn mark(status: Status) -> char {
+    match status {
+        Status::Succeeded => '+',
+        Status::Failed => 'x',
+        Status::Abandoned => '?',
+        Status::Running => '>',
     }
 }
 
 /// The strip as one cell: marks side by side.
 fn strip_cell(strip: &[&str], colour: bool) -> Cell {
+    let statuses = strip
+        .iter()
+        .map(|status| Status::parse(status).unwrap_or(Status::Running));
     if !colour {
-        let text: String = strip
-            .iter()
-            .map(|status| mark(status, false).content())
-            .collect();
-        return Cell::new(text);
+        return Cell::new(statuses.map(mark).collect::<String>());
     }
     // comfy-table colours a whole cell, so the marks are coloured by hand,
     // and every row gets as many slots (a dim dot when empty) so that the
@@ -302,88 +292,98 @@ fn strip_cell(strip: &[&str], colour: bool) -> Cell {
     let slot = |code: u8, glyph: char| format!("\x1b[{code}m{glyph}\x1b[0m");
     let empty = (STRIP + 1).saturating_sub(strip.len());
     let mut text: String = (0..empty).map(|_| slot(90, '·')).collect();
-    for status in strip.iter().take(STRIP + 1) {
-        let code = match *status {
-            "succeeded" => 32,
-            "failed" => 31,
-            "abandoned" => 35,
-            _ => 33,
-        };
-        text.push_str(&slot(code, '●'));
+    for status in statuses.take(STRIP + 1) {
+        text.push_str(&slot(render::status_ansi(status), '●'));
     }
     Cell::new(text)
 }
 
+/// The columns of `status`.
+const HEADERS: [&str; 8] = [
+    "JOB",
+    "STATE",
+    "LAST RUN",
+    "LAST SUCCESS",
+    "FAILS",
+    "MISSED",
+    "RECENT",
+    "COMMAND",
+];
+
+/// The longest command shown when the width is unknown.
+const COMMAND_WIDTH: usize = 60;
+
 fn table(statuses: &[JobStatus], now: Timestamp, style: render::Style) -> Table {
-    let mut table = Table::new();
-    table.load_preset(presets::NOTHING).force_no_tty();
-    if style.colour {
-        table.enforce_styling();
-    }
-    table.set_header([
-        "JOB",
-        "STATE",
-        "LAST RUN",
-        "LAST SUCCESS",
-        "FAILS",
-        "MISSED",
-        "RECENT",
-        "COMMAND",
-    ]);
+    let mut table = render::new_table(style);
+    table.set_header(HEADERS);
     for job in statuses {
-        let mut state = Cell::new(job.state.as_str());
-        if style.colour {
-            state = state.fg(match job.state {
-                State::Failing => Color::Red,
-                State::Overdue => Color::Magenta,
-                State::Running => Color::Yellow,
-                State::Ok => Color::Green,
-            });
-        }
-        let when = |time: &Option<String>| {
-            time.as_deref()
-                .and_then(|text| text.parse::<Timestamp>().ok())
-                .map_or("never".to_owned(), |time| ago(time, now))
-        };
-        let width = if style.width.is_some() {
-            usize::MAX
-        } else {
-            60
-        };
-        let mut row = Row::from(vec![
-            Cell::new(render::printable(&job.job)),
-            state,
-            Cell::new(when(&job.last_run)),
-            Cell::new(when(&job.last_success)),
-            Cell::new(job.failures),
-            Cell::new(
-                job.missed
-                    .map_or("-".to_owned(), |missed| missed.to_string()),
-            ),
-            strip_cell(&job.strip, style.colour),
-            Cell::new(render::short_argv(&job.argv, job.shell, width)),
-        ]);
+        let mut row = Row::from(row(job, now, style));
         row.max_height(1);
         table.add_row(row);
     }
-    match style.width {
-        Some(width) => {
-            table
-                .set_width(width)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_truncation_indicator("…");
-            let mut constraints = vec![ColumnConstraint::ContentWidth; 7];
-            constraints.push(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
-                12,
-            )));
-            table.set_constraints(constraints);
-        }
-        None => {
-            table.set_content_arrangement(ContentArrangement::Disabled);
-        }
-    }
+    fit(&mut table, style.width);
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
     }
     table
+}
+
+/// A job's cells, in the order of [`HEADERS`].
+fn row(job: &JobStatus, now: Timestamp, style: render::Style) -> Vec<Cell> {
+    let when = |time: &Option<String>| {
+        time.as_deref()
+            .and_then(|text| text.parse::<Timestamp>().ok())
+            .map_or("never".to_owned(), |time| ago(time, now))
+    };
+    // Within a known width the table cuts the command itself.
+    let width = if style.width.is_some() {
+        usize::MAX
+    } else {
+        COMMAND_WIDTH
+    };
+    vec![
+        Cell::new(render::printable(&job.job)),
+        state_cell(job.state, style.colour),
+        Cell::new(when(&job.last_run)),
+        Cell::new(when(&job.last_success)),
+        Cell::new(job.failures),
+        Cell::new(
+            job.missed
+                .map_or("-".to_owned(), |missed| missed.to_string()),
+        ),
+        strip_cell(&job.strip, style.colour),
+        Cell::new(render::short_argv(&job.argv, job.shell, width)),
+    ]
+}
+
+fn state_cell(state: State, colour: bool) -> Cell {
+    let cell = Cell::new(state.as_str());
+    if !colour {
+        return cell;
+    }
+    cell.fg(match state {
+        State::Failing => Color::Red,
+        State::Overdue => Color::Magenta,
+        State::Running => Color::Yellow,
+        State::Ok => Color::Green,
+    })
+}
+
+/// Within a known width every column but the command keeps its content
+/// and the command gives way, down to 12 characters; without one the
+/// table is as wide as it is.
+fn fit(table: &mut Table, width: Option<u16>) {
+    let Some(width) = width else {
+        table.set_content_arrangement(ContentArrangement::Disabled);
+        return;
+    };
+    table
+        .set_width(width)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_truncation_indicator("…");
+    let mut constraints = vec![ColumnConstraint::ContentWidth; HEADERS.len() - 1];
+    constraints.push(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
+        12,
+    )));
+    table.set_constraints(constraints);
 }

@@ -1,0 +1,310 @@
+//! A command-line error as idem's one line and its exit code (2).
+//!
+//! clap's message keeps its substance on one line and names the help of
+//! the command whose usage was wrong. What clap does not say is added from
+//! its error's context, and from the words of the command line where only
+//! they hold it: the variable a bad value came from, the line as it should
+//! be when a command lacks its `--`, the flag a negative value was given
+//! to, the argument that is not UTF-8, the flag a typo most likely meant.
+
+use std::ffi::OsString;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{ArgMatches, Command, CommandFactory};
+
+use super::{say, SUCCESS, USAGE};
+use crate::cli::Cli;
+
+/// Prints `error` in one line (help and version as they are) and returns
+/// its exit code; `argv` is the command line it came from.
+pub fn report(error: &clap::Error, argv: &[OsString]) -> u8 {
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            USAGE
+        }
+        _ => {
+            let path = command_path(error, argv);
+            let help = format!("(see {} --help)", path.join(" "));
+            say(&format!("{} {help}", line(error, argv, &path)));
+            USAGE
+        }
+    }
+}
+
+/// The error's line, without its help.
+fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
+    if error.kind() == ErrorKind::InvalidUtf8 {
+        let what = not_utf8_argument(argv);
+        return format!("{what} is not valid UTF-8; write it in UTF-8");
+    }
+    if error.kind() == ErrorKind::UnknownArgument {
+        if let Some((flag, value)) = negative_value(error, argv) {
+            return format!("invalid value '{value}' for '{flag}': it cannot be negative");
+        }
+        if let Some((word, corrected)) = missing_double_dash(error, argv, path) {
+            return format!(
+                "'{word}' is taken for the command, which must follow --; put -- before the command: {corrected}"
+            );
+        }
+        if let Some((typed, meant)) = meant_flag(error, path) {
+            return format!("unknown option '{typed}'; did you mean '{meant}'?");
+        }
+    }
+    // clap's message spans lines (usage, a tip); keep its substance.
+    let text = error.render().to_string();
+    let words: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("tip: to pass"))
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .collect();
+    let mut line = words.join(" ");
+    if let Some(twin) = twin(error, argv) {
+        line = format!(
+            "{}; fix or unset {}",
+            line.replacen(
+                &format!("for '{}'", twin.flag),
+                &format!("for '{}' from {}", twin.flag, twin.variable),
+                1
+            ),
+            twin.variable
+        );
+    }
+    match line.strip_prefix("error: ") {
+        Some(rest) => rest.to_owned(),
+        None => line,
+    }
+}
+
+/// A string of the error's context.
+fn context(error: &clap::Error, kind: ContextKind) -> Option<&str> {
+    match error.get(kind)? {
+        ContextValue::String(text) => Some(text),
+        _ => None,
+    }
+}
+
+/// A bad value that came from an option's environment twin
+/// (`IDEM_RETRIES=x`), which clap does not say.
+pub struct Twin {
+    /// The option as clap names it (`--retries <N>`).
+    pub flag: String,
+    pub variable: String,
+    /// The command line parsed again without that twin.
+    pub without: Result<ArgMatches, clap::Error>,
+}
+
+/// The twin `error`'s bad value came from, if it came from one: parsed
+/// again without that twin, the line no longer fails so. A flag on the
+/// command line wins over its variable (clap's rule, so clap is asked),
+/// and a bad value given on the line fails again the same way.
+pub fn twin(error: &clap::Error, argv: &[OsString]) -> Option<Twin> {
+    let flag = context(error, ContextKind::InvalidArg)?;
+    let value = context(error, ContextKind::InvalidValue)?;
+    let long = flag.strip_prefix("--")?.split(' ').next()?;
+    let variable = variable_of(&Cli::command(), long)?;
+    let without = without_twin(Cli::command(), long).try_get_matches_from(argv);
+    if let Err(again) = &without {
+        let same = again.kind() == error.kind()
+            && context(again, ContextKind::InvalidArg) == Some(flag)
+            && context(again, ContextKind::InvalidValue) == Some(value);
+        if same {
+            return None;
+        }
+    }
+    Some(Twin {
+        flag: flag.to_owned(),
+        variable,
+        without,
+    })
+}
+
+/// The environment twin of the option `--long`, in any subcommand.
+fn variable_of(command: &Command, long: &str) -> Option<String> {
+    let mut commands = vec![command];
+    while let Some(command) = commands.pop() {
+        commands.extend(command.get_subcommands());
+        let variable = command
+            .get_arguments()
+            .filter(|arg| arg.get_long() == Some(long))
+            .find_map(|arg| arg.get_env());
+        if let Some(variable) = variable {
+            return Some(variable.to_string_lossy().into_owned());
+        }
+    }
+    None
+}
+
+/// `command` with the option `--long` read from the command line only.
+fn without_twin(command: Command, long: &str) -> Command {
+    let ids: Vec<clap::Id> = command
+        .get_arguments()
+        .filter(|arg| arg.get_long() == Some(long) && arg.get_env().is_some())
+        .map(|arg| arg.get_id().clone())
+        .collect();
+    let subcommands: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    let mut command = ids.into_iter().fold(command, |command, id| {
+        command.mut_arg(id, |arg| arg.env(None))
+    });
+    for name in subcommands {
+        command = command.mut_subcommand(name, |sub| without_twin(sub, long));
+    }
+    command
+}
+
+/// The words that name the command whose usage was wrong (`idem run`,
+/// `idem ledger list`): from clap's usage line when the error has one,
+/// else (a bad value) the subcommands clap parsed.
+fn command_path(error: &clap::Error, argv: &[OsString]) -> Vec<String> {
+    if let Some(ContextValue::StyledStr(usage)) = error.get(ContextKind::Usage) {
+        let usage = usage.to_string();
+        let path: Vec<String> = usage
+            .trim_start()
+            .trim_start_matches("Usage:")
+            .split_whitespace()
+            .take_while(|word| {
+                !word.starts_with(['[', '<', '-']) && *word != "help" && *word != "<COMMAND>"
+            })
+            .map(str::to_owned)
+            .collect();
+        if !path.is_empty() {
+            return path;
+        }
+    }
+    let mut path = vec!["idem".to_owned()];
+    let parsed = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(argv);
+    let mut matches = parsed.as_ref().ok();
+    while let Some((name, sub)) = matches.and_then(ArgMatches::subcommand) {
+        path.push(name.to_owned());
+        matches = Some(sub);
+    }
+    path
+}
+
+/// `idem run --key k echo hi`: the first word of the command was taken for
+/// an argument of idem's. Returns that word and the line as it should be.
+fn missing_double_dash(
+    error: &clap::Error,
+    argv: &[OsString],
+    path: &[String],
+) -> Option<(String, String)> {
+    let word = context(error, ContextKind::InvalidArg)?;
+    if word.starts_with('-') || path != ["idem", "run"] {
+        return None;
+    }
+    let mut command = Cli::command();
+    command.build();
+    let run = command.find_subcommand("run")?;
+    let takes_value = |flag: &str| {
+        let flag = flag.split('=').next().unwrap_or(flag);
+        run.get_arguments().any(|arg| {
+            let named = flag
+                .strip_prefix("--")
+                .is_some_and(|long| arg.get_long() == Some(long))
+                || flag.strip_prefix('-').is_some_and(|short| {
+                    short.chars().count() == 1 && arg.get_short() == short.chars().next()
+                });
+            named && !flag.contains('=') && arg.get_action().takes_values()
+        })
+    };
+    let args = words(argv);
+    let at = (0..args.len()).find(|&at| {
+        args[at] == *word
+            && (at == 0 || !args[at - 1].starts_with('-') || !takes_value(&args[at - 1]))
+            && args[..at].iter().any(|arg| arg == "run")
+    })?;
+    let mut line = vec!["idem".to_owned()];
+    line.extend(args[..at].iter().map(|arg| crate::render::shell_word(arg)));
+    line.push("--".to_owned());
+    line.extend(args[at..].iter().map(|arg| crate::render::shell_word(arg)));
+    Some((word.to_owned(), line.join(" ")))
+}
+
+/// The arguments after the program's name, lossy where not UTF-8.
+fn words(argv: &[OsString]) -> Vec<String> {
+    argv.iter()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// An unknown `--flag` and the flag of the same command it most likely
+/// meant: clap suggests by likeness of letters, so `--retry` gets
+/// `--retry-on`; a flag of as many words that is a few edits away (the
+/// plural `--retries`) is a better guess.
+fn meant_flag(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
+    let typed = context(error, ContextKind::InvalidArg)?;
+    let name = typed.strip_prefix("--")?.split('=').next()?;
+    let mut command = Cli::command();
+    command.build();
+    let mut target = &command;
+    for word in path.iter().skip(1) {
+        target = target.find_subcommand(word)?;
+    }
+    let words = |flag: &str| flag.split('-').count();
+    let shared = |long: &str| {
+        long.chars()
+            .zip(name.chars())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    let (distance, _, meant) = target
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set())
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| words(long) == words(name) && strsim::jaro(long, name) > 0.7)
+        .map(|long| {
+            let unshared = usize::MAX - shared(long);
+            (strsim::levenshtein(long, name), unshared, long)
+        })
+        .min()?;
+    (distance <= 3 && distance < name.len()).then(|| (typed.to_owned(), format!("--{meant}")))
+}
+
+/// `--backoff -1s` reaches clap as a flag `-1s` it does not know; finds the
+/// flag it was meant for, so the message can name it.
+fn negative_value(error: &clap::Error, argv: &[OsString]) -> Option<(String, String)> {
+    let value = context(error, ContextKind::InvalidArg)?;
+    if !value
+        .strip_prefix('-')?
+        .starts_with(|c: char| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let args: Vec<String> = argv
+        .iter()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    // clap names only the first letters of `-1s` (`-1`).
+    args.windows(2)
+        .find(|pair| pair[1].starts_with(value) && pair[0].starts_with("--"))
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+}
+
+/// Names the argument clap found not to be UTF-8 (it does not say which).
+fn not_utf8_argument(argv: &[OsString]) -> String {
+    let Some(at) = argv.iter().position(|arg| arg.to_str().is_none()) else {
+        return "an argument".into();
+    };
+    let bad = argv[at].to_string_lossy();
+    if let Some((flag, _)) = bad
+        .split_once('=')
+        .filter(|(flag, _)| flag.starts_with("--"))
+    {
+        return format!("the value of {flag}");
+    }
+    match argv[..at].last().and_then(|before| before.to_str()) {
+        Some(flag) if flag.starts_with("--") => format!("the value of {flag}"),
+        _ => format!("argument '{bad}'"),
+    }
+}

@@ -1,0 +1,190 @@
+//! `ledger show`: a key's state and its latest runs, for people and for
+//! scripts. Each attempt's output is read from the ledger as it is written
+//! out, so memory holds one attempt's output whatever the history holds.
+
+use std::cell::RefCell;
+use std::io::Write;
+
+use anyhow::Result;
+use jiff::tz::TimeZone;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{exit_text, local, printable, printable_output, run_json};
+use crate::ledger::{Attempt, Head, HookRun, Ledger, Run, RunAttempts, Status, Tails};
+
+/// What `show` prints of a key.
+pub struct Shown<'a> {
+    /// The key as expanded.
+    pub key: &'a str,
+    /// Its deciding run, if it has one.
+    pub head: Option<&'a Head>,
+    /// Its latest run, with its attempts (their output is read as written).
+    pub latest: &'a RunAttempts,
+    /// The runs before it, newest first, as many as `--limit` lets through.
+    pub earlier: &'a [RunAttempts],
+    /// How many runs the key has in all.
+    pub total: u64,
+}
+
+/// `show` for people: the key's state, then each run with its attempts,
+/// their output and the hooks that ran.
+pub fn text(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Result<()> {
+    let zone = TimeZone::system();
+    writeln!(
+        out,
+        "key {}: {}",
+        printable(shown.key),
+        state(shown.head, &zone)
+    )?;
+    for (run, attempts) in std::iter::once(shown.latest).chain(shown.earlier) {
+        run_text(out, run, &zone)?;
+        for attempt in attempts {
+            let tails = ledger.output(run.run_id, Some(attempt.number))?;
+            attempt_text(out, attempt, &tails.unwrap_or_default())?;
+        }
+        for hook in ledger.hooks(run.run_id)? {
+            writeln!(out, "  {}", hook_text(&hook, &zone))?;
+        }
+    }
+    let shown_runs = 1 + shown.earlier.len() as u64;
+    let hidden = shown.total.saturating_sub(shown_runs);
+    if hidden > 0 {
+        let runs = super::count(hidden, "earlier run");
+        writeln!(out, "\n{runs} not shown (--limit N shows more)")?;
+    }
+    Ok(())
+}
+
+/// What the key's deciding run means for its next run.
+fn state(head: Option<&Head>, zone: &TimeZone) -> String {
+    let Some(Head { run, .. }) = head else {
+        return "forgotten: the next run runs it".to_owned();
+    };
+    match run.status {
+        Status::Succeeded => format!(
+            "succeeded at {}: the next run skips it (--force runs it again)",
+            local(run.finished_at.unwrap_or(run.started_at), zone)
+        ),
+        Status::Failed => format!(
+            "failed with exit {}: the next run runs it again",
+            exit_text(run.exit_code)
+        ),
+        Status::Running => format!(
+            "running since {} (pid {} on {})",
+            local(run.started_at, zone),
+            run.pid,
+            printable(&run.host)
+        ),
+        Status::Abandoned => "abandoned: the next run reruns it with IDEM_RECOVERED=1".to_owned(),
+    }
+}
+
+fn run_text(out: &mut dyn Write, run: &Run, zone: &TimeZone) -> Result<()> {
+    writeln!(
+        out,
+        "\nrun {}  {}  exit {}  started {}  took {}  on {} (pid {})",
+        run.run_id,
+        run.status.as_str(),
+        exit_text(run.exit_code),
+        local(run.started_at, zone),
+        super::human_ms(super::duration_ms(run)),
+        printable(&run.host),
+        run.pid,
+    )?;
+    writeln!(out, "  command: {}", super::short_command(run, 200))?;
+    Ok(())
+}
+
+fn attempt_text(out: &mut dyn Write, attempt: &Attempt, tails: &Tails) -> Result<()> {
+    let timed_out = if attempt.timed_out {
+        " (timed out)"
+    } else {
+        ""
+    };
+    let code = exit_text(attempt.exit_code);
+    writeln!(out, "  attempt {}: exit {code}{timed_out}", attempt.number)?;
+    for (name, tail) in [("stdout", &tails.stdout), ("stderr", &tails.stderr)] {
+        if !tail.is_empty() {
+            writeln!(out, "    {name}:")?;
+            for line in String::from_utf8_lossy(tail).lines() {
+                writeln!(out, "      {}", printable_output(line))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn hook_text(hook: &HookRun, zone: &TimeZone) -> String {
+    let ended = hook
+        .exit_code
+        .map_or("could not start".into(), |code| format!("exit {code}"));
+    format!("hook {}: {ended} at {}", hook.event, local(hook.at, zone))
+}
+
+/// `show --json`: the latest run's fields, its attempts with their output,
+/// the hooks that ran for it, and the earlier runs' fields.
+pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Result<()> {
+    let (latest, attempts) = shown.latest;
+    let hooks = ledger.hooks(latest.run_id)?;
+    let object = ShowJson {
+        run: match run_json(latest) {
+            Value::Object(fields) => fields,
+            _ => Map::new(),
+        },
+        attempts_detail: AttemptsDetail {
+            ledger: RefCell::new(ledger),
+            run_id: latest.run_id,
+            attempts,
+        },
+        hooks: hooks.iter().map(super::hook_json).collect(),
+        history: shown.earlier.iter().map(|(run, _)| run_json(run)).collect(),
+    };
+    serde_json::to_writer_pretty(&mut *out, &object)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct ShowJson<'a> {
+    #[serde(flatten)]
+    run: Map<String, Value>,
+    attempts_detail: AttemptsDetail<'a>,
+    /// The hooks that ran for the latest run.
+    hooks: Vec<Value>,
+    history: Vec<Value>,
+}
+
+/// Attempts whose output is read from the ledger as each is written out.
+struct AttemptsDetail<'a> {
+    ledger: RefCell<&'a mut dyn Ledger>,
+    run_id: uuid::Uuid,
+    attempts: &'a [Attempt],
+}
+
+impl Serialize for AttemptsDetail<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.attempts.len()))?;
+        for attempt in self.attempts {
+            let Tails {
+                stdout: stdout_tail,
+                stderr: stderr_tail,
+                cut,
+            } = self
+                .ledger
+                .borrow_mut()
+                .output(self.run_id, Some(attempt.number))
+                .map_err(|error| S::Error::custom(format!("{error:#}")))?
+                .unwrap_or_default();
+            let attempt = Attempt {
+                stdout_tail,
+                stderr_tail,
+                cut,
+                ..attempt.clone()
+            };
+            seq.serialize_element(&super::attempt_json(&attempt))?;
+        }
+        seq.end()
+    }
+}
