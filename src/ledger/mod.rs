@@ -2,6 +2,8 @@
 //!
 //! The run logic talks to one small trait, [`Ledger`]; `sqlite.rs` stores a
 //! ledger in a local file and a PostgreSQL backend can slot in beside it.
+//! `idem doctor` reads a ledger through another, [`Inspect`], which changes
+//! nothing.
 //!
 //! Every key points at the run that decides what the next `idem run` does
 //! (its latest run, or none after `ledger forget`). Runs keep their attempts.
@@ -32,8 +34,9 @@ macro_rules! select_list {
 }
 
 mod columns;
+mod inspect;
 pub mod line;
-pub(crate) mod postgres;
+mod postgres;
 mod rules;
 pub mod runlock;
 mod schema;
@@ -68,12 +71,23 @@ impl From<crate::cli::StatusArg> for Status {
     }
 }
 use crate::exit::Failure;
+pub(crate) use inspect::{Inspect, Schema};
+/// A PostgreSQL error in words, shared with `idem doctor`, which words the
+/// errors of its own questions to the server (the role's rights) as the
+/// ledger words its own.
+pub(crate) use postgres::connect::describe;
+pub(crate) use postgres::PostgresInspector;
 pub use postgres::PostgresLedger;
-pub(crate) use schema::{APPLICATION_ID, LATEST};
+/// How a SQLite ledger is read without creating anything beside it, shared
+/// with key completion, which asks a ledger for keys as TAB is pressed on a
+/// connection of its own.
+pub(crate) use sqlite::path::read_only_uri;
+/// The files beside a SQLite ledger and the room left on its disk, shared
+/// with `idem doctor`, which judges the same side files and the same full
+/// disk as the ledger refuses or fails on.
+pub(crate) use sqlite::path::{disk_full, free_bytes, side_file};
+pub(crate) use sqlite::SqliteInspector;
 pub use sqlite::SqliteLedger;
-pub(crate) use sqlite::{
-    disk_full, free_bytes, judge_local_owner, read_only_uri, side_file, LOCK_WAIT,
-};
 
 impl Status {
     pub fn as_str(self) -> &'static str {

@@ -22,7 +22,8 @@ macro_rules! typed {
     };
 }
 
-mod connect;
+pub(super) mod connect;
+mod inspect;
 mod rows;
 mod schema;
 mod tx;
@@ -43,6 +44,7 @@ use super::{
     RunAttempts, Tails,
 };
 use crate::exit::{Failure, IDEM_FAILED};
+pub use inspect::PostgresInspector;
 use rows::{attempt_from_row, job_from_row, query_head, run_from_row, RunCol, Unreadable};
 use schema::{LATEST, MIGRATIONS};
 use tx::{job_outcome, owner_gone, release_locks, Tx, RELEASE_LOCKS, RELEASE_OWNER};
@@ -243,25 +245,6 @@ impl PostgresLedger {
         .into()
     }
 }
-
-/// A connection that only reads, for `idem doctor`: nothing is created
-/// or migrated, and the session refuses writes should one be tried.
-pub fn connect_read_only(url: &str, shown: &str) -> Result<Client, String> {
-    let config = connect::config(url, shown).map_err(|failure| failure.message)?;
-    let mut client = connect::connect(&config)?;
-    client
-        .batch_execute("SET default_transaction_read_only = on; SET statement_timeout = '60s'")
-        .map_err(|error| connect::describe(&error))?;
-    Ok(client)
-}
-
-/// The schema version of the ledger on `client` (0: no schema yet), and
-/// the one this idem writes.
-pub fn schema_versions(client: &mut Client) -> Result<(i32, i32), postgres::Error> {
-    Ok((PostgresLedger::version(client)?, LATEST))
-}
-
-pub use connect::describe;
 
 fn interval(duration: Duration) -> String {
     format!("{} milliseconds", duration.as_millis().max(1))

@@ -31,7 +31,7 @@ use nix::libc;
 
 /// The lock file of the ledger at `ledger`.
 pub fn path_for(ledger: &Path) -> PathBuf {
-    super::sqlite::side_file(ledger, "-lock")
+    super::side_file(ledger, "-lock")
 }
 
 /// One claimed run's hold on its key's byte: a shared (read) lock, which

@@ -7,7 +7,8 @@
 //! handler sleeps and retries and collapses under hundreds of writers, while
 //! the kernel's lock queue hands the file over at once.
 
-mod path;
+mod inspect;
+pub(super) mod path;
 mod rows;
 mod tx;
 
@@ -23,6 +24,7 @@ use rusqlite::{params, params_from_iter, Connection, ErrorCode, OpenFlags, Optio
 use uuid::Uuid;
 
 use super::columns::{attempt_list, JobCol};
+use super::inspect::Schema;
 use super::rules;
 use super::runlock::{Hold, RunLocks};
 use super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
@@ -32,9 +34,8 @@ use super::{
     RunAttempts, Status, Tails,
 };
 use crate::exit::{io_words, Failure, IDEM_FAILED};
-use path::{check_side_files, open_file, prepare_folder};
-pub(crate) use path::{disk_full, free_bytes, read_only_uri, side_file};
-pub(crate) use rows::judge_local_owner;
+pub use inspect::SqliteInspector;
+use path::{check_side_files, disk_full, open_file, prepare_folder, read_only_uri};
 use rows::{
     attempt_from_row, by_the_kernel, job_from_row, lock_file_error, millis, query_head,
     run_from_row, running_heads, timestamp, unlocked_owner, RunCol, RUNS,
@@ -42,7 +43,7 @@ use rows::{
 use tx::{job_outcome, upsert_attempt, Tx, RELEASE_OWNER};
 
 /// How long idem waits for another writer before giving up (exit 125).
-pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// WAL pages after which a commit checkpoints (a run writes about ten).
 const WAL_PAGES: i64 = 64;
@@ -180,33 +181,14 @@ impl SqliteLedger {
         Ok(())
     }
 
-    /// The file's application id, schema version, and (only for a file
-    /// with neither, which may be new and empty) how many objects it holds.
-    /// Plain pragmas: a query over them costs a skip about 4% more.
-    fn versions(&self) -> rusqlite::Result<(i32, i64, i64)> {
-        let app_id = self
-            .conn
-            .pragma_query_value(None, "application_id", |row| row.get(0))?;
-        let version = self
-            .conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let objects = if app_id == 0 && version == 0 {
-            self.conn
-                .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?
-        } else {
-            -1
-        };
-        Ok((app_id, version, objects))
-    }
-
     fn check_and_migrate(&mut self) -> Result<()> {
-        let versions = self.versions().map_err(|error| self.fail("read", &error))?;
-        if self.needs_migration(versions)? {
+        let found = versions(&self.conn).map_err(|error| self.fail("read", &error))?;
+        if self.needs_migration(found)? {
             let _guard = self.write_lock()?;
             // Another process may have migrated while this one waited.
-            let versions = self.versions().map_err(|error| self.fail("read", &error))?;
-            if self.needs_migration(versions)? {
-                self.migrate(versions.1)
+            let found = versions(&self.conn).map_err(|error| self.fail("read", &error))?;
+            if self.needs_migration(found)? {
+                self.migrate(found.1)
                     .map_err(|error| self.fail("create or migrate", &error))?;
             }
         }
@@ -214,26 +196,22 @@ impl SqliteLedger {
     }
 
     /// Refuses foreign and newer files; says whether migrations are due.
-    fn needs_migration(&self, (app_id, version, objects): (i32, i64, i64)) -> Result<bool> {
+    fn needs_migration(&self, versions: (i32, i64, i64)) -> Result<bool> {
         let path = self.path.display();
-        if app_id == 0 && version == 0 && objects == 0 {
-            return Ok(true); // a new, empty file
-        }
-        if app_id != APPLICATION_ID {
-            return Err(Failure::new(
+        match schema_state(versions) {
+            Schema::None => Ok(true), // a new, empty file
+            Schema::NotADatabase | Schema::Foreign { .. } => Err(Failure::new(
                 IDEM_FAILED,
                 format!("{path} is not an idem ledger (it is another program's SQLite database); move it aside or set --db"),
             )
-            .into());
-        }
-        if version > LATEST {
-            return Err(Failure::new(
+            .into()),
+            schema @ Schema::Idem { version, latest } if schema.newer() => Err(Failure::new(
                 IDEM_FAILED,
-                format!("ledger {path} was written by a newer idem (schema {version}, this idem knows {LATEST}); upgrade idem"),
+                format!("ledger {path} was written by a newer idem (schema {version}, this idem knows {latest}); upgrade idem"),
             )
-            .into());
+            .into()),
+            Schema::Idem { version, latest } => Ok(version < latest),
         }
-        Ok(version < LATEST)
     }
 
     fn migrate(&mut self, from: i64) -> rusqlite::Result<()> {
@@ -355,6 +333,36 @@ impl SqliteLedger {
                 .map_err(|error| self.fail(doing, &error))?;
         }
         result.map_err(|error| self.fail(doing, &error))
+    }
+}
+
+/// The file's application id, schema version, and (only for a file with
+/// neither, which may be new and empty) how many objects it holds, as
+/// [`schema_state`] judges them. Plain pragmas: a query over them costs a
+/// skip about 4% more.
+fn versions(conn: &Connection) -> rusqlite::Result<(i32, i64, i64)> {
+    let app_id = conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
+    let version = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let objects = if app_id == 0 && version == 0 {
+        conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?
+    } else {
+        -1
+    };
+    Ok((app_id, version, objects))
+}
+
+/// What a file's [`versions`] say it is: new and empty, another
+/// program's, or idem's at a version.
+fn schema_state((app_id, version, objects): (i32, i64, i64)) -> Schema {
+    if app_id == 0 && version == 0 && objects == 0 {
+        Schema::None
+    } else if app_id != APPLICATION_ID {
+        Schema::Foreign { version }
+    } else {
+        Schema::Idem {
+            version,
+            latest: LATEST,
+        }
     }
 }
 

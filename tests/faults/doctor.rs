@@ -233,3 +233,78 @@ fn doctor_warns_of_a_wal_that_checkpoints_do_not_drain() {
         "{report}"
     );
 }
+
+#[test]
+fn doctor_judges_a_running_owner_by_the_ledgers_own_rule() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "done", "--", "true"]), 0);
+    let mut owner = env
+        .idem(["run", "--key", "live", "--", "sleep", "600"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    crate::util::eventually(
+        "the attempt to be recorded",
+        std::time::Duration::from_secs(60),
+        || {
+            let latest = &env.list_json()[0];
+            latest["key"] == "live" && latest["attempts"] == 1
+        },
+    );
+    // Alive by the kernel lock its run holds: running, not stuck.
+    let (code, report) = doctor_json(&env, &env.db());
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["running_keys"], 1, "{report}");
+    assert_eq!(report["stuck_keys"], serde_json::json!([]), "{report}");
+    assert_eq!(check(&report, "running keys")["status"], "ok");
+    // Killed with its command, nothing of the run holds the lock: stuck,
+    // as the next `idem run` of the key would judge it.
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(owner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    owner.wait().unwrap();
+    let before = fs::read(env.db()).unwrap();
+    let names = listing(env.dir.path());
+    let (code, report) = doctor_json(&env, &env.db());
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["stuck_keys"],
+        serde_json::json!(["live"]),
+        "{report}"
+    );
+    assert_eq!(report["running_keys"], 0, "{report}");
+    assert_eq!(fs::read(env.db()).unwrap(), before, "doctor wrote");
+    assert_eq!(listing(env.dir.path()), names, "doctor made files");
+    assert_eq!(env.list_json()[0]["status"], "running", "doctor changed it");
+}
+
+#[test]
+fn doctor_reads_an_older_schema_and_migrates_nothing() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "a", "--", "true"]), 0);
+    let (code, report) = doctor_json(&env, &env.db());
+    assert_eq!(code, 0, "{report}");
+    let latest = report["schema_version"].as_i64().unwrap();
+    let older = latest - 1;
+    sqlite(&env.db(), &format!("PRAGMA user_version = {older};"));
+    let before = fs::read(env.db()).unwrap();
+    let names = listing(env.dir.path());
+    let (code, report) = doctor_json(&env, &env.db());
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["schema_version"], older, "{report}");
+    let schema = check(&report, "schema");
+    assert_eq!(schema["status"], "warn", "{report}");
+    assert!(
+        schema["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("older than this idem's {latest}")),
+        "{report}"
+    );
+    assert_eq!(check(&report, "integrity")["status"], "ok");
+    assert_eq!(fs::read(env.db()).unwrap(), before, "doctor migrated");
+    assert_eq!(listing(env.dir.path()), names, "doctor made files");
+}

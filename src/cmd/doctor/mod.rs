@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::cli::DoctorArgs;
 use crate::exit;
-use crate::ledger::{Location, Owner};
+use crate::ledger::{Inspect, Location, Owner, Schema};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
@@ -126,9 +126,57 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
     })
 }
 
-/// Reports a ledger's schema version against the one this idem writes;
-/// false when it is newer, and nothing more can be read.
-fn schema_version(version: i64, latest: i64, report: &mut Report) -> bool {
+/// Reports the state of a ledger's schema as it was `read`; true when it
+/// is idem's and current enough to check further. Each backend words the
+/// rest: `unreadable`, what a failure to read it means and its fix, and
+/// `empty`, a ledger with no schema yet.
+fn schema(
+    read: Result<Schema, String>,
+    unreadable: (&str, String),
+    report: &mut Report,
+    empty: impl FnOnce(&mut Report),
+) -> bool {
+    let state = match read {
+        Ok(state) => state,
+        Err(why) => {
+            let (cannot, fix) = unreadable;
+            report.push(
+                "schema",
+                Level::Problem,
+                format!("{cannot}: {why}"),
+                Some(fix),
+            );
+            return false;
+        }
+    };
+    let (version, latest) = match state {
+        Schema::NotADatabase => {
+            report.push(
+                "schema",
+                Level::Problem,
+                "the file is not a SQLite database",
+                Some("move the file aside or point --db elsewhere"),
+            );
+            return false;
+        }
+        Schema::None => {
+            report.facts.insert("schema_version".into(), 0.into());
+            empty(report);
+            return false;
+        }
+        Schema::Foreign { version } => {
+            report.facts.insert("schema_version".into(), version.into());
+            report.push(
+                "schema",
+                Level::Problem,
+                "not an idem ledger: another program's SQLite database",
+                Some("move it aside or point --db elsewhere"),
+            );
+            return false;
+        }
+        Schema::Idem { version, latest } => (version, latest),
+    };
+    report.facts.insert("schema_version".into(), version.into());
     match version.cmp(&latest) {
         std::cmp::Ordering::Greater => {
             report.push(
@@ -148,6 +196,20 @@ fn schema_version(version: i64, latest: i64, report: &mut Report) -> bool {
         std::cmp::Ordering::Equal => report.ok("schema", format!("version {version} (current)")),
     }
     true
+}
+
+/// Reports the keys whose head is `running`, as the ledger judges their
+/// owners.
+fn running(ledger: &mut dyn Inspect, report: &mut Report) {
+    match ledger.running() {
+        Ok(rows) => running_keys(rows, report),
+        Err(why) => report.push(
+            "running keys",
+            Level::Problem,
+            format!("cannot be read: {why}"),
+            None::<String>,
+        ),
+    }
 }
 
 /// Reports the keys whose head is `running`: stuck when the owner is gone

@@ -1,20 +1,19 @@
-//! The checks of a shared PostgreSQL ledger: the connection, the schema,
-//! the role's rights, and keys stuck in running. The session is made
-//! read-only before anything is read; nothing is created or migrated.
+//! The checks of a shared PostgreSQL ledger: the connection and the role's
+//! rights are doctor's own questions to the server; the schema and the keys
+//! stuck in running are read through the ledger, opened read-only.
 
 use postgres::Client;
 
-use super::{running_keys, schema_version, Level, Report};
-use crate::ledger::postgres::{connect_read_only, describe, schema_versions};
-use crate::ledger::Owner;
+use super::{running, schema, Level, Report};
+use crate::ledger::{describe, Inspect, PostgresInspector};
 
 /// What to grant a role so that it can use the ledger.
 const GRANT: &str = "GRANT USAGE ON SCHEMA idem TO <role>; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA idem TO <role>";
 
 pub(super) fn examine(url: &str, shown: &str) -> Report {
     let mut report = Report::default();
-    let mut client = match connect_read_only(url, shown) {
-        Ok(client) => client,
+    let mut ledger = match PostgresInspector::open(url, shown) {
+        Ok(ledger) => ledger,
         Err(why) => {
             report.push(
                 "connection",
@@ -25,6 +24,25 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
             return report;
         }
     };
+    let Some(role) = connection(ledger.session(), &mut report) else {
+        return report;
+    };
+    let unreadable = (
+        "cannot read schema idem's version",
+        GRANT.replace("<role>", &role),
+    );
+    let read = ledger.schema();
+    let empty = |report: &mut Report| no_schema(ledger.session(), &role, report);
+    if schema(read, unreadable, &mut report, empty) {
+        rights(ledger.session(), &role, &mut report);
+        running(&mut ledger, &mut report);
+    }
+    report
+}
+
+/// The server, the database and the role, as the session sees them; the
+/// role, unless they cannot be read.
+fn connection(client: &mut Client, report: &mut Report) -> Option<String> {
     let facts = client.query_one(
         "SELECT current_setting('server_version'), current_user::text, current_database()::text",
         &[],
@@ -36,7 +54,7 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
             row.try_get::<_, String>(2)?,
         ))
     });
-    let role = match facts {
+    match facts {
         Ok((version, role, database)) => {
             report.ok(
                 "connection",
@@ -44,7 +62,7 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
             );
             report.facts.insert("server_version".into(), version.into());
             report.facts.insert("role".into(), role.clone().into());
-            role
+            Some(role)
         }
         Err(error) => {
             report.push(
@@ -53,57 +71,34 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
                 format!("cannot read the server's settings: {}", describe(&error)),
                 None::<String>,
             );
-            return report;
+            None
         }
-    };
-    if schema(&mut client, &role, &mut report) {
-        rights(&mut client, &role, &mut report);
-        stuck(&mut client, &mut report);
     }
-    report
 }
 
-/// The schema's version; whether there is a current-enough schema to
-/// check further.
-fn schema(client: &mut Client, role: &str, report: &mut Report) -> bool {
-    let (version, latest) = match schema_versions(client) {
-        Ok(versions) => versions,
-        Err(error) => {
-            report.push(
-                "schema",
-                Level::Problem,
-                format!("cannot read schema idem's version: {}", describe(&error)),
-                Some(GRANT.replace("<role>", role)),
-            );
-            return false;
-        }
-    };
-    report.facts.insert("schema_version".into(), version.into());
-    if version == 0 {
-        let may_create = client
-            .query_one(
-                "SELECT has_database_privilege(current_database(), 'CREATE')",
-                &[],
-            )
-            .is_ok_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
-        if may_create {
-            report.push(
-                "schema",
-                Level::Warn,
-                "no schema idem yet; the next `idem run` creates it",
-                None::<String>,
-            );
-        } else {
-            report.push(
-                "schema",
-                Level::Problem,
-                format!("no schema idem yet, and role {role} may not create it"),
-                Some("let the database's owner run `idem run` once, or GRANT CREATE ON DATABASE to the role"),
-            );
-        }
-        return false;
+/// No schema yet: the next `idem run` creates it, if the role may.
+fn no_schema(client: &mut Client, role: &str, report: &mut Report) {
+    let may_create = client
+        .query_one(
+            "SELECT has_database_privilege(current_database(), 'CREATE')",
+            &[],
+        )
+        .is_ok_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
+    if may_create {
+        report.push(
+            "schema",
+            Level::Warn,
+            "no schema idem yet; the next `idem run` creates it",
+            None::<String>,
+        );
+    } else {
+        report.push(
+            "schema",
+            Level::Problem,
+            format!("no schema idem yet, and role {role} may not create it"),
+            Some("let the database's owner run `idem run` once, or GRANT CREATE ON DATABASE to the role"),
+        );
     }
-    schema_version(version.into(), latest.into(), report)
 }
 
 /// Whether the role can run keys (read and write the three tables) and
@@ -151,42 +146,6 @@ fn rights(client: &mut Client, role: &str, report: &mut Report) {
             "rights",
             Level::Problem,
             format!("cannot be checked: {}", describe(&error)),
-            None::<String>,
-        ),
-    }
-}
-
-/// Keys whose head is running, with their owners; an owner on another
-/// host is judged by its lease, on the database's clock.
-fn stuck(client: &mut Client, report: &mut Report) {
-    let rows = client.query(
-        "SELECT k.key, r.host, r.pid, k.owner_pgid,
-                coalesce(k.lease_until < clock_timestamp(), false)
-         FROM idem.keys k JOIN idem.runs r ON r.id = k.head
-         WHERE r.status = 'running' ORDER BY k.key",
-        &[],
-    );
-    let owners = rows.and_then(|rows| {
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get::<_, String>(0)?,
-                    Owner {
-                        host: row.try_get(1)?,
-                        pid: row.try_get::<_, i64>(2)? as u32,
-                        pgid: row.try_get::<_, Option<i64>>(3)?.map(|pgid| pgid as u32),
-                        alive: Some(!row.try_get::<_, bool>(4)?),
-                    },
-                ))
-            })
-            .collect::<Result<Vec<_>, postgres::Error>>()
-    });
-    match owners {
-        Ok(owners) => running_keys(owners, report),
-        Err(error) => report.push(
-            "running keys",
-            Level::Problem,
-            format!("cannot be read: {}", describe(&error)),
             None::<String>,
         ),
     }

@@ -1,21 +1,16 @@
-//! The checks of a SQLite ledger file.
-//!
-//! SQLite reads a WAL-mode file through its -shm index and creates that
-//! index when it is missing, so the file is opened so that nothing is
-//! created: `immutable=1` when there is no write-ahead log (the main file
-//! then holds every commit), `mode=ro` when the log and its index both
-//! exist, and a private copy elsewhere when only the log is left.
+//! The checks of a SQLite ledger file: its modes, its side files and free
+//! space are doctor's own; the schema, its integrity and the running keys
+//! are read through the ledger, opened so that nothing is created.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OpenFlags};
 use serde_json::json;
 
-use super::{running_keys, schema_version, Level, Report};
+use super::{running, schema, Level, Report};
 use crate::exit;
-use crate::ledger::{self, Owner, APPLICATION_ID, LATEST};
+use crate::ledger::{self, Inspect, SqliteInspector};
 use crate::render::human_bytes;
 
 /// Less free space than this is worth a warning.
@@ -55,8 +50,8 @@ pub(super) fn examine(path: &Path) -> Report {
     };
     permissions(path, &metadata, &mut report);
     side_files(path, &mut report);
-    match open(path) {
-        Ok((conn, _copy)) => contents(&conn, path, &mut report),
+    match SqliteInspector::open(path) {
+        Ok(mut opened) => contents(&mut opened, &mut report),
         Err(message) => report.push(
             "open",
             Level::Problem,
@@ -344,112 +339,28 @@ fn shm_holder(shm: &Path) -> Option<i32> {
     (lock.l_type != libc::F_UNLCK as libc::c_short).then_some(lock.l_pid)
 }
 
-/// Opens the ledger for reading without creating anything next to it. The
-/// second value keeps a private copy alive while it is read.
-fn open(path: &Path) -> Result<(Connection, Option<tempfile::TempDir>), String> {
-    let failed = |error: rusqlite::Error| format!("cannot open {}: {error}", path.display());
-    let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let connection = match ledger::read_only_uri(path) {
-        Ok(uri) => (
-            Connection::open_with_flags(uri, read_only).map_err(failed)?,
-            None,
-        ),
-        Err(_) => {
-            // A log without its index: SQLite would create the index, so
-            // read a copy of the two files elsewhere instead.
-            let copy = tempfile::tempdir().map_err(|error| {
-                format!("cannot make a temporary folder: {}", exit::io_words(&error))
-            })?;
-            let target = copy.path().join("ledger.db");
-            let copied = fs::copy(path, &target).and_then(|_| {
-                fs::copy(
-                    ledger::side_file(path, "-wal"),
-                    ledger::side_file(&target, "-wal"),
-                )
-            });
-            copied.map_err(|error| {
-                format!("cannot copy {}: {}", path.display(), exit::io_words(&error))
-            })?;
-            let conn = Connection::open_with_flags(
-                &target,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(failed)?;
-            (conn, Some(copy))
-        }
-    };
-    let _ = connection.0.busy_timeout(ledger::LOCK_WAIT);
-    Ok(connection)
-}
-
-fn contents(conn: &Connection, path: &Path, report: &mut Report) {
-    let versions = conn.query_row(
-        "SELECT (SELECT application_id FROM pragma_application_id),
-                (SELECT user_version FROM pragma_user_version),
-                (SELECT count(*) FROM sqlite_schema)",
-        [],
-        |row| {
-            Ok((
-                row.get::<_, i32>(0)?,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        },
+fn contents(ledger: &mut SqliteInspector, report: &mut Report) {
+    let unreadable = (
+        "cannot read the schema",
+        "move the file aside or point --db elsewhere".to_owned(),
     );
-    let (app_id, version, objects) = match versions {
-        Ok(versions) => versions,
-        Err(error) => {
-            let not_sqlite = error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase);
-            report.push(
-                "schema",
-                Level::Problem,
-                if not_sqlite {
-                    "the file is not a SQLite database".to_owned()
-                } else {
-                    format!("cannot read the schema: {error}")
-                },
-                Some("move the file aside or point --db elsewhere"),
-            );
-            return;
-        }
-    };
-    report.facts.insert("schema_version".into(), version.into());
-    if app_id == 0 && version == 0 && objects == 0 {
+    let empty = |report: &mut Report| {
         report.push(
             "schema",
             Level::Warn,
             "the file is empty; the next `idem run` makes it a ledger",
             None::<String>,
         );
+    };
+    if !schema(ledger.schema(), unreadable, report, empty) {
         return;
     }
-    if app_id != APPLICATION_ID {
-        report.push(
-            "schema",
-            Level::Problem,
-            "not an idem ledger: another program's SQLite database",
-            Some("move it aside or point --db elsewhere"),
-        );
-        return;
-    }
-    if !schema_version(version, LATEST, report) {
-        return;
-    }
-    integrity(conn, report);
-    stuck(conn, path, report);
+    integrity(ledger, report);
+    running(ledger, report);
 }
 
-fn integrity(conn: &Connection, report: &mut Report) {
-    let lines = conn
-        .prepare("PRAGMA integrity_check")
-        .and_then(|mut statement| {
-            statement
-                .query_map([], |row| row.get::<_, String>(0))?
-                .collect::<rusqlite::Result<Vec<String>>>()
-        });
-    match lines {
+fn integrity(ledger: &mut SqliteInspector, report: &mut Report) {
+    match ledger.integrity() {
         Ok(lines) if lines == ["ok"] => report.ok("integrity", "ok"),
         Ok(rows) => {
             // A row may hold several lines, under a "*** in database ***" title.
@@ -470,58 +381,13 @@ fn integrity(conn: &Connection, report: &mut Report) {
                 Some("save what is readable (`sqlite3 LEDGER .recover`), then move the file aside"),
             );
         }
-        Err(error) => report.push(
+        Err(why) => report.push(
             "integrity",
             Level::Problem,
-            format!("cannot be checked: {error}"),
+            format!("cannot be checked: {why}"),
             Some("save what is readable (`sqlite3 LEDGER .recover`), then move the file aside"),
         ),
     }
-}
-
-/// Keys whose head is `running` while its owner is gone: the next
-/// `idem run` of such a key marks it abandoned and runs it again.
-fn stuck(conn: &Connection, path: &Path, report: &mut Report) {
-    let locks = ledger::runlock::RunLocks::new(path);
-    let rows = conn
-        .prepare(
-            "SELECT k.key, r.host, r.pid, k.owner_pgid, k.id, k.owner_lock, k.owner_boot
-             FROM keys k JOIN runs r ON r.id = k.head
-             WHERE r.status = 'running' ORDER BY k.key",
-        )
-        .and_then(|mut statement| {
-            statement
-                .query_map([], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        Owner {
-                            host: row.get(1)?,
-                            pid: row.get(2)?,
-                            pgid: row.get(3)?,
-                            alive: ledger::judge_local_owner(
-                                &locks,
-                                row.get(4)?,
-                                row.get::<_, Option<bool>>(5)?.unwrap_or(false),
-                                row.get::<_, Option<String>>(6)?.as_deref(),
-                            )?,
-                        },
-                    ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()
-        });
-    let rows = match rows {
-        Ok(rows) => rows,
-        Err(error) => {
-            report.push(
-                "running keys",
-                Level::Problem,
-                format!("cannot be read: {error}"),
-                None::<String>,
-            );
-            return;
-        }
-    };
-    running_keys(rows, report);
 }
 
 fn space(path: &Path, report: &mut Report) {

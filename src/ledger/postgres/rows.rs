@@ -216,3 +216,26 @@ pub(super) fn query_head(
     };
     Ok(Some((id, head)))
 }
+
+/// Every key whose head is running, in key order, with its owner judged by
+/// its lease on the database's clock.
+pub(super) fn running_heads(
+    client: &mut impl GenericClient,
+) -> Result<Vec<(Run, Owner)>, postgres::Error> {
+    let rows = client.query_typed(
+        &format!(
+            "SELECT {}, {} FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+             WHERE r.status = 'running' ORDER BY k.key",
+            RunCol::LIST,
+            OwnerCol::LIST
+        ),
+        &[],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let (_, run) = run_from_row(row)?;
+            let owner = owner_from_row(row, RunCol::COUNT, &run)?;
+            Ok((run, owner))
+        })
+        .collect()
+}

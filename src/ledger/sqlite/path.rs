@@ -258,7 +258,8 @@ pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
 /// missing, which a read-only file system refuses. Without a -wal file the
 /// main file holds every commit, so `immutable=1` reads it creating nothing
 /// (a writer that starts meanwhile writes to a new -wal, not to this file,
-/// until it checkpoints).
+/// until it checkpoints). `idem doctor` reads every ledger so, and so
+/// does key completion.
 pub(crate) fn read_only_uri(path: &Path) -> Result<PathBuf> {
     let wal_is_empty =
         std::fs::metadata(side_file(path, "-wal")).map_or(true, |wal| wal.len() == 0);
@@ -280,7 +281,7 @@ pub(crate) fn read_only_uri(path: &Path) -> Result<PathBuf> {
 
 /// A `file:` URI for `path` with `query`: every byte but the unreserved ones
 /// is percent-encoded, so `?`, `#` and non-UTF-8 names survive.
-pub(crate) fn sqlite_uri(path: &Path, query: &str) -> PathBuf {
+fn sqlite_uri(path: &Path, query: &str) -> PathBuf {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let mut uri = b"file:".to_vec();
     if path.is_absolute() {

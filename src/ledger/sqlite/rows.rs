@@ -175,7 +175,7 @@ pub(super) fn by_the_kernel(
 
 /// Whether the owner of the running head of key row `key_id` lives, by
 /// the key's columns `owner_lock` (`locked`) and `owner_boot` (`boot`).
-pub(crate) fn judge_local_owner(
+fn judge_local_owner(
     locks: &RunLocks,
     key_id: i64,
     locked: bool,

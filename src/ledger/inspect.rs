@@ -1,0 +1,38 @@
+//! What `idem doctor` reads of a ledger, without changing it: the state of
+//! its schema and the keys running now, their owners judged by the rule
+//! the ledger itself decides by. Each backend answers with its own SQL;
+//! the answers are plain data, and a failure is told in the backend's words.
+
+use super::Owner;
+
+/// The state of a ledger's schema, as opening it for `run` would judge it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// Nothing there yet (an empty file, a database idem never used): the
+    /// next `idem run` creates the schema.
+    None,
+    /// The file is not a SQLite database at all.
+    NotADatabase,
+    /// Another program's SQLite database, at its `user_version`.
+    Foreign { version: i64 },
+    /// idem's schema at `version`; this idem writes `latest`.
+    Idem { version: i64, latest: i64 },
+}
+
+impl Schema {
+    /// Written by a newer idem: refused untouched, and nothing more can be
+    /// read of it.
+    pub fn newer(self) -> bool {
+        matches!(self, Schema::Idem { version, latest } if version > latest)
+    }
+}
+
+/// A ledger opened only to be read: nothing is created, migrated or
+/// written, whatever it finds.
+pub trait Inspect {
+    /// The state of the schema.
+    fn schema(&mut self) -> Result<Schema, String>;
+
+    /// Every key whose head is running, in key order, with its owner.
+    fn running(&mut self) -> Result<Vec<(String, Owner)>, String>;
+}

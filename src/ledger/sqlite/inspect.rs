@@ -1,0 +1,106 @@
+//! A SQLite ledger opened only to be read (`idem doctor`).
+//!
+//! SQLite reads a WAL-mode file through its -shm index and creates that
+//! index when it is missing, so the file is opened so that nothing is
+//! created: as [`read_only_uri`] says when it can (`immutable=1` without a
+//! write-ahead log, `mode=ro` with the log and its index), and as a private
+//! copy elsewhere when only the log is left.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::super::inspect::{Inspect, Schema};
+use super::super::runlock::RunLocks;
+use super::super::Owner;
+use super::path::{read_only_uri, side_file};
+use super::rows::running_heads;
+use super::{schema_state, versions, LOCK_WAIT};
+use crate::exit::io_words;
+
+pub struct SqliteInspector {
+    // Field order matters: the connection closes before the copy it may
+    // read is deleted.
+    conn: Connection,
+    /// The ledger's own lock file, whatever file is read: it tells whether
+    /// a run lives.
+    locks: RunLocks,
+    _copy: Option<tempfile::TempDir>,
+}
+
+impl SqliteInspector {
+    /// Opens the ledger at `path` for reading, creating nothing next to it;
+    /// says in words why it cannot.
+    pub fn open(path: &Path) -> Result<SqliteInspector, String> {
+        let failed = |error: rusqlite::Error| format!("cannot open {}: {error}", path.display());
+        let (conn, copy) = match read_only_uri(path) {
+            Ok(uri) => {
+                let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                (
+                    Connection::open_with_flags(uri, flags).map_err(failed)?,
+                    None,
+                )
+            }
+            Err(_) => {
+                let copy = copy_with_log(path)?;
+                let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                let conn = Connection::open_with_flags(copy.path().join("ledger.db"), flags)
+                    .map_err(failed)?;
+                (conn, Some(copy))
+            }
+        };
+        let _ = conn.busy_timeout(LOCK_WAIT);
+        Ok(SqliteInspector {
+            conn,
+            locks: RunLocks::new(path),
+            _copy: copy,
+        })
+    }
+
+    /// The rows of `PRAGMA integrity_check`: `["ok"]` when the file is sound.
+    pub fn integrity(&mut self) -> Result<Vec<String>, String> {
+        let lines = self
+            .conn
+            .prepare("PRAGMA integrity_check")
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            });
+        lines.map_err(|error| error.to_string())
+    }
+}
+
+/// A log without its index: SQLite would create the index, so the ledger
+/// and its log are read from a private copy instead.
+fn copy_with_log(path: &Path) -> Result<tempfile::TempDir, String> {
+    let copy = tempfile::tempdir()
+        .map_err(|error| format!("cannot make a temporary folder: {}", io_words(&error)))?;
+    let target = copy.path().join("ledger.db");
+    let copied = std::fs::copy(path, &target)
+        .and_then(|_| std::fs::copy(side_file(path, "-wal"), side_file(&target, "-wal")));
+    copied.map_err(|error| format!("cannot copy {}: {}", path.display(), io_words(&error)))?;
+    Ok(copy)
+}
+
+impl Inspect for SqliteInspector {
+    fn schema(&mut self) -> Result<Schema, String> {
+        match versions(&self.conn) {
+            Ok(versions) => Ok(schema_state(versions)),
+            Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+                Ok(Schema::NotADatabase)
+            }
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    fn running(&mut self) -> Result<Vec<(String, Owner)>, String> {
+        let heads = running_heads(&self.conn, &self.locks).map_err(|error| error.to_string())?;
+        Ok(heads
+            .into_iter()
+            .map(|(_, run, owner)| (run.key, owner))
+            .collect())
+    }
+}
