@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use crate::cli::{ColorChoice, LedgerCommand, ListArgs};
 use crate::exit::{self, Failure};
-use crate::ledger::{self, Attempt, Ledger, ListFilter, Location, Status};
+use crate::ledger::{self, Attempt, ListFilter, Location, Status};
 use crate::render;
 
 /// Runs `import` writes per transaction: few commits, bounded memory...
@@ -217,28 +217,6 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
     }
     out.flush()?;
     Ok(exit::SUCCESS)
-}
-
-/// `run --replay`: prints the output kept of the key's deciding run (the
-/// success a skip stands on), its last attempt's alone.
-pub fn replay(key: &str, ledger: &mut dyn Ledger) -> Result<()> {
-    let Some(head) = ledger.head(key)? else {
-        return Ok(());
-    };
-    if head.run.status != Status::Succeeded {
-        return Ok(());
-    }
-    if let Some(tails) = ledger.output(head.run.run_id, None)? {
-        if tails.cut {
-            crate::exit::say(&format!(
-                "{key}: its output was longer than was kept (--capture): the replay lacks its start"
-            ));
-        }
-        let _ = std::io::stdout().write_all(&tails.stdout);
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().write_all(&tails.stderr);
-    }
-    Ok(())
 }
 
 fn forget(
