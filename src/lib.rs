@@ -12,6 +12,7 @@ pub mod key;
 pub mod ledger;
 pub mod process;
 pub mod render;
+pub mod report;
 pub mod run;
 
 use anyhow::Result;
@@ -24,7 +25,7 @@ pub fn run(cli: Cli) -> Result<u8> {
     let location = || Location::resolve(cli.db.as_deref());
     match &cli.command {
         Command::Run(args) => {
-            let reporter = run::Reporter::new(cli.quiet, cli.verbose, args.progress);
+            let reporter = report::Reporter::new(cli.quiet, cli.verbose, args.progress);
             run::run(args, &location()?, &reporter)
         }
         Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet, cli.color),

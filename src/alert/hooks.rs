@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::run::Reporter;
+use crate::report::Reporter;
 
 /// The longest a hook runs before its process group is killed: a hook
 /// that hangs (a webhook that never answers) must not hold cron's slot.

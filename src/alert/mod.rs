@@ -20,7 +20,7 @@ use anyhow::Result;
 
 use crate::exit::Failure;
 use crate::ledger::{Attempt, Claim, HookRun, Ledger, Outcome, Status};
-use crate::run::Reporter;
+use crate::report::Reporter;
 pub use hooks::HOOK_LIMIT;
 use ping::Ping;
 
@@ -361,7 +361,7 @@ impl Drop for Watch {
 /// The job's failures in a row, from its ledger row; `None` when the
 /// ledger cannot tell (then the run's own count stands in).
 fn failures_in_a_row(ledger: &mut dyn Ledger, job: &str) -> Option<u64> {
-    crate::run::job_state(ledger, job)
+    crate::ledger::job_state(ledger, job)
         .ok()
         .flatten()
         .map(|state| state.failures)

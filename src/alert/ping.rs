@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::run::Reporter;
+use crate::report::Reporter;
 
 /// The most time all of a run's pings may take, tries and backoff included.
 pub const BUDGET: Duration = Duration::from_secs(12);

@@ -798,6 +798,30 @@ pub fn decode_command(bytes: &[u8]) -> Vec<OsString> {
         .collect()
 }
 
+/// The job's row in the ledger, if it has one.
+pub fn job_state(ledger: &mut dyn Ledger, job: &str) -> Result<Option<JobState>> {
+    Ok(ledger
+        .jobs(Some(&glob_literal(job)))?
+        .into_iter()
+        .find(|state| state.job == job))
+}
+
+/// A glob that matches `text` alone.
+fn glob_literal(text: &str) -> String {
+    let mut glob = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '*' | '?' | '[' => {
+                glob.push('[');
+                glob.push(c);
+                glob.push(']');
+            }
+            c => glob.push(c),
+        }
+    }
+    glob
+}
+
 /// The folder a SQLite ledger lives in, for messages.
 pub fn folder_of(path: &Path) -> &Path {
     path.parent()

@@ -10,9 +10,10 @@ use uuid::Uuid;
 
 use super::config::Config;
 use super::decide::{decide, Refusal, Rules, Verdict};
-use super::{catchup, locks, report, Reporter, WAIT_POLL};
+use super::{catchup, locks, WAIT_POLL};
 use crate::exit::{self, Failure};
 use crate::ledger::{Claim, Head, Ledger, NewRun, Plan};
+use crate::report::{self, Reporter};
 
 /// What came of getting the key.
 pub(super) enum Acquired {

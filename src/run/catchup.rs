@@ -7,18 +7,11 @@ use jiff::Timestamp;
 
 use super::config::Config;
 use super::decide::Rules;
-use super::{run_key, Reporter};
+use super::run_key;
 use crate::exit;
 use crate::key::Period;
-use crate::ledger::{self, Head, JobInfo, JobState, Ledger, Location, Status, CHECK_EVERY};
-
-/// The job's row in the ledger, if it has one.
-pub fn job_state(ledger: &mut dyn Ledger, job: &str) -> Result<Option<JobState>> {
-    Ok(ledger
-        .jobs(Some(&glob_literal(job)))?
-        .into_iter()
-        .find(|state| state.job == job))
-}
+use crate::ledger::{self, Head, JobInfo, Ledger, Location, Status, CHECK_EVERY};
+use crate::report::Reporter;
 
 /// After a skip: stamps that the job was called, at most once a minute,
 /// so `status` can tell a job cron still calls. Bookkeeping only: a ledger
@@ -104,7 +97,8 @@ fn missed(
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return Ok(Vec::new());
     };
-    let first_run = job_state(ledger.as_mut(), &config.job.name)?.and_then(|state| state.first_run);
+    let first_run =
+        ledger::job_state(ledger.as_mut(), &config.job.name)?.and_then(|state| state.first_run);
     // A new job does not replay history.
     let Some(first_run) = first_run else {
         return Ok(Vec::new());
@@ -128,20 +122,4 @@ fn missed(
         }
     }
     Ok(missed)
-}
-
-/// A glob that matches `text` alone.
-fn glob_literal(text: &str) -> String {
-    let mut glob = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '*' | '?' | '[' => {
-                glob.push('[');
-                glob.push(c);
-                glob.push(']');
-            }
-            c => glob.push(c),
-        }
-    }
-    glob
 }

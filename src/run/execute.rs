@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::config::{Config, Retry, RetryPolicy};
-use super::report;
 use super::streams::Output;
-use super::Reporter;
 use crate::alert::Alerts;
 use crate::exit::{self, Failure};
 use crate::ledger::{Attempt, Claim, Ledger, Outcome, Status};
 use crate::process::{AttemptEnd, AttemptError, End, Notice, Spec, Supervisor};
+use crate::report;
+use crate::report::Reporter;
 
 /// How long idem keeps trying to record an outcome (a locked ledger, a
 /// database restarting) before it gives up with 125: giving up leaves the

@@ -15,8 +15,8 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::config::Config;
-use super::{report, Reporter};
 use crate::ledger::{Claim, Ledger, Locks};
+use crate::report::{self, Reporter};
 
 /// Takes every lock of the run, waiting until `wait_until` (`--wait`);
 /// `Err(code)` when one stayed held: the conflict exit code, said.

@@ -30,7 +30,6 @@ mod decide;
 mod execute;
 mod lease;
 mod locks;
-mod report;
 mod streams;
 
 use std::io::Write;
@@ -44,11 +43,10 @@ use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::ledger::{self, Ledger, Location};
 use crate::process::Supervisor;
+use crate::report::{self, Reporter};
 use acquire::{acquire, Acquired};
-pub use catchup::job_state;
 use config::Config;
 use execute::Run;
-pub use report::Reporter;
 use streams::Streams;
 
 /// How often a waiter looks at the ledger again.
