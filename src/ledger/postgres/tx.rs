@@ -355,25 +355,32 @@ pub(super) fn job_outcome(
     status: Status,
     exit: Option<i32>,
 ) -> Result<(), postgres::Error> {
+    // The run's job, key and start with its job's figures, locked: one
+    // round trip. A run of no job (imported from before jobs) has none.
     let Some(row) = tx.query_typed_opt(
-        "SELECT job, key, started_at FROM idem.runs WHERE run_id = $1",
+        &format!(
+            "SELECT {}, now(), r.run_key, r.run_started
+             FROM (SELECT job AS run_job, key AS run_key, started_at AS run_started
+                   FROM idem.runs WHERE run_id = $1) r
+             JOIN idem.jobs ON idem.jobs.job = r.run_job
+             FOR UPDATE OF jobs",
+            JobCol::LIST
+        ),
         typed![&run_id => UUID],
     )?
     else {
         return Ok(());
     };
-    let Some(job) = row.try_get::<_, Option<String>>(0)? else {
-        return Ok(());
-    };
-    let key: String = row.try_get(1)?;
-    let (mut state, now) = load_job(tx, &job)?;
+    let mut state = job_from_row(&row)?;
+    let now = row.try_get(JobCol::COUNT)?;
+    let key: String = row.try_get(JobCol::COUNT + 1)?;
     state.runs[0] = state.runs[0].saturating_sub(1);
     let index = Status::ALL
         .iter()
         .position(|each| *each == status)
         .unwrap_or(0);
     state.runs[index] += 1;
-    state.outcome(&key, status, row.try_get(2)?, exit, now);
+    state.outcome(&key, status, row.try_get(JobCol::COUNT + 2)?, exit, now);
     save_job(tx, &state)
 }
 
