@@ -34,6 +34,7 @@ macro_rules! select_list {
 }
 
 mod columns;
+mod error;
 mod inspect;
 pub mod line;
 mod postgres;
@@ -202,14 +203,10 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
         // that cannot name a file at all (its folder is a file) is a typo.
         // Anything at the path, a dangling link included, is judged by open.
         Location::Sqlite(path) if nothing_at(path) => match std::fs::metadata(folder_of(path)) {
-            Ok(folder) if !folder.is_dir() => Err(Failure::new(
-                crate::exit::IDEM_FAILED,
-                format!(
-                    "ledger {} cannot exist: {} is not a folder; set --db or IDEM_DB",
-                    path.display(),
-                    folder_of(path).display()
-                ),
-            )
+            Ok(folder) if !folder.is_dir() => Err(error::Refusal::NotAFolder {
+                ledger: path.display().to_string(),
+                folder: folder_of(path).display().to_string(),
+            }
             .into()),
             _ => Ok(None),
         },

@@ -37,13 +37,13 @@ use postgres::{Client, GenericClient, Row};
 use uuid::Uuid;
 
 use super::columns::{attempt_list, JobCol};
+use super::error::{LedgerError, Taker, Why};
 use super::rules;
 use super::{
     encode_command, Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport,
     JobState, KeyMetrics, Ledger, ListFilter, Locks, NewRun, Outcome, Plan, PruneReport, Run,
     RunAttempts, Tails,
 };
-use crate::exit::{Failure, IDEM_FAILED};
 pub use inspect::PostgresInspector;
 use rows::{attempt_from_row, job_from_row, query_head, run_from_row, RunCol, Unreadable};
 use schema::{LATEST, MIGRATIONS};
@@ -73,14 +73,12 @@ pub struct PostgresLedger {
 
 impl PostgresLedger {
     /// Connects and creates or migrates the schema when needed. Unreachable
-    /// or refusing: a [`Failure`] with exit code 125.
+    /// or refusing: a [`LedgerError`] (exit code 125).
     pub fn open(url: &str, shown: &str) -> Result<PostgresLedger> {
         let config = connect::config(url, shown)?;
-        let client = connect::connect(&config).map_err(|why| {
-            Failure::new(
-                IDEM_FAILED,
-                format!("could not connect to ledger {shown}: {why}; check the URL and that the server is up"),
-            )
+        let client = connect::connect(&config).map_err(|why| LedgerError::Unreachable {
+            ledger: shown.to_owned(),
+            why,
         })?;
         let mut ledger = PostgresLedger {
             client,
@@ -114,17 +112,7 @@ impl PostgresLedger {
     }
 
     fn fail(&self, doing: &str, error: &postgres::Error) -> anyhow::Error {
-        let failure = Failure::new(
-            IDEM_FAILED,
-            format!("could not {doing} ledger {}: {}", self.shown, words(error)),
-        );
-        let passing = connection_lost(error) || error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
-        if passing {
-            failure.transient()
-        } else {
-            failure
-        }
-        .into()
+        fault(doing, &self.shown, error).into()
     }
 
     /// The schema's version; 0 when there is no schema yet.
@@ -209,14 +197,11 @@ impl PostgresLedger {
             Ok(None) => Ok(()),
             Ok(Some(version)) => Err(self.newer(version)),
             Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                Err(Failure::new(
-                    IDEM_FAILED,
-                    format!(
-                        "could not create schema {SCHEMA} in ledger {}: {}; let the database's owner run idem once, or grant CREATE on the database",
-                        self.shown,
-                        connect::describe(&error)
-                    ),
-                )
+                Err(LedgerError::CannotCreateSchema {
+                    schema: SCHEMA,
+                    ledger: self.shown.clone(),
+                    why: connect::describe(&error),
+                }
                 .into())
             }
             Err(error) => Err(self.fail("create or migrate", &error)),
@@ -224,24 +209,19 @@ impl PostgresLedger {
     }
 
     fn newer(&self, version: i32) -> anyhow::Error {
-        Failure::new(
-            IDEM_FAILED,
-            format!(
-                "ledger {} was written by a newer idem (schema {version}, this idem knows {LATEST}); upgrade idem",
-                self.shown
-            ),
-        )
+        LedgerError::Newer {
+            ledger: self.shown.clone(),
+            version: version.into(),
+            latest: LATEST.into(),
+        }
         .into()
     }
 
     fn lost(claim: &Claim) -> anyhow::Error {
-        Failure::new(
-            IDEM_FAILED,
-            format!(
-            "run {} of key {} lost its claim: its lease ran out and another run took the key over",
-            claim.run_id, claim.key
-        ),
-        )
+        LedgerError::ClaimLost {
+            run: claim.run_id.to_string(),
+            key: claim.key.clone(),
+        }
         .into()
     }
 }
@@ -357,14 +337,11 @@ impl Ledger for PostgresLedger {
         })();
         result.map_err(|error: postgres::Error| {
             if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
-                return Failure::new(
-                    IDEM_FAILED,
-                    format!(
-                        "could not claim key {key} in ledger {}: another session held its row for {}s; look for a stuck one in pg_stat_activity",
-                        self.shown,
-                        LOCK_WAIT.as_secs()
-                    ),
-                )
+                return LedgerError::RowHeld {
+                    key: key.to_owned(),
+                    ledger: self.shown.clone(),
+                    secs: LOCK_WAIT.as_secs(),
+                }
                 .into();
             }
             self.fail("claim a key in", &error)
@@ -452,10 +429,11 @@ impl Ledger for PostgresLedger {
         });
         match result {
             Ok(true) => Ok(()),
-            Ok(false) => Err(Failure::new(IDEM_FAILED, format!(
-                "the outcome of run {} of key {} could not be recorded: its lease ran out and another run took the key over",
-                claim.run_id, claim.key
-            ))
+            Ok(false) => Err(LedgerError::OutcomeLost {
+                run: claim.run_id.to_string(),
+                key: claim.key.clone(),
+                taker: Taker::Lease,
+            }
             .into()),
             Err(error) => Err(self.fail("record the outcome in", &error)),
         }
@@ -661,13 +639,8 @@ impl Ledger for PostgresLedger {
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
         let shown = self.shown.clone();
-        let read = |error: postgres::Error| -> anyhow::Error {
-            Failure::new(
-                IDEM_FAILED,
-                format!("could not read ledger {shown}: {}", words(&error)),
-            )
-            .into()
-        };
+        let read =
+            |error: postgres::Error| -> anyhow::Error { fault("read", &shown, &error).into() };
         // One snapshot while runs go on; runs and their attempts come in
         // batches from two cursors in the same order, so memory stays
         // bounded whatever the ledger holds.
@@ -1018,19 +991,34 @@ impl Cursors {
     }
 }
 
-/// A ledger error in words: a stored value that cannot be read is said as
-/// SQLite's are; anything else as the server or the connection says it.
-fn words(error: &postgres::Error) -> String {
+/// `doing` the ledger `shown` failed with `error`: a stored value that
+/// cannot be read is said as SQLite's are; anything else as the server or
+/// the connection says it, a lost connection or a lock not granted being
+/// worth riding out.
+fn fault(doing: &str, shown: &str, error: &postgres::Error) -> LedgerError {
+    let passing = connection_lost(error) || error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
+    let why = match unreadable(error) {
+        Some(what) => Why::Unreadable(what),
+        None if passing => Why::Passing(connect::describe(error)),
+        None => Why::Said(connect::describe(error)),
+    };
+    LedgerError::Could {
+        doing: doing.to_owned(),
+        ledger: shown.to_owned(),
+        why,
+    }
+}
+
+/// The words of a stored value that cannot be read, if that is `error`.
+fn unreadable(error: &postgres::Error) -> Option<String> {
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         if let Some(unreadable) = cause.downcast_ref::<Unreadable>() {
-            return format!(
-                "a stored value cannot be read ({unreadable}): the ledger was changed by hand or damaged; run `idem doctor`"
-            );
+            return Some(unreadable.to_string());
         }
         source = cause.source();
     }
-    connect::describe(error)
+    None
 }
 
 /// Whether `error` broke the connection (rather than being the server's

@@ -24,6 +24,7 @@ use rusqlite::{params, params_from_iter, Connection, ErrorCode, OpenFlags, Optio
 use uuid::Uuid;
 
 use super::columns::{attempt_list, JobCol};
+use super::error::{LedgerError, Taker, Why};
 use super::inspect::Schema;
 use super::rules;
 use super::runlock::{Hold, RunLocks};
@@ -33,7 +34,7 @@ use super::{
     JobState, KeyMetrics, Ledger, ListFilter, Locks, NewRun, Outcome, Plan, PruneReport, Run,
     RunAttempts, Status, Tails,
 };
-use crate::exit::{io_words, Failure, IDEM_FAILED};
+use crate::exit::io_words;
 pub use inspect::SqliteInspector;
 use path::{check_side_files, disk_full, open_file, prepare_folder, read_only_uri};
 use rows::{
@@ -59,47 +60,31 @@ pub struct SqliteLedger {
     locks: RunLocks,
 }
 
-/// Says in words what went wrong with the ledger in `path`.
-fn describe(error: &rusqlite::Error, path: &Path) -> String {
+/// What went wrong with the ledger in `path`.
+fn describe(error: &rusqlite::Error, path: &Path) -> Why {
     match error {
         rusqlite::Error::FromSqlConversionFailure(_, _, why) => {
-            return format!(
-                "a stored value cannot be read ({why}): the ledger was changed by hand or damaged; run `idem doctor`"
-            )
+            return Why::Unreadable(why.to_string())
         }
-        rusqlite::Error::IntegralValueOutOfRange(_, value) => {
-            return format!(
-                "a stored time cannot be read ({value}): the ledger was changed by hand or damaged; run `idem doctor`"
-            )
-        }
+        rusqlite::Error::IntegralValueOutOfRange(_, value) => return Why::UnreadableTime(*value),
         _ => {}
     }
     match error.sqlite_error_code() {
-        Some(ErrorCode::DiskFull) => "the disk is full; free some space".into(),
+        Some(ErrorCode::DiskFull) => Why::DiskFull,
         // A full disk often shows as an i/o error: the -shm index is grown
         // through mmap, which cannot report ENOSPC as such.
-        Some(ErrorCode::SystemIoFailure) if disk_full(path) => {
-            "the disk is full; free some space".into()
-        }
-        Some(ErrorCode::ReadOnly) => {
-            "the ledger is read-only (its file or file system refuses writes); make it writable or set --db".into()
-        }
-        Some(ErrorCode::NotADatabase) => {
-            "not an idem ledger (the file is not a SQLite database); move it aside or set --db"
-                .into()
-        }
-        Some(ErrorCode::DatabaseCorrupt) => {
-            "the ledger is corrupt; run `idem doctor`, then move it aside".into()
-        }
-        Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => format!(
-            "the ledger stayed locked by another process for {}s",
-            LOCK_WAIT.as_secs()
-        ),
+        Some(ErrorCode::SystemIoFailure) if disk_full(path) => Why::DiskFull,
+        Some(ErrorCode::ReadOnly) => Why::ReadOnly,
+        Some(ErrorCode::NotADatabase) => Why::NotSqlite,
+        Some(ErrorCode::DatabaseCorrupt) => Why::Corrupt,
+        Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => Why::Busy {
+            secs: LOCK_WAIT.as_secs(),
+        },
         Some(ErrorCode::PermissionDenied) | Some(ErrorCode::CannotOpen) => {
-            format!("{error}; check the permissions or set --db")
+            Why::Permission(error.to_string())
         }
-        Some(ErrorCode::SystemIoFailure) => format!("i/o error ({error}); check the disk"),
-        _ => error.to_string(),
+        Some(ErrorCode::SystemIoFailure) => Why::Io(error.to_string()),
+        _ => Why::Said(error.to_string()),
     }
 }
 
@@ -129,15 +114,10 @@ impl SqliteLedger {
                     | OpenFlags::SQLITE_OPEN_NOFOLLOW,
             )
         };
-        let conn = opened.map_err(|error| {
-            Failure::new(
-                IDEM_FAILED,
-                format!(
-                    "could not open ledger {}: {}",
-                    path.display(),
-                    describe(&error, path)
-                ),
-            )
+        let conn = opened.map_err(|error| LedgerError::Could {
+            doing: "open".into(),
+            ledger: path.display().to_string(),
+            why: describe(&error, path),
         })?;
         let mut ledger = SqliteLedger {
             conn,
@@ -200,16 +180,18 @@ impl SqliteLedger {
         let path = self.path.display();
         match schema_state(versions) {
             Schema::None => Ok(true), // a new, empty file
-            Schema::NotADatabase | Schema::Foreign { .. } => Err(Failure::new(
-                IDEM_FAILED,
-                format!("{path} is not an idem ledger (it is another program's SQLite database); move it aside or set --db"),
-            )
+            Schema::NotADatabase | Schema::Foreign { .. } => Err(LedgerError::NotALedger {
+                ledger: path.to_string(),
+            }
             .into()),
-            schema @ Schema::Idem { version, latest } if schema.newer() => Err(Failure::new(
-                IDEM_FAILED,
-                format!("ledger {path} was written by a newer idem (schema {version}, this idem knows {latest}); upgrade idem"),
-            )
-            .into()),
+            schema @ Schema::Idem { version, latest } if schema.newer() => {
+                Err(LedgerError::Newer {
+                    ledger: path.to_string(),
+                    version,
+                    latest,
+                }
+                .into())
+            }
             Schema::Idem { version, latest } => Ok(version < latest),
         }
     }
@@ -260,45 +242,30 @@ impl SqliteLedger {
         match waited.recv_timeout(LOCK_WAIT) {
             Ok(Ok(())) => Ok(LockGuard(Arc::clone(&self.lock))),
             Ok(Err(error)) => Err(self.lock_error(&error)),
-            Err(_) => Err(Failure::new(
-                IDEM_FAILED,
-                format!(
-                    "ledger {} stayed locked by another process for {}s; see `idem doctor`",
-                    self.path.display(),
-                    LOCK_WAIT.as_secs()
-                ),
-            )
-            .transient()
+            Err(_) => Err(LedgerError::StayedLocked {
+                ledger: self.path.display().to_string(),
+                secs: LOCK_WAIT.as_secs(),
+            }
             .into()),
         }
     }
 
     fn lock_error(&self, error: &std::io::Error) -> anyhow::Error {
-        Failure::new(
-            IDEM_FAILED,
-            format!(
-                "could not lock ledger {}: {}",
-                self.path.display(),
-                io_words(error)
-            ),
-        )
+        LedgerError::Could {
+            doing: "lock".into(),
+            ledger: self.path.display().to_string(),
+            why: Why::Said(io_words(error)),
+        }
         .into()
     }
 
     fn fail(&self, doing: &str, error: &rusqlite::Error) -> anyhow::Error {
-        let failure = Failure::new(
-            IDEM_FAILED,
-            format!(
-                "could not {doing} ledger {}: {}",
-                self.path.display(),
-                describe(error, &self.path)
-            ),
-        );
-        let busy = matches!(
-            error.sqlite_error_code(),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-        );
-        if busy { failure.transient() } else { failure }.into()
+        LedgerError::Could {
+            doing: doing.to_owned(),
+            ledger: self.path.display().to_string(),
+            why: describe(error, &self.path),
+        }
+        .into()
     }
 
     /// Runs `body` in an IMMEDIATE transaction under the writers' lock.
@@ -486,10 +453,11 @@ impl Ledger for SqliteLedger {
             Ok(changed == 1)
         })?;
         if !recorded {
-            return Err(Failure::new(IDEM_FAILED, format!(
-                "the outcome of run {} of key {} could not be recorded: another process marked it abandoned or removed it",
-                claim.run_id, claim.key
-            ))
+            return Err(LedgerError::OutcomeLost {
+                run: claim.run_id.to_string(),
+                key: claim.key.clone(),
+                taker: Taker::Abandoner,
+            }
             .into());
         }
         Ok(())
@@ -717,14 +685,10 @@ impl Ledger for SqliteLedger {
                 Ok(Some(hold)) => locks.holds.push(hold),
                 Ok(None) => return Ok(Err(name.clone())),
                 Err(error) => {
-                    return Err(Failure::new(
-                        IDEM_FAILED,
-                        format!(
-                            "could not use the lock file {}: {}",
-                            self.locks.path().display(),
-                            io_words(&error)
-                        ),
-                    )
+                    return Err(LedgerError::LockFile {
+                        file: self.locks.path().display().to_string(),
+                        why: io_words(&error),
+                    }
                     .into())
                 }
             }

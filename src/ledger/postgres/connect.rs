@@ -15,7 +15,7 @@ use std::time::Duration;
 use postgres::config::{Host, SslMode};
 use postgres::{Client, Config, NoTls};
 
-use crate::exit::{Failure, IDEM_FAILED};
+use crate::ledger::error::LedgerError;
 
 /// How long a connection attempt may take when the URL does not say.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,20 +31,15 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Parses `url` into a connection config, with idem's defaults and the
 /// password looked up where libpq would look.
-pub fn config(url: &str, shown: &str) -> Result<Config, Failure> {
+pub(crate) fn config(url: &str, shown: &str) -> Result<Config, LedgerError> {
     // The driver knows disable, prefer and require; idem's require already
     // verifies the certificate and the host name, as verify-full does.
     let url = url
         .replace("sslmode=verify-full", "sslmode=require")
         .replace("sslmode=verify-ca", "sslmode=require");
-    let mut config = Config::from_str(&url).map_err(|error| {
-        Failure::new(
-            IDEM_FAILED,
-            format!(
-                "invalid postgres URL {shown}: {}; see the README's PostgreSQL section",
-                describe(&error)
-            ),
-        )
+    let mut config = Config::from_str(&url).map_err(|error| LedgerError::BadUrl {
+        url: shown.to_owned(),
+        why: describe(&error),
     })?;
     fill_from_environment(&mut config);
     if config.get_connect_timeout().is_none() {

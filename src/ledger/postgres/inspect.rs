@@ -17,7 +17,7 @@ impl PostgresInspector {
     /// Connects to the ledger at `url` (`shown`: the URL for people) for
     /// reading; says in words why it cannot.
     pub fn open(url: &str, shown: &str) -> Result<PostgresInspector, String> {
-        let config = connect::config(url, shown).map_err(|failure| failure.message)?;
+        let config = connect::config(url, shown).map_err(|error| error.to_string())?;
         let mut client = connect::connect(&config)?;
         client
             .batch_execute("SET default_transaction_read_only = on; SET statement_timeout = '60s'")

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::exit::{io_words, Failure, IDEM_FAILED};
+use crate::exit::io_words;
+use crate::ledger::error::{FolderFault, Refusal};
 
 // ---- the ledger's path, judged before SQLite opens anything -------------
 //
@@ -18,8 +19,12 @@ use crate::exit::{io_words, Failure, IDEM_FAILED};
 // link at the ledger's path or beside it, where another user could plant
 // one to make idem write a file of its choosing. A refusal changes nothing.
 
-fn refuse(message: String) -> anyhow::Error {
-    Failure::new(IDEM_FAILED, message).into()
+fn folder_fault(folder: &Path, fault: FolderFault) -> anyhow::Error {
+    Refusal::Folder {
+        folder: folder.display().to_string(),
+        fault,
+    }
+    .into()
 }
 
 /// A file's owner for people: `alice (uid 1000)`, or `uid 4242`.
@@ -53,18 +58,18 @@ fn kind_words(file_type: std::fs::FileType) -> &'static str {
 }
 
 fn not_regular(path: &Path, file_type: std::fs::FileType) -> anyhow::Error {
-    refuse(format!(
-        "ledger {} is not a regular file (it is {}); set --db or IDEM_DB to a ledger file",
-        path.display(),
-        kind_words(file_type)
-    ))
+    Refusal::NotRegular {
+        ledger: path.display().to_string(),
+        kind: kind_words(file_type),
+    }
+    .into()
 }
 
 fn symbolic_link(path: &Path) -> anyhow::Error {
-    refuse(format!(
-        "ledger {} is a symbolic link, which idem never follows (another user could aim it at any file); give the real path with --db or IDEM_DB",
-        path.display()
-    ))
+    Refusal::SymbolicLink {
+        ledger: path.display().to_string(),
+    }
+    .into()
 }
 
 /// Refuses a file at (or beside) the ledger that is not the user's own or
@@ -73,20 +78,19 @@ fn check_owner_and_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()>
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     if metadata.uid() != me {
-        return Err(refuse(format!(
-            "ledger {} belongs to {}, not to {}: idem uses only a ledger of its own user; set --db or IDEM_DB to one of yours",
-            path.display(),
-            owner_words(metadata.uid()),
-            owner_words(me)
-        )));
+        return Err(Refusal::ForeignOwner {
+            ledger: path.display().to_string(),
+            owner: owner_words(metadata.uid()),
+            me: owner_words(me),
+        }
+        .into());
     }
     if metadata.mode() & 0o022 != 0 {
-        return Err(refuse(format!(
-            "ledger {} is mode {}: other users can write it; chmod 600 {}",
-            path.display(),
-            mode_words(metadata.mode()),
-            path.display()
-        )));
+        return Err(Refusal::OpenToOthers {
+            ledger: path.display().to_string(),
+            mode: mode_words(metadata.mode()),
+        }
+        .into());
     }
     Ok(())
 }
@@ -99,67 +103,58 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
     let folder = crate::ledger::folder_of(path);
     let metadata = match std::fs::metadata(folder) {
         Ok(metadata) => metadata,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(folder)
-                .and_then(|()| std::fs::metadata(folder))
-                .map_err(|error| {
-                    refuse(format!(
-                        "could not create ledger folder {}: {}; set --db or IDEM_DB",
-                        folder.display(),
-                        io_words(&error)
-                    ))
-                })?
-        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(folder)
+            .and_then(|()| std::fs::metadata(folder))
+            .map_err(|error| folder_fault(folder, FolderFault::NotCreated(io_words(&error))))?,
         Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(refuse(format!(
-                "ledger folder {} cannot be reached: a folder above it cannot be searched ({}); give this user search (x) rights on each folder of the path, or set --db",
-                folder.display(),
-                io_words(&error)
-            )))
+            return Err(folder_fault(
+                folder,
+                FolderFault::Unreachable(io_words(&error)),
+            ))
         }
         Err(error) => {
-            return Err(refuse(format!(
-                "could not read ledger folder {}: {}; set --db or IDEM_DB",
-                folder.display(),
-                io_words(&error)
-            )))
+            return Err(folder_fault(
+                folder,
+                FolderFault::Unreadable(io_words(&error)),
+            ))
         }
     };
     if !metadata.is_dir() {
-        return Err(refuse(format!(
-            "ledger {} cannot exist: {} is not a folder; set --db or IDEM_DB",
-            path.display(),
-            folder.display()
-        )));
+        return Err(Refusal::NotAFolder {
+            ledger: path.display().to_string(),
+            folder: folder.display().to_string(),
+        }
+        .into());
     }
     if nix::unistd::access(folder, nix::unistd::AccessFlags::X_OK).is_err() {
-        return Err(refuse(format!(
-            "ledger folder {} cannot be searched (mode {}, owner {}); chmod u+x {}, or set --db",
-            folder.display(),
-            mode_words(metadata.mode()),
-            owner_words(metadata.uid()),
-            folder.display()
-        )));
+        return Err(folder_fault(
+            folder,
+            FolderFault::NotSearchable {
+                mode: mode_words(metadata.mode()),
+                owner: owner_words(metadata.uid()),
+            },
+        ));
     }
     let me = nix::unistd::geteuid().as_raw();
     if metadata.uid() != me && metadata.uid() != 0 {
-        return Err(refuse(format!(
-            "ledger folder {} belongs to {}, who could replace the ledger in it; keep the ledger in a folder of your own (set --db or IDEM_DB)",
-            folder.display(),
-            owner_words(metadata.uid())
-        )));
+        return Err(folder_fault(
+            folder,
+            FolderFault::ForeignOwner {
+                owner: owner_words(metadata.uid()),
+            },
+        ));
     }
     let sticky = metadata.mode() & 0o1000 != 0;
     if metadata.mode() & 0o022 != 0 && !sticky {
-        return Err(refuse(format!(
-            "ledger folder {} is mode {}: other users can replace the ledger in it; chmod 700 {}, or set --db",
-            folder.display(),
-            mode_words(metadata.mode()),
-            folder.display()
-        )));
+        return Err(folder_fault(
+            folder,
+            FolderFault::OpenToOthers {
+                mode: mode_words(metadata.mode()),
+            },
+        ));
     }
     Ok(())
 }
@@ -231,10 +226,11 @@ pub(super) fn check_side_files(path: &Path) -> Result<()> {
         let side = side_file(path, suffix);
         match std::fs::symlink_metadata(&side) {
             Ok(metadata) if metadata.file_type().is_symlink() => {
-                return Err(refuse(format!(
-                    "ledger file {} is a symbolic link, which idem never follows; remove the link (the ledger's own {suffix} file is a regular file)",
-                    side.display()
-                )))
+                return Err(Refusal::SideFileLink {
+                    file: side.display().to_string(),
+                    suffix,
+                }
+                .into())
             }
             Ok(metadata) if !metadata.is_file() => {
                 return Err(not_regular(&side, metadata.file_type()))
@@ -269,13 +265,9 @@ pub(crate) fn read_only_uri(path: &Path) -> Result<PathBuf> {
     if side_file(path, "-shm").exists() {
         return Ok(sqlite_uri(path, "mode=ro"));
     }
-    Err(Failure::new(
-        IDEM_FAILED,
-        format!(
-            "ledger {} cannot be written and holds a write-ahead log (-wal) without its index (-shm), left by a crash; make it writable once (any idem command then folds the log in)",
-            path.display()
-        ),
-    )
+    Err(Refusal::WalWithoutIndex {
+        ledger: path.display().to_string(),
+    }
     .into())
 }
 
@@ -310,14 +302,10 @@ fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
         // Made a link since it was looked at.
         return symbolic_link(path);
     }
-    Failure::new(
-        IDEM_FAILED,
-        format!(
-            "could not open ledger {}: {}; set --db or IDEM_DB",
-            path.display(),
-            io_words(error)
-        ),
-    )
+    Refusal::Unopenable {
+        ledger: path.display().to_string(),
+        why: io_words(error),
+    }
     .into()
 }
 

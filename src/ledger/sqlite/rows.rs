@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use uuid::Uuid;
 
 use super::super::columns::{AttemptCol, JobCol};
+use super::super::error::LedgerError;
 use super::super::runlock::RunLocks;
 use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
 use crate::exit::io_words;
@@ -203,11 +204,11 @@ pub(super) fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
 
 pub(super) fn lock_file_error(locks: &RunLocks, error: std::io::Error) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(
-        format!(
-            "could not use the lock file {}: {}",
-            locks.path().display(),
-            io_words(&error)
-        )
+        LedgerError::LockFile {
+            file: locks.path().display().to_string(),
+            why: io_words(&error),
+        }
+        .to_string()
         .into(),
     )
 }
