@@ -268,6 +268,13 @@ fn doctor_judges_a_running_owner_by_the_ledgers_own_rule() {
     owner.wait().unwrap();
     let before = fs::read(env.db()).unwrap();
     let names = listing(env.dir.path());
+    // idem is reaped, but its guardian, killed with it, may still be
+    // exiting, and the kernel lock goes only with its last holder.
+    crate::util::eventually(
+        "the killed run's guardian to be gone",
+        std::time::Duration::from_secs(30),
+        || doctor_json(&env, &env.db()).0 == 1,
+    );
     let (code, report) = doctor_json(&env, &env.db());
     assert_eq!(code, 1, "{report}");
     assert_eq!(
