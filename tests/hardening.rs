@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, max_rss_kib, text, Env};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
@@ -401,34 +401,9 @@ fn doctor_says_never_to_delete_the_wal_and_shm_files() {
 
 // ------------------------------------------------------------ bounded memory
 
-/// Maximum resident set size in KiB of idem `args`, by GNU time.
+/// Peak memory in KiB of idem `args`.
 fn peak_kib(env: &Env, args: &[&str]) -> (Output, u64) {
-    assert!(
-        Path::new("/usr/bin/time").exists(),
-        "/usr/bin/time is missing (apt-get install time)"
-    );
-    let output = Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg(env!("CARGO_BIN_EXE_idem"))
-        .args(args)
-        .env("IDEM_DB", env.db())
-        .env("HOME", env.dir.path())
-        .env("TZ", "UTC")
-        .current_dir(env.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = text(&output.stderr);
-    let rss = stderr
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("Maximum resident set size (kbytes): ")
-        })
-        .unwrap_or_else(|| panic!("no peak in {stderr}"))
-        .parse()
-        .unwrap();
-    (output, rss)
+    max_rss_kib(env.idem(args), Stdio::piped())
 }
 
 const MIB: usize = 1 << 20;

@@ -83,32 +83,9 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
 /// Maximum resident set size in KiB of `idem ledger import FILE`, by GNU
 /// time (as tests/hardening.rs measures it).
 fn import_peak_kib(env: &Env, file: &std::path::Path) -> (std::process::Output, u64) {
-    assert!(
-        std::path::Path::new("/usr/bin/time").exists(),
-        "/usr/bin/time is missing (apt-get install time)"
-    );
-    let output = std::process::Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg(env!("CARGO_BIN_EXE_idem"))
-        .args(["ledger", "import"])
-        .arg(file)
-        .env("IDEM_DB", env.db())
-        .env("HOME", env.dir.path())
-        .current_dir(env.dir.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = text(&output.stderr);
-    let rss = stderr
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("Maximum resident set size (kbytes): ")
-        })
-        .unwrap_or_else(|| panic!("no peak in {stderr}"))
-        .parse()
-        .unwrap();
-    (output, rss)
+    let mut import = env.idem(["ledger", "import"]);
+    import.arg(file);
+    crate::util::max_rss_kib(import, std::process::Stdio::piped())
 }
 
 #[test]

@@ -592,3 +592,37 @@ pub fn require(ok: bool, what: &str) -> bool {
     }
     ok
 }
+
+/// `command` run under GNU time, with its stdout going to `stdout`: its
+/// output, and its peak resident set size in KiB.
+pub fn max_rss_kib(command: Command, stdout: Stdio) -> (Output, u64) {
+    assert!(
+        Path::new("/usr/bin/time").exists(),
+        "/usr/bin/time is missing (apt-get install time)"
+    );
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .arg("-v")
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => timed.env(name, value),
+            None => timed.env_remove(name),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        timed.current_dir(dir);
+    }
+    let output = timed.stdout(stdout).stdin(Stdio::null()).output().unwrap();
+    let stderr = text(&output.stderr);
+    let rss = stderr
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory in: {stderr}"));
+    (output, rss)
+}
