@@ -8,7 +8,7 @@ pub mod status;
 
 use std::ffi::OsString;
 
-use clap::{FromArgMatches, Parser};
+use clap::FromArgMatches;
 
 use crate::cli::Cli;
 use crate::exit::usage;
@@ -18,8 +18,24 @@ use crate::exit::usage;
 /// are drawn, so it is a warning, and the job runs as if the variable
 /// were unset.
 pub fn parse(argv: &[OsString]) -> Result<Cli, u8> {
-    let error = match Cli::try_parse_from(argv) {
-        Ok(cli) => return Ok(cli),
+    // As `Cli::try_parse_from`, keeping the command and its matches.
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let parsed = command
+        .try_get_matches_from_mut(argv)
+        .and_then(
+            |mut matches| match Cli::from_arg_matches_mut(&mut matches) {
+                Ok(cli) => Ok((cli, matches)),
+                Err(error) => Err(error.format(&mut command)),
+            },
+        );
+    let error = match parsed {
+        Ok((cli, matches)) => {
+            // Freeing clap's tree of every flag and its matches is work
+            // for nothing just before the process ends: 3% of a skip.
+            std::mem::forget(matches);
+            std::mem::forget(command);
+            return Ok(cli);
+        }
         Err(error) => error,
     };
     let progress = error
