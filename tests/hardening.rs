@@ -727,14 +727,9 @@ fn stderr_writes(trace: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn each_idem_line_is_one_write() {
-    if !can(Command::new("strace").arg("-V").output().is_ok(), "strace") {
-        return;
-    }
-    let env = Env::new();
-    let trace = env.path("trace");
-    let output = Command::new("strace")
+/// idem `args` on ledger `db` under strace, its writes kept in `trace`.
+fn traced(env: &Env, trace: &Path, db: &Path, args: &[&str]) -> Output {
+    Command::new("strace")
         .args([
             "-f",
             "-qq",
@@ -746,25 +741,36 @@ fn each_idem_line_is_one_write() {
             "4096",
             "-o",
         ])
-        .arg(&trace)
+        .arg(trace)
         .arg(env!("CARGO_BIN_EXE_idem"))
-        .args([
-            "run",
-            "--key",
-            "k",
-            "--retries",
-            "2",
-            "--backoff",
-            "1ms",
-            "--",
-            "false",
-        ])
-        .env("IDEM_DB", env.db())
+        .args(args)
+        .env("IDEM_DB", db)
         .env("HOME", env.dir.path())
         .env("TZ", "UTC")
         .stdin(Stdio::null())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn each_idem_line_is_one_write() {
+    if !can(Command::new("strace").arg("-V").output().is_ok(), "strace") {
+        return;
+    }
+    let env = Env::new();
+    let trace = env.path("trace");
+    let retried = [
+        "run",
+        "--key",
+        "k",
+        "--retries",
+        "2",
+        "--backoff",
+        "1ms",
+        "--",
+        "false",
+    ];
+    let output = traced(&env, &trace, &env.db(), &retried);
     assert_code(&output, 1);
     let lines = text(&output.stderr).lines().count();
     assert_eq!(lines, 3, "{}", text(&output.stderr));
@@ -779,26 +785,8 @@ fn each_idem_line_is_one_write() {
 
     // An error that stops idem, printed by main.
     fs::write(env.path("not-a-folder"), b"a file").unwrap();
-    let output = Command::new("strace")
-        .args([
-            "-f",
-            "-qq",
-            "-e",
-            "trace=write",
-            "-e",
-            "signal=none",
-            "-s",
-            "4096",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(env!("CARGO_BIN_EXE_idem"))
-        .args(["ledger", "show", "k"])
-        .env("IDEM_DB", env.path("not-a-folder/ledger.db"))
-        .env("HOME", env.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let db = env.path("not-a-folder/ledger.db");
+    let output = traced(&env, &trace, &db, &["ledger", "show", "k"]);
     assert_code(&output, 125);
     let writes = stderr_writes(&trace);
     assert_eq!(writes.len(), 1, "{writes:#?}");
