@@ -820,11 +820,7 @@ fn a_delay_under_a_second_is_told_in_milliseconds() {
 
 #[test]
 fn a_clock_before_1970_is_a_clear_125() {
-    let faketime = Command::new("faketime")
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !can(faketime, "faketime (apt-get install faketime)") {
+    if !crate::util::have_faketime() {
         return;
     }
     let env = Env::new();

@@ -7,18 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::pg::Server;
-use crate::util::{assert_code, eventually, text, wait_for_file, Env};
-
-/// Whether `faketime` is here; under CI its absence fails the test.
-fn have_faketime() -> bool {
-    let found = Command::new("faketime")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    crate::util::require(found, "faketime (.ci/run installs it)")
-}
+use crate::util::{assert_code, eventually, have_faketime, text, wait_for_file, Env};
 
 /// `idem ARGS` as if started at `when` (UTC), the clock running on from
 /// there; `db` overrides the ledger (a PostgreSQL URL).

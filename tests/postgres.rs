@@ -1065,11 +1065,7 @@ fn postgres_since_and_prune_cutoffs_come_from_the_databases_clock() {
     let Some(pg) = Pg::new("postgres_since_and_prune_cutoffs_come_from_the_databases_clock") else {
         return;
     };
-    let faketime = Command::new("faketime")
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !require(faketime, "faketime (apt-get install faketime)") {
+    if !crate::util::have_faketime() {
         return;
     }
     assert_code(&pg.run(["run", "--key", "k", "--", "true"]), 0);

@@ -593,6 +593,18 @@ pub fn require(ok: bool, what: &str) -> bool {
     ok
 }
 
+/// Whether faketime is here (required under CI, as `require` says).
+pub fn have_faketime() -> bool {
+    let found = Command::new("faketime")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    require(
+        found,
+        "faketime (apt-get install faketime; .ci/run installs it)",
+    )
+}
+
 /// `command` run under GNU time, with its stdout going to `stdout`: its
 /// output, and its peak resident set size in KiB.
 pub fn max_rss_kib(command: Command, stdout: Stdio) -> (Output, u64) {
