@@ -6,7 +6,9 @@ baseline in the same run, printed as one table of ratios against the goals.
     benches/bench.py --quick    # a smoke test of this script (CI runs it)
 
 Baselines: `floor` (benches/floor.c, built here with cc: the syscalls a
-durable first run cannot avoid), `flock LOCKFILE true`, bkt's cache hit and
+durable first run cannot avoid), `guarded` (benches/guarded.c: the floor
+plus the guardian process and output pipes idem's liveness promise needs,
+to tell the design's cost from idem's own), `flock LOCKFILE true`, bkt's cache hit and
 miss (installed under target/ by `cargo install bkt --locked` when missing),
 `psql -c 'SELECT 1'` through the same delaying proxy as idem's PostgreSQL
 rows, and the same idem command on a ten-run ledger.
@@ -87,11 +89,15 @@ def idem_env(work, db):
     return env
 
 
-def build_floor():
-    floor = ROOT / "target" / "bench" / "floor"
-    floor.parent.mkdir(parents=True, exist_ok=True)
-    sh("cc", "-O2", "-o", floor, ROOT / "benches" / "floor.c")
-    return floor
+def build_floors():
+    """benches/floor.c and benches/guarded.c, built with cc."""
+    built = []
+    for name in ["floor", "guarded"]:
+        program = ROOT / "target" / "bench" / name
+        program.parent.mkdir(parents=True, exist_ok=True)
+        sh("cc", "-O2", "-o", program, ROOT / "benches" / f"{name}.c")
+        built.append(program)
+    return built
 
 
 def find_bkt(quick):
@@ -361,13 +367,14 @@ def postgres_rows(table, runs, work, quick):
 # ---- the rows -----------------------------------------------------------------
 
 
-def process_rows(table, runs, work, env, floor, bkt):
+def process_rows(table, runs, work, env, floor, guarded, bkt):
     """The single-process paths, measured in one hyperfine run."""
     lock = work / "lock"
     lock.touch()
     sh(IDEM, "run", "--key", "bench", "--", "true", env=env)
     commands = {
         "floor": f"{floor} {work / 'floor-record'} true",
+        "guarded": f"{guarded} {work / 'guarded-record'} true",
         "flock": f"flock {lock} true",
         "skip": f"{IDEM} run --key bench -- true",
         "first": f"{IDEM} run --key first --force -- true",
@@ -382,6 +389,11 @@ def process_rows(table, runs, work, env, floor, bkt):
     table.add("first run: `idem run --key K --force -- true` / floor", first.detail(),
               f"floor {floor_time.detail()}", ratio(first.median, floor_time.median), "<= 1.3x",
               first.median <= 1.3 * floor_time.median)
+    guarded_time = timings["guarded"]
+    table.add("reference: the guarded floor (benches/guarded.c: a guardian process, output through pipes) / floor",
+              guarded_time.detail(), f"floor {floor_time}", ratio(guarded_time.median, floor_time.median), "—", None)
+    table.add("reference: first run / the guarded floor", str(first), f"guarded {guarded_time}",
+              ratio(first.median, guarded_time.median), "—", None)
     table.add("skip: `idem run --key K -- true`, K succeeded / `flock L true`", skip.detail(),
               f"flock {flock_time.detail()}", ratio(skip.median, flock_time.median), "<= 0.7x",
               skip.median <= 0.7 * flock_time.median)
@@ -513,7 +525,7 @@ def main():
     rustflags = (os.environ.get("RUSTFLAGS", "") + " -C target-feature=+crt-static").strip()
     sh("cargo", "build", "--release", "--locked", "--quiet", "--target", TARGET, cwd=ROOT,
        env=dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target"), RUSTFLAGS=rustflags))
-    floor = build_floor()
+    floor, guarded = build_floors()
     bkt = find_bkt(quick)
     runs = 30 if quick else 300
     big_runs = 20_000 if quick else 1_000_000
@@ -530,7 +542,7 @@ def main():
             sh(IDEM, "--db", small, "run", "--key", key, "--", "true", env=env)
 
         print("floor, flock, bkt and idem's skip and first run", flush=True)
-        process_rows(table, runs, work, env, floor, bkt)
+        process_rows(table, runs, work, env, floor, guarded, bkt)
         print(f"ledger import of {big_runs:,} runs, then the same commands on it and on 10 runs", flush=True)
         import_kib, history = big_ledger_rows(table, runs, work, env, small, big_runs, jobs)
         print("200 concurrent runs", flush=True)
