@@ -2,6 +2,7 @@
 //! passing its output through while keeping a tail, forwarding signals,
 //! enforcing the timeout, and reaping everything it started.
 
+mod events;
 mod guardian;
 mod stdin;
 
@@ -13,7 +14,6 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,27 +22,11 @@ use jiff::Timestamp;
 use nix::libc;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGCONT, SIGHUP, SIGINT, SIGTERM};
 
 use crate::exit;
+use events::{Event, Events, Requester, Watched};
 pub use guardian::monotonic_ms;
 pub use stdin::Spool;
-
-/// Something the supervisor waits for.
-enum Event {
-    /// The guardian exited: every process of the attempt is gone.
-    Ended(WaitStatus),
-    /// The guardian told something (see `guardian`).
-    Told(guardian::Report),
-    Signal(i32),
-    /// idem was continued after a stop (Ctrl-Z, then `fg`).
-    Continued,
-    /// Another thread asks to stop the command (see [`Stopper`]).
-    Stop {
-        reason: String,
-        grace: Duration,
-    },
-}
 
 /// The current attempt's guardian, and the lease deadline it must enforce.
 #[derive(Default)]
@@ -68,13 +52,13 @@ impl Link {
 /// frozen or killed before the lease runs out.
 #[derive(Clone)]
 pub struct Stopper {
-    events: Sender<Event>,
+    requests: Requester,
     link: Arc<Mutex<Link>>,
 }
 
 impl Stopper {
     pub fn stop(&self, reason: String, grace: Duration) {
-        let _ = self.events.send(Event::Stop { reason, grace });
+        self.requests.send(Event::Stop { reason, grace });
     }
 
     /// The lease holds until monotonic ms `until`; past it the guardian
@@ -262,8 +246,7 @@ impl From<anyhow::Error> for AttemptError {
 
 /// Owns the signal handlers and the event queue for one `idem run`.
 pub struct Supervisor {
-    sender: Sender<Event>,
-    events: Receiver<Event>,
+    events: Events,
     /// The first reason a [`Stopper`] gave; no attempt starts after it.
     stopped: std::cell::RefCell<Option<String>>,
     link: Arc<Mutex<Link>>,
@@ -273,25 +256,8 @@ impl Supervisor {
     /// Installs handlers for SIGINT, SIGTERM and SIGHUP: from now on they are
     /// passed to the command instead of ending idem.
     pub fn new() -> Result<Supervisor> {
-        let (sender, events) = mpsc::channel();
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGCONT])
-            .context("could not install signal handlers")?;
-        let forward = sender.clone();
-        std::thread::spawn(move || {
-            for signal in signals.forever() {
-                let event = if signal == SIGCONT {
-                    Event::Continued
-                } else {
-                    Event::Signal(signal)
-                };
-                if forward.send(event).is_err() {
-                    break;
-                }
-            }
-        });
         Ok(Supervisor {
-            sender,
-            events,
+            events: Events::new()?,
             stopped: Default::default(),
             link: Default::default(),
         })
@@ -312,21 +278,23 @@ impl Supervisor {
                 return None;
             }
             tick(left);
-            match self.events.recv_timeout(left.min(every)) {
-                Ok(Event::Signal(signal)) => return Some(signal),
-                Ok(Event::Stop { reason, .. }) => {
+            match self
+                .events
+                .next(Some(Instant::now() + left.min(every)), None)
+            {
+                Some(Event::Signal(signal)) => return Some(signal),
+                Some(Event::Stop { reason, .. }) => {
                     self.note_stop(reason);
                     return None;
                 }
-                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return None,
+                Some(_) | None => {}
             }
         }
     }
 
     /// Takes a signal that arrived while idem was busy elsewhere.
     pub fn pending_signal(&self) -> Option<i32> {
-        self.events.try_iter().find_map(|event| match event {
+        std::iter::from_fn(|| self.events.ready()).find_map(|event| match event {
             Event::Signal(signal) => Some(signal),
             Event::Stop { reason, .. } => {
                 self.note_stop(reason);
@@ -339,7 +307,7 @@ impl Supervisor {
     /// A handle for another thread to stop the command.
     pub fn stopper(&self) -> Stopper {
         Stopper {
-            events: self.sender.clone(),
+            requests: self.events.requester(),
             link: self.link.clone(),
         }
     }
@@ -395,7 +363,7 @@ impl Supervisor {
             let err = err.map(|err| {
                 scope.spawn(move || pump(File::from(err), stderr.writer(), capture, gone))
             });
-            let followed = self.admit_and_follow(scope, spec, gate, pid, started, waiting);
+            let followed = self.admit_and_follow(spec, gate, pid, started, waiting);
             let join = |handle: std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>| {
                 handle.join().unwrap_or_default()
             };
@@ -425,9 +393,8 @@ impl Supervisor {
 
     /// Lets the forked command in (see [`Supervisor::admit`]) and follows
     /// it to its end; a guardian that ran nothing is reaped at once.
-    fn admit_and_follow<'scope>(
+    fn admit_and_follow(
         &self,
-        scope: &'scope std::thread::Scope<'scope, '_>,
         spec: &Spec<'_>,
         mut gate: UnixStream,
         pid: i32,
@@ -447,9 +414,14 @@ impl Supervisor {
             }
             Ok((command, None)) => {
                 let reader = gate.try_clone().context("could not watch the command")?;
-                let sender = self.sender.clone();
-                scope.spawn(move || watch_guardian(reader, pid, &sender));
-                Ok(Followed::Ended(self.follow(spec, gate, command, waiting)?))
+                let mut watched = Watched::new(reader, pid);
+                Ok(Followed::Ended(self.follow(
+                    spec,
+                    gate,
+                    &mut watched,
+                    command,
+                    waiting,
+                )?))
             }
         }
     }
@@ -498,13 +470,14 @@ impl Supervisor {
         &self,
         spec: &Spec<'_>,
         gate: UnixStream,
+        watched: &mut Watched,
         command: i32,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Supervised> {
         if let Ok(mut link) = self.link.lock() {
             link.guardian = Some(gate);
         }
-        let ended = self.supervise(spec, command, waiting);
+        let ended = self.supervise(spec, watched, command, waiting);
         if let Ok(mut link) = self.link.lock() {
             link.guardian = None;
         }
@@ -519,6 +492,7 @@ impl Supervisor {
     fn supervise(
         &self,
         spec: &Spec<'_>,
+        watched: &mut Watched,
         command: i32,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Supervised> {
@@ -529,8 +503,8 @@ impl Supervisor {
             ..Supervision::default()
         };
         let guardian = loop {
-            match self.next_event(watch.next_look()) {
-                Ok(Event::Ended(status)) => {
+            match self.events.next(watch.next_look(), Some(watched)) {
+                Some(Event::Ended(status)) => {
                     // A guardian that ended while processes of the attempt
                     // still hold the run's lock was killed: the attempt is
                     // over only once nothing of it holds the lock.
@@ -539,21 +513,18 @@ impl Supervisor {
                     }
                     watch.guardian_gone = Some(status);
                 }
-                Err(RecvTimeoutError::Timeout) if watch.guardian_gone.is_some() && !held() => {
+                None if watch.guardian_gone.is_some() && !held() => {
                     if let Some(status) = watch.guardian_gone {
                         break status;
                     }
                 }
-                Ok(Event::Told(report)) => self.on_report(&report, &mut watch.main, waiting),
-                Ok(Event::Continued) => self.tell(guardian::RESUME, 0, 0),
-                Ok(Event::Stop { reason, grace }) => {
+                Some(Event::Told(report)) => self.on_report(&report, &mut watch.main, waiting),
+                Some(Event::Continued) => self.tell(guardian::RESUME, 0, 0),
+                Some(Event::Stop { reason, grace }) => {
                     self.on_stop(&mut watch, reason, grace.min(spec.kill_after));
                 }
-                Ok(Event::Signal(signal)) => self.on_signal(&mut watch, signal, waiting),
-                Err(RecvTimeoutError::Timeout) => self.on_time(&mut watch, spec),
-                Err(RecvTimeoutError::Disconnected) => {
-                    anyhow::bail!("lost track of the command (event queue closed)")
-                }
+                Some(Event::Signal(signal)) => self.on_signal(&mut watch, signal, waiting),
+                None => self.on_time(&mut watch, spec),
             }
         };
         Ok(Supervised {
@@ -606,19 +577,6 @@ impl Supervisor {
     fn tell(&self, kind: u8, a: i64, b: i64) {
         if let Ok(mut link) = self.link.lock() {
             link.tell(kind, a, b);
-        }
-    }
-
-    /// The next event, waiting until `at` at the most (`Timeout` then).
-    fn next_event(&self, at: Option<Instant>) -> Result<Event, RecvTimeoutError> {
-        match at {
-            Some(at) => self
-                .events
-                .recv_timeout(at.saturating_duration_since(Instant::now())),
-            None => self
-                .events
-                .recv()
-                .map_err(|_| RecvTimeoutError::Disconnected),
         }
     }
 
@@ -849,16 +807,6 @@ impl Drop for RaiseOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
     }
-}
-
-/// Forwards what the guardian tells until it is gone (its end of the
-/// socket closes only as it exits), then its end: in that order, so the
-/// main process's status is known when the attempt ends.
-fn watch_guardian(mut from: UnixStream, pid: i32, to: &Sender<Event>) {
-    while let Some(report) = read_report(&mut from) {
-        let _ = to.send(Event::Told(report));
-    }
-    let _ = to.send(Event::Ended(reap(pid)));
 }
 
 fn reap(pid: i32) -> WaitStatus {
