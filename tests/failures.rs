@@ -441,3 +441,66 @@ fn a_terminal_gets_a_spinner_for_the_backoff() {
     assert!(screen.contains("retry 2/2 of sp in"), "{screen:?}");
     assert_eq!(output.status.code(), Some(1));
 }
+
+#[test]
+fn a_signal_during_the_wait_to_retry_ends_the_run_at_once() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    let script = format!("{}; exit 1", env.count_cmd("count"));
+    let mut child = env
+        .idem([
+            "run",
+            "--key",
+            "w",
+            "--retries",
+            "3",
+            "--backoff",
+            "60s",
+            "--shell",
+            "--",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read stderr as it comes: the signal goes once idem says it waits.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (said, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.by_ref().map_while(Result::ok) {
+            let waiting = line.contains("retrying in");
+            let _ = said.send(line);
+            if waiting {
+                break;
+            }
+        }
+        let _ = said.send(lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let line = heard
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("idem never said it waits to retry");
+        if line.contains("retrying in") {
+            break;
+        }
+    }
+    let sent = Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    let rest = heard.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "the 60s wait was not cut short"
+    );
+    assert_eq!(status.code(), Some(128 + 15), "{rest}");
+    assert!(
+        rest.contains("interrupted by signal 15 while waiting to retry"),
+        "{rest}"
+    );
+    assert_eq!(env.count("count"), 1, "no attempt after the signal");
+    let run = &env.list_json()[0];
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["attempts"], 1);
+}
