@@ -406,12 +406,9 @@ impl Ledger for PostgresLedger {
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
         let result = self.retrying(|client| {
             let mut tx = begin(client)?;
-            // Under the key's lock, so no claim can read the run as running
-            // (and abandon it) while this records its outcome.
-            if !lock_claimed(&mut tx, claim)? {
+            let Some((recorded, ended)) = record_outcome(&mut tx, claim, last, outcome)? else {
                 return Ok(false);
-            }
-            let (recorded, ended) = record_outcome(&mut tx, claim, last, outcome)?;
+            };
             if ended {
                 job_outcome(
                     &mut tx,
@@ -866,7 +863,8 @@ fn start_run(
     row.try_get(0)
 }
 
-/// The last attempt, the outcome and the key's release in one statement:
+/// The key's lock, the last attempt, the outcome and the key's release in
+/// one statement: None if the claim's epoch no longer holds the key, else
 /// whether the outcome is recorded, and whether this statement ended the
 /// run. A repeat after a lost connection may find its first commit:
 /// `recorded` looks at the run as it was before.
@@ -875,30 +873,37 @@ fn record_outcome(
     claim: &Claim,
     last: Option<&Attempt>,
     outcome: &Outcome,
-) -> Result<(bool, bool), postgres::Error> {
+) -> Result<Option<(bool, bool)>, postgres::Error> {
     let attempt = last.cloned().unwrap_or_default();
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
+    // `k` takes the key's row lock first (every write below waits on it),
+    // so no claim can read the run as running (and abandon it) while this
+    // records its outcome; each write is void unless the epoch held.
     let row = tx.query_typed_one(
         &format!(
-            "WITH a AS (
+            "WITH k AS (
+                 SELECT 1 FROM idem.keys WHERE key = $6 AND epoch = $15 FOR UPDATE
+             ), a AS (
                  INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
                      signal, timed_out, stdout_tail, stderr_tail, cut)
                  SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
-                 FROM idem.runs WHERE run_id = $1 AND $13
+                 FROM idem.runs WHERE run_id = $1 AND $13 AND EXISTS (SELECT 1 FROM k)
                  ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
                      signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
                      cut = $14
              ), r AS (
                  UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
                      finished_at = now(), attempts = greatest(attempts, $5)
-                 WHERE run_id = $1 AND status = 'running'
+                 WHERE run_id = $1 AND status = 'running' AND EXISTS (SELECT 1 FROM k)
                  RETURNING id
              ), o AS (
-                 UPDATE idem.keys SET {RELEASE_OWNER} WHERE key = $6
+                 UPDATE idem.keys SET {RELEASE_OWNER}
+                 WHERE key = $6 AND EXISTS (SELECT 1 FROM k)
              )
-             SELECT (SELECT count(*) FROM r) = 1
-                 OR EXISTS (SELECT 1 FROM idem.runs
-                            WHERE run_id = $1 AND status = $2 AND exit_code = $3),
+             SELECT EXISTS (SELECT 1 FROM k),
+                 (SELECT count(*) FROM r) = 1
+                     OR EXISTS (SELECT 1 FROM idem.runs
+                                WHERE run_id = $1 AND status = $2 AND exit_code = $3),
                  (SELECT count(*) FROM r) = 1"
         ),
         typed![
@@ -916,9 +921,13 @@ fn record_outcome(
             &tail(&attempt.stderr_tail) => BYTEA,
             &last.is_some() => BOOL,
             &attempt.cut => BOOL,
+            &claim.token => INT8,
         ],
     )?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
+    if !row.try_get::<_, bool>(0)? {
+        return Ok(None);
+    }
+    Ok(Some((row.try_get(1)?, row.try_get(2)?)))
 }
 
 /// The two cursors of `export`: runs, and their attempts in the same
