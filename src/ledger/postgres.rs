@@ -47,7 +47,10 @@ use super::{
 pub use inspect::PostgresInspector;
 use rows::{attempt_from_row, job_from_row, query_head, run_from_row, RunCol, Unreadable};
 use schema::{LATEST, MIGRATIONS};
-use tx::{job_outcome, owner_gone, release_locks, Tx, RELEASE_LOCKS, RELEASE_OWNER};
+use tx::{
+    job_of_run, job_outcome_from, owner_gone, release_locks, Tx, JOB_OF_RUN_COUNT, RELEASE_LOCKS,
+    RELEASE_OWNER,
+};
 
 /// How long a claim waits for a key's row lock before giving up (exit 125).
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -406,23 +409,20 @@ impl Ledger for PostgresLedger {
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
         let result = self.retrying(|client| {
             let mut tx = begin(client)?;
-            let Some((recorded, ended)) = record_outcome(&mut tx, claim, last, outcome)? else {
+            let Some(recorded) = record_outcome(&mut tx, claim, last, outcome)? else {
                 return Ok(false);
             };
-            if ended {
-                job_outcome(
-                    &mut tx,
-                    claim.run_id,
-                    outcome.status,
-                    Some(outcome.exit_code),
-                )?;
+            if recorded.ended {
+                if let Some(job) = &recorded.job {
+                    job_outcome_from(&mut tx, job, outcome.status, Some(outcome.exit_code))?;
+                }
                 // A round trip saved for the many runs that take no --lock.
                 if !claim.locks.is_empty() {
                     release_locks(&mut tx, claim.run_id)?;
                 }
             }
             tx.commit()?;
-            Ok(recorded)
+            Ok(recorded.recorded)
         });
         match result {
             Ok(true) => Ok(()),
@@ -863,17 +863,26 @@ fn start_run(
     row.try_get(0)
 }
 
-/// The key's lock, the last attempt, the outcome and the key's release in
-/// one statement: None if the claim's epoch no longer holds the key, else
-/// whether the outcome is recorded, and whether this statement ended the
-/// run. A repeat after a lost connection may find its first commit:
-/// `recorded` looks at the run as it was before.
+/// What [`record_outcome`] found.
+struct Recorded {
+    /// The outcome is recorded. A repeat after a lost connection may find
+    /// its first commit: this looks at the run as it was before.
+    recorded: bool,
+    /// This statement ended the run.
+    ended: bool,
+    /// The run's job, read for its figures (see [`job_of_run`]).
+    job: Option<Row>,
+}
+
+/// The key's lock, the last attempt, the outcome, the key's release and
+/// the run's job in one statement; None if the claim's epoch no longer
+/// holds the key.
 fn record_outcome(
     tx: &mut postgres::Transaction<'_>,
     claim: &Claim,
     last: Option<&Attempt>,
     outcome: &Outcome,
-) -> Result<Option<(bool, bool)>, postgres::Error> {
+) -> Result<Option<Recorded>, postgres::Error> {
     let attempt = last.cloned().unwrap_or_default();
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
     // `k` takes the key's row lock first (every write below waits on it),
@@ -899,12 +908,14 @@ fn record_outcome(
              ), o AS (
                  UPDATE idem.keys SET {RELEASE_OWNER}
                  WHERE key = $6 AND EXISTS (SELECT 1 FROM k)
-             )
-             SELECT EXISTS (SELECT 1 FROM k),
+             ), j AS ({job})
+             SELECT j.*, j.job IS NOT NULL, EXISTS (SELECT 1 FROM k),
                  (SELECT count(*) FROM r) = 1
                      OR EXISTS (SELECT 1 FROM idem.runs
                                 WHERE run_id = $1 AND status = $2 AND exit_code = $3),
-                 (SELECT count(*) FROM r) = 1"
+                 (SELECT count(*) FROM r) = 1
+             FROM (SELECT 1) one LEFT JOIN j ON true",
+            job = job_of_run("AND EXISTS (SELECT 1 FROM k)")
         ),
         typed![
             &claim.run_id => UUID,
@@ -924,10 +935,15 @@ fn record_outcome(
             &claim.token => INT8,
         ],
     )?;
-    if !row.try_get::<_, bool>(0)? {
+    let at = JOB_OF_RUN_COUNT;
+    if !row.try_get::<_, bool>(at + 1)? {
         return Ok(None);
     }
-    Ok(Some((row.try_get(1)?, row.try_get(2)?)))
+    Ok(Some(Recorded {
+        recorded: row.try_get(at + 2)?,
+        ended: row.try_get(at + 3)?,
+        job: row.try_get::<_, bool>(at)?.then_some(row),
+    }))
 }
 
 /// The two cursors of `export`: runs, and their attempts in the same

@@ -357,21 +357,37 @@ pub(super) fn job_outcome(
 ) -> Result<(), postgres::Error> {
     // The run's job, key and start with its job's figures, locked: one
     // round trip. A run of no job (imported from before jobs) has none.
-    let Some(row) = tx.query_typed_opt(
-        &format!(
-            "SELECT {}, now(), r.run_key, r.run_started
-             FROM (SELECT job AS run_job, key AS run_key, started_at AS run_started
-                   FROM idem.runs WHERE run_id = $1) r
-             JOIN idem.jobs ON idem.jobs.job = r.run_job
-             FOR UPDATE OF jobs",
-            JobCol::LIST
-        ),
-        typed![&run_id => UUID],
-    )?
-    else {
-        return Ok(());
-    };
-    let mut state = job_from_row(&row)?;
+    match tx.query_typed_opt(&job_of_run(""), typed![&run_id => UUID])? {
+        Some(row) => job_outcome_from(tx, &row, status, exit),
+        None => Ok(()),
+    }
+}
+
+/// The job of run `$1` (its figures, locked, at [`JobCol`]'s places), the
+/// database's `now()`, and the run's key and start after them; `also`
+/// narrows the run (`AND ...`).
+pub(super) fn job_of_run(also: &str) -> String {
+    format!(
+        "SELECT {}, now(), r.run_key, r.run_started
+         FROM (SELECT job AS run_job, key AS run_key, started_at AS run_started
+               FROM idem.runs WHERE run_id = $1 {also}) r
+         JOIN idem.jobs ON idem.jobs.job = r.run_job
+         FOR UPDATE OF jobs",
+        JobCol::LIST
+    )
+}
+
+/// Columns of [`job_of_run`]'s row.
+pub(super) const JOB_OF_RUN_COUNT: usize = JobCol::COUNT + 3;
+
+/// [`job_outcome`] from the row [`job_of_run`] read.
+pub(super) fn job_outcome_from(
+    tx: &mut Transaction<'_>,
+    row: &postgres::Row,
+    status: Status,
+    exit: Option<i32>,
+) -> Result<(), postgres::Error> {
+    let mut state = job_from_row(row)?;
     let now = row.try_get(JobCol::COUNT)?;
     let key: String = row.try_get(JobCol::COUNT + 1)?;
     state.runs[0] = state.runs[0].saturating_sub(1);
