@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, code, text, wait_for_file, Env};
+use crate::util::{assert_code, code, lives, text, wait_for_file, Env};
 
 /// A command that fails until it has run `n` times, then succeeds.
 fn flaky(env: &Env, n: usize) -> String {
@@ -179,20 +179,6 @@ fn pids(file: &Path) -> Vec<i32> {
         .lines()
         .filter_map(|line| line.trim().parse().ok())
         .collect()
-}
-
-/// Whether `pid` is a live (not zombie) process.
-fn lives(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            !stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
 }
 
 #[test]

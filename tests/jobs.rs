@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::pg::Server;
-use crate::util::{assert_code, eventually, have_faketime, text, wait_for_file, Env};
+use crate::util::{assert_code, eventually, have_faketime, lives, text, wait_for_file, Env};
 
 /// `idem ARGS` as if started at `when` (UTC), the clock running on from
 /// there; `db` overrides the ledger (a PostgreSQL URL).
@@ -304,10 +304,12 @@ fn a_catch_up_killed_midway_recovers() {
     let env = Env::new();
     assert_code(&backup(&env, "2026-03-01 02:00:00", 0, &[]), 0);
     let started = env.path("started");
+    // The killed day's command and its guardian (its parent) say who they
+    // are, so that the test can wait for the whole run to be gone.
     let script = format!(
         "echo \"$IDEM_KEY ${{IDEM_RECOVERED:-0}}\" >> '{log}'; \
          if [ \"$IDEM_KEY\" = backup-2026-03-02 ] && [ ! -e '{started}' ]; then \
-           touch '{started}'; sleep 60; fi",
+           echo $$ $PPID > '{started}.new'; mv '{started}.new' '{started}'; sleep 60; fi",
         log = env.path("log").display(),
         started = started.display()
     );
@@ -354,16 +356,20 @@ fn a_catch_up_killed_midway_recovers() {
     )
     .unwrap();
     let _ = child.wait();
-    // The next call finds the killed run abandoned and runs the day again.
-    eventually("the day to be recovered", Duration::from_secs(30), || {
-        let output = at(&env, "2026-03-03 02:10:00", &args);
-        if output.status.code() == Some(0) {
-            return true;
-        }
-        // Its processes may take a moment to go.
-        assert_eq!(output.status.code(), Some(75), "{}", text(&output.stderr));
-        false
+    // The guardian stops the run once idem is gone. Until then the day is
+    // still running, and a catch-up would pass it by as busy (quietly: it
+    // runs elsewhere) and go on to today.
+    let run: Vec<i32> = std::fs::read_to_string(&started)
+        .unwrap()
+        .split_whitespace()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    eventually("the killed run to be gone", Duration::from_secs(30), || {
+        !run.iter().any(|pid| lives(*pid))
     });
+    // The next call finds the killed run abandoned and runs the day again.
+    let output = at(&env, "2026-03-03 02:10:00", &args);
+    assert_code(&output, 0);
     let lines = log(&env);
     assert_eq!(
         lines[1..],

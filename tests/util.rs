@@ -480,6 +480,20 @@ pub fn wait_for_count(env: &Env, n: usize, child: &mut std::process::Child) {
     });
 }
 
+/// Whether `pid` is a live (not zombie) process.
+pub fn lives(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
 /// Waits (bounded) until `path` exists, failing if `child` (which is to
 /// make it) ends first.
 #[track_caller]
