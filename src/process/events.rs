@@ -38,6 +38,9 @@ pub enum Event {
     },
 }
 
+/// The signals idem takes as events (the rest keep their default action).
+pub const CAUGHT: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGCONT];
+
 /// The byte that says a request waits in the queue.
 const REQUEST: u8 = 0;
 
@@ -51,7 +54,7 @@ fn self_pipe() -> io::Result<(RawFd, RawFd)> {
                 .map_err(|errno| errno as i32)?;
         let ends = (read.as_raw_fd(), write.as_raw_fd());
         std::mem::forget((read, write));
-        for signal in [SIGINT, SIGTERM, SIGHUP, SIGCONT] {
+        for signal in CAUGHT {
             let write = ends.1;
             // SAFETY: the handler makes one write(2), async-signal-safe,
             // to a descriptor that stays open until the process ends.

@@ -382,6 +382,12 @@ unsafe fn execute(
             libc::fcntl(hold, libc::F_SETFD, 0);
         }
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // idem's handlers are still installed here (exec would reset them,
+        // but only after the signals are let in): one running in this
+        // window would write to a descriptor number that may be `report`.
+        for signal in super::events::CAUGHT {
+            libc::signal(signal, libc::SIG_DFL);
+        }
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
