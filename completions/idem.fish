@@ -50,7 +50,7 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l kill-after -d 'Grace b
 complete -c idem -n "__fish_idem_using_subcommand run" -l timeout-signal -d 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l splay -d 'Wait a random time in [0, DUR] before claiming (spreads a fleet\'s load)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'

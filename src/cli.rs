@@ -265,7 +265,8 @@ pub struct RunArgs {
 
     /// First run, oldest first, the earlier periods of the key's template
     /// within the last N whose key never succeeded, back to the job's first
-    /// run (each its own key, IDEM_SLOT set)
+    /// run (each its own key, IDEM_SLOT set; one still running is passed
+    /// by until the next call)
     #[arg(
         long,
         env = "IDEM_CATCH_UP",
