@@ -430,9 +430,9 @@ fn a_terminal_gets_a_spinner_for_the_backoff() {
 
 #[test]
 fn a_signal_during_the_wait_to_retry_ends_the_run_at_once() {
-    use std::io::{BufRead, BufReader};
     let env = Env::new();
     let script = format!("{}; exit 1", env.count_cmd("count"));
+    let said = env.path("stderr");
     let mut child = env
         .idem([
             "run",
@@ -447,43 +447,26 @@ fn a_signal_during_the_wait_to_retry_ends_the_run_at_once() {
             &script,
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&said).unwrap())
         .spawn()
         .unwrap();
-    // Read stderr as it comes: the signal goes once idem says it waits.
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (said, heard) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.by_ref().map_while(Result::ok) {
-            let waiting = line.contains("retrying in");
-            let _ = said.send(line);
-            if waiting {
-                break;
-            }
-        }
-        let _ = said.send(lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    let stderr = || std::fs::read_to_string(&said).unwrap_or_default();
+    // The signal goes once idem says it waits.
+    crate::util::eventually("idem to wait to retry", Duration::from_secs(20), || {
+        stderr().contains("retrying in")
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let line = heard
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("idem never said it waits to retry");
-        if line.contains("retrying in") {
-            break;
-        }
-    }
     let sent = Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
-    let rest = heard.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(
         sent.elapsed() < Duration::from_secs(10),
         "the 60s wait was not cut short"
     );
-    assert_eq!(status.code(), Some(128 + 15), "{rest}");
+    assert_eq!(status.code(), Some(128 + 15), "{}", stderr());
     assert!(
-        rest.contains("interrupted by signal 15 while waiting to retry"),
-        "{rest}"
+        stderr().contains("interrupted by signal 15 while waiting to retry"),
+        "{}",
+        stderr()
     );
     assert_eq!(env.count("count"), 1, "no attempt after the signal");
     let run = &env.list_json()[0];
