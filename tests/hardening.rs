@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{assert_code, max_rss_kib, text, Env};
+use crate::util::{assert_code, listing, max_rss_kib, sqlite, text, Env};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
@@ -40,21 +40,6 @@ fn chmod(path: &Path, mode: u32) {
 
 fn with_db(env: &Env, db: &Path, args: &[&str]) -> Output {
     env.idem(args).env("IDEM_DB", db).output().unwrap()
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-fn sqlite(db: &Path, sql: &str) -> String {
-    let output = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
-    assert!(output.status.success(), "sqlite3: {}", text(&output.stderr));
-    text(&output.stdout).trim().to_owned()
 }
 
 /// Asserts that idem refused with exit 125 in one line holding each of

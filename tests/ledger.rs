@@ -1036,12 +1036,7 @@ fn a_value_that_cannot_be_read_is_an_error_naming_the_ledger() {
     let env = Env::new();
     env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     // A run id that is not a UUID (a ledger edited by hand, or damaged).
-    let edited = std::process::Command::new("sqlite3")
-        .arg(env.db())
-        .arg("UPDATE runs SET run_id = x'0102';")
-        .status()
-        .expect("sqlite3 is installed (.ci/run installs it)");
-    assert!(edited.success());
+    crate::util::sqlite(&env.db(), "UPDATE runs SET run_id = x'0102';");
     env.cmd(["ledger", "list"])
         .expect_code(125)
         .stderr_has(&env.db().display().to_string())

@@ -52,24 +52,15 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
     // SQLite cannot drop a CHECK constraint; writing the schema's text
     // without it is what a hand-edited ledger looks like.
-    let edited = std::process::Command::new("sqlite3")
-        .arg(env.db())
-        .arg(
-            "PRAGMA writable_schema = ON;
-             UPDATE sqlite_schema SET sql = replace(sql,
-                 'CHECK (status IN (''running'', ''succeeded'', ''failed'', ''abandoned''))', '')
-             WHERE name = 'runs';
-             PRAGMA writable_schema = OFF;",
-        )
-        .status()
-        .expect("sqlite3 is installed (.ci/run installs it)");
-    assert!(edited.success());
-    let edited = std::process::Command::new("sqlite3")
-        .arg(env.db())
-        .arg("UPDATE runs SET status = 'paused';")
-        .status()
-        .expect("sqlite3 runs");
-    assert!(edited.success());
+    crate::util::sqlite(
+        &env.db(),
+        "PRAGMA writable_schema = ON;
+         UPDATE sqlite_schema SET sql = replace(sql,
+             'CHECK (status IN (''running'', ''succeeded'', ''failed'', ''abandoned''))', '')
+         WHERE name = 'runs';
+         PRAGMA writable_schema = OFF;",
+    );
+    crate::util::sqlite(&env.db(), "UPDATE runs SET status = 'paused';");
     let output = env.run(["ledger", "list"]);
     assert_code(&output, 125);
     let stderr = text(&output.stderr);

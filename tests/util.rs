@@ -434,6 +434,28 @@ pub fn assert_code(output: &Output, expected: i32) {
     );
 }
 
+/// Runs `sql` on the SQLite file `db` with the sqlite3 command line, which
+/// must succeed; its output, trimmed.
+pub fn sqlite(db: &Path, sql: &str) -> String {
+    let output = Command::new("sqlite3")
+        .arg(db)
+        .arg(sql)
+        .output()
+        .expect("sqlite3 is installed (.ci/run installs it)");
+    assert!(output.status.success(), "sqlite3: {}", text(&output.stderr));
+    text(&output.stdout).trim().to_owned()
+}
+
+/// The names in `dir`, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// PRAGMA integrity_check of a SQLite ledger, by the sqlite3 command line.
 pub fn integrity_check(db: &Path) -> String {
     let output = Command::new("sqlite3")

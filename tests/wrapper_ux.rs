@@ -552,15 +552,11 @@ fn the_key_helper_answers_fast_at_a_million_runs() {
     }
     let env = Env::new();
     assert_code(&env.run(["run", "--key", "seed", "--", "true"]), 0);
-    let filled = Command::new("sqlite3")
-        .arg(env.db())
-        .arg(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
-             INSERT INTO keys (key) SELECT printf('job-%07d', i) FROM n;",
-        )
-        .status()
-        .unwrap();
-    assert!(filled.success());
+    crate::util::sqlite(
+        &env.db(),
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
+         INSERT INTO keys (key) SELECT printf('job-%07d', i) FROM n;",
+    );
     let ask = |prefix: &str| env.run(["__complete", "keys", prefix]);
     let output = ask("job-000012");
     assert_code(&output, 0);

@@ -23,7 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use crate::util::{assert_code, require, text, Env};
+use crate::util::{assert_code, listing, require, sqlite, text, Env};
 
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Mount {
@@ -124,18 +124,4 @@ fn wait_for_line(child: &mut Child) {
     let stdout = child.stdout.as_mut().unwrap();
     let mut byte = [0u8; 1];
     while stdout.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {}
-}
-
-fn sqlite(db: &Path, sql: &str) {
-    let output = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
-    assert!(output.status.success(), "sqlite3: {}", text(&output.stderr));
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
