@@ -30,6 +30,16 @@ const ALERTS: &str = "Alerts";
 #[command(name = "idem", version, propagate_version = true, max_term_width = 100)]
 #[command(after_long_help = RUN_NOTES)]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options of every subcommand.
+#[derive(Debug, Args)]
+pub struct Global {
     /// Ledger: a SQLite file path, or a postgres:// URL for a shared ledger
     /// [default: <data dir>/idem/ledger.db]
     #[arg(
@@ -59,9 +69,18 @@ pub struct Cli {
         value_name = "WHEN"
     )]
     pub color: ColorChoice,
+}
 
-    #[command(subcommand)]
-    pub command: Command,
+/// [`Cli`] with `run` its only subcommand: a command line that is
+/// `idem run ...` parses the same, and its matches read as a [`Cli`], but
+/// clap builds, fills in and checks the flags of one subcommand instead
+/// of all (a tenth of a skip's instructions). Only a line it parses is
+/// taken from it; help, versions and errors come from [`Cli`].
+pub fn run_line() -> clap::Command {
+    let run = RunArgs::augment_args(clap::Command::new("run"));
+    Global::augment_args(clap::Command::new("idem"))
+        .subcommand(run)
+        .subcommand_required(true)
 }
 
 #[derive(Debug, Subcommand)]

@@ -22,22 +22,25 @@ use ledger::Location;
 
 /// Runs a parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<u8> {
-    let location = || Location::resolve(cli.db.as_deref());
-    match &cli.command {
+    let Cli { global, command } = &cli;
+    let location = || Location::resolve(global.db.as_deref());
+    match command {
         Command::Run(args) => {
-            let reporter = report::Reporter::new(cli.quiet, cli.verbose, args.progress);
+            let reporter = report::Reporter::new(global.quiet, global.verbose, args.progress);
             run::run(args, &location()?, &reporter)
         }
-        Command::Ledger(command) => cmd::ledger::run(command, &location()?, cli.quiet, cli.color),
+        Command::Ledger(command) => {
+            cmd::ledger::run(command, &location()?, global.quiet, global.color)
+        }
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
-        Command::Status(args) => cmd::status::run(args, &location()?, cli.color),
+        Command::Status(args) => cmd::status::run(args, &location()?, global.color),
         Command::Completions { shell } => {
             use std::io::Write;
             std::io::stdout().write_all(&cmd::completions::script(*shell))?;
             Ok(exit::SUCCESS)
         }
         Command::Complete { what, prefix } => {
-            Ok(cmd::complete::run(*what, prefix, cli.db.as_deref()))
+            Ok(cmd::complete::run(*what, prefix, global.db.as_deref()))
         }
     }
 }

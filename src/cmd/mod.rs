@@ -18,24 +18,13 @@ use crate::exit::usage;
 /// are drawn, so it is a warning, and the job runs as if the variable
 /// were unset.
 pub fn parse(argv: &[OsString]) -> Result<Cli, u8> {
-    // As `Cli::try_parse_from`, keeping the command and its matches.
-    let mut command = <Cli as clap::CommandFactory>::command();
-    let parsed = command
-        .try_get_matches_from_mut(argv)
-        .and_then(
-            |mut matches| match Cli::from_arg_matches_mut(&mut matches) {
-                Ok(cli) => Ok((cli, matches)),
-                Err(error) => Err(error.format(&mut command)),
-            },
-        );
-    let error = match parsed {
-        Ok((cli, matches)) => {
-            // Freeing clap's tree of every flag and its matches is work
-            // for nothing just before the process ends: 3% of a skip.
-            std::mem::forget(matches);
-            std::mem::forget(command);
+    if argv.get(1).is_some_and(|word| word == "run") {
+        if let Ok(cli) = parse_with(crate::cli::run_line(), argv) {
             return Ok(cli);
         }
+    }
+    let error = match parse_with(<Cli as clap::CommandFactory>::command(), argv) {
+        Ok(cli) => return Ok(cli),
         Err(error) => error,
     };
     let progress = error
@@ -53,4 +42,53 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, u8> {
     twin.without
         .and_then(|matches| Cli::from_arg_matches(&matches))
         .map_err(|error| usage::report(&error, argv))
+}
+
+/// As `Cli::try_parse_from`, with `command` for [`Cli`]'s.
+fn parse_with(mut command: clap::Command, argv: &[OsString]) -> Result<Cli, clap::Error> {
+    let mut matches = command.try_get_matches_from_mut(argv)?;
+    let cli =
+        Cli::from_arg_matches_mut(&mut matches).map_err(|error| error.format(&mut command))?;
+    // Freeing clap's tree of every flag and its matches is work for
+    // nothing just before the process ends: 3% of a skip.
+    std::mem::forget(matches);
+    std::mem::forget(command);
+    Ok(cli)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn a_run_line_parses_alone_as_it_does_among_all_subcommands() {
+        crate::cli::run_line().debug_assert();
+        for line in [
+            "idem run --key k -- true",
+            "idem run -k k true",
+            "idem run --key k --db /l.db -q --retries 0 --backoff 2s -- sh -c 'exit 3'",
+            "idem run --job nightly --key k{date} --color never --timeout 5m -- true",
+            "idem run --key k --force=yes --lock a --lock b --on-failure 'echo x' -- true",
+            "idem run --key k --capture 1MiB --replay never --no-retry-on 1,2 -- true",
+            "idem run -v --key k -- --key other",
+            // Refused, by both.
+            "idem run",
+            "idem run --key",
+            "idem run --key k --retries many -- true",
+            "idem run -q -v --key k -- true",
+            "idem run --key k --no-such-flag -- true",
+            "idem run --help",
+            "idem run --version",
+            "idem run --key k --color sometimes -- true",
+        ] {
+            let argv: Vec<OsString> = line.split(' ').map(OsString::from).collect();
+            let all = parse_with(Cli::command(), &argv).map(|cli| format!("{cli:?}"));
+            let alone = parse_with(crate::cli::run_line(), &argv).map(|cli| format!("{cli:?}"));
+            match all {
+                Ok(all) => assert_eq!(alone.ok(), Some(all), "{line}"),
+                Err(_) => assert!(alone.is_err(), "{line}: {alone:?}"),
+            }
+        }
+    }
 }
