@@ -205,7 +205,7 @@ pub fn local(time: Timestamp, zone: &jiff::tz::TimeZone) -> String {
 /// Local time in this host's zone, with the zone's name (for lines that
 /// stand alone, without a table's header).
 pub fn local_with_zone(time: Timestamp) -> String {
-    let zone = jiff::tz::TimeZone::system();
+    let zone = crate::host::zone();
     let named = time.to_zoned(zone.clone()).strftime("%Z").to_string();
     format!("{} {named}", local(time, &zone))
 }
@@ -345,7 +345,7 @@ fn fit(content: &[usize; 8], width: Option<usize>) -> Vec<(usize, usize)> {
 
 /// `ledger list` for people: see [`fit`] for how it meets the width.
 pub fn runs_table(runs: &[Run], style: Style) -> Table {
-    let zone = jiff::tz::TimeZone::system();
+    let zone = crate::host::zone();
     let rows: Vec<[String; 8]> = runs
         .iter()
         .map(|run| {

@@ -368,3 +368,49 @@ fn foreign_and_newer_ledgers_are_refused_untouched() {
         assert_eq!(env.count("count"), 0, "nothing ran");
     }
 }
+
+#[test]
+fn a_dated_key_reads_the_hosts_zone_without_listing_every_zone() {
+    // A crontab line's key has {date}: every run reads the local time
+    // zone. /etc/localtime names it; listing the whole time zone database
+    // to look the name up cost such a run two thirds of its instructions.
+    let zone_linked = std::fs::read_link("/etc/localtime")
+        .is_ok_and(|target| target.to_string_lossy().contains("zoneinfo/"));
+    if !crate::util::require(
+        zone_linked,
+        "/etc/localtime linked into zoneinfo (Debian: tzdata)",
+    ) {
+        return;
+    }
+    let env = Env::new();
+    let trace = env.path("trace");
+    let mut command = std::process::Command::new("strace");
+    command
+        .args(["-f", "-y", "-qq", "-e", "trace=openat,getdents64", "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", "--key", "nightly-{date}", "--", "true"])
+        .env("IDEM_DB", env.db())
+        .env("HOME", env.dir.path())
+        .env_remove("TZ")
+        .stdin(Stdio::null());
+    let traced = command.output();
+    let ran = traced.as_ref().is_ok_and(|output| output.status.success());
+    if !crate::util::require(ran, &format!("tracing idem with strace ({traced:?})")) {
+        return;
+    }
+    let trace = std::fs::read_to_string(trace).unwrap();
+    let zone_files: Vec<&str> = trace
+        .lines()
+        .filter(|line| line.contains("zoneinfo"))
+        .collect();
+    assert!(
+        !zone_files.iter().any(|line| line.contains("getdents64(")),
+        "the zone database was listed:\n{}",
+        zone_files.join("\n")
+    );
+    assert!(
+        trace.contains("\"/etc/localtime\""),
+        "the zone was not read:\n{trace}"
+    );
+}

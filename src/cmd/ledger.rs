@@ -129,7 +129,7 @@ fn parse_instant(flag: &str, text: &str, until: bool) -> Result<Timestamp> {
     if let Ok(time) = text.parse::<Timestamp>() {
         return Ok(time);
     }
-    let zone = jiff::tz::TimeZone::system();
+    let zone = crate::host::zone();
     let bare_date = text.len() == "2026-12-01".len();
     if let Ok(date) = text
         .parse::<jiff::civil::Date>()

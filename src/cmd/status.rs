@@ -122,8 +122,8 @@ impl Zones {
         self.0
             .entry(name.map(str::to_owned))
             .or_insert_with(|| {
-                name.and_then(|name| TimeZone::get(name).ok())
-                    .unwrap_or_else(TimeZone::system)
+                name.and_then(crate::host::zone_named)
+                    .unwrap_or_else(crate::host::zone)
             })
             .clone()
     }

@@ -30,7 +30,7 @@ pub struct Shown<'a> {
 /// `show` for people: the key's state, then each run with its attempts,
 /// their output and the hooks that ran.
 pub fn text(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Result<()> {
-    let zone = TimeZone::system();
+    let zone = crate::host::zone();
     writeln!(
         out,
         "key {}: {}",

@@ -41,6 +41,6 @@ pub fn pruned(report: &PruneReport, before: Timestamp, dry_run: bool) -> String 
         count(report.runs, "run"),
         count(report.attempts, "attempt"),
         super::human_bytes(report.output_bytes),
-        super::local(before, &jiff::tz::TimeZone::system()),
+        super::local(before, &crate::host::zone()),
     )
 }

@@ -203,7 +203,7 @@ fn job_info(args: &RunArgs, template: &Template) -> Result<JobInfo> {
         .into());
     }
     let zone = if template.needs_time() {
-        jiff::tz::TimeZone::system().iana_name().map(str::to_owned)
+        crate::host::zone().iana_name().map(str::to_owned)
     } else {
         None
     };
