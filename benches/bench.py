@@ -11,7 +11,8 @@ plus the guardian process and output pipes idem's liveness promise needs,
 to tell the design's cost from idem's own), `flock LOCKFILE true`, bkt's cache hit and
 miss (installed under target/ by `cargo install bkt --locked` when missing),
 `psql -c 'SELECT 1'` through the same delaying proxy as idem's PostgreSQL
-rows, and the same idem command on a ten-run ledger.
+rows, and the same idem command on a ten-run ledger (on a sixty-run one
+for `ledger list --limit 50`, which then lists fifty runs too).
 
 Needs hyperfine, flock, sqlite3, cc and /usr/bin/time (Debian: hyperfine,
 util-linux, sqlite3, gcc, time); the PostgreSQL rows need the server's
@@ -377,8 +378,10 @@ def process_rows(table, runs, work, env, floor, guarded, bkt):
         "guarded": f"{guarded} {work / 'guarded-record'} true",
         "flock": f"flock {lock} true",
         "skip": f"{IDEM} run --key bench -- true",
+        "dated skip": f"{IDEM} run --key bench-{{date}} -- true",
         "first": f"{IDEM} run --key first --force -- true",
     }
+    sh(IDEM, "run", "--key", "bench-{date}", "--", "true", env=env)
     if bkt:
         cache = work / "bkt"
         sh(bkt, "--ttl", "1h", "--cache-dir", cache, "--", "true", env=env)
@@ -397,6 +400,9 @@ def process_rows(table, runs, work, env, floor, guarded, bkt):
     table.add("skip: `idem run --key K -- true`, K succeeded / `flock L true`", skip.detail(),
               f"flock {flock_time.detail()}", ratio(skip.median, flock_time.median), "<= 0.7x",
               skip.median <= 0.7 * flock_time.median)
+    dated = timings["dated skip"]
+    table.add("reference: skip of a key with `{date}` (a crontab line's) / skip", str(dated), f"skip {skip}",
+              ratio(dated.median, skip.median), "—", None)
     if bkt:
         hit, miss = timings["bkt hit"], timings["bkt miss"]
         table.add("skip / bkt's cache hit", str(skip), f"bkt hit {hit.detail()}", ratio(skip.median, hit.median),
@@ -407,9 +413,12 @@ def process_rows(table, runs, work, env, floor, guarded, bkt):
                   ratio(miss.median, floor_time.median), "—", None)
 
 
-def big_ledger_rows(table, runs, work, env, small, big_runs, jobs):
+def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
     """A ledger of `big_runs` runs made by `ledger import`, measured right
-    after the import, before anything checkpoints its write-ahead log."""
+    after the import, before anything checkpoints its write-ahead log.
+    `ledger list --limit 50` is held against a ledger that lists 50 runs
+    too (`sixty`), so that the ratio is the history's cost alone; against
+    the ten-run ledger, which lists ten, it is a reference."""
     big = work / "big" / "ledger.db"
     big.parent.mkdir()
     export = work / "export.jsonl"
@@ -420,12 +429,16 @@ def big_ledger_rows(table, runs, work, env, small, big_runs, jobs):
     print(f"  imported {big_runs:,} runs in {time.monotonic() - started:.1f} s", flush=True)
     export.unlink()
     size = f"{big_runs:,} runs"
-    skip_small, skip_big, list_small, list_big = hyperfine(
+    skip_small, skip_big, list_small, list_sixty, list_big = hyperfine(
         [f"{IDEM} --db {small} run --key bench -- true", f"{IDEM} --db {big} run --key bench -- true",
-         f"{IDEM} --db {small} ledger list --limit 50", f"{IDEM} --db {big} ledger list --limit 50"], runs, env)
-    for what, a, b in [("skip", skip_big, skip_small), ("`ledger list --limit 50`", list_big, list_small)]:
-        table.add(f"{what}, {size} right after `ledger import` / 10 runs", str(a), f"10 runs {b}",
+         f"{IDEM} --db {small} ledger list --limit 50", f"{IDEM} --db {sixty} ledger list --limit 50",
+         f"{IDEM} --db {big} ledger list --limit 50"], runs, env)
+    for what, a, b, baseline in [("skip", skip_big, skip_small, "10 runs"),
+                                 ("`ledger list --limit 50`", list_big, list_sixty, "60 runs (50 listed)")]:
+        table.add(f"{what}, {size} right after `ledger import` / {baseline}", str(a), f"{baseline} {b}",
                   ratio(a.median, b.median), "<= 1.1x", a.median <= 1.1 * b.median)
+    table.add(f"reference: `ledger list --limit 50`, {size} / 10 runs (10 listed)", str(list_big),
+              f"10 runs {list_small}", ratio(list_big.median, list_small.median), "—", None)
     status_small, status_big, metrics_small, metrics_big = hyperfine(
         [f"{IDEM} --db {small} status", f"{IDEM} --db {big} status",
          f"{IDEM} --db {small} ledger metrics", f"{IDEM} --db {big} ledger metrics"],
@@ -540,11 +553,14 @@ def main():
         small = work / "ten" / "ledger.db"
         for key in ["bench", *(f"job-{i}" for i in range(9))]:
             sh(IDEM, "--db", small, "run", "--key", key, "--", "true", env=env)
+        sixty = work / "sixty" / "ledger.db"
+        for key in range(60):
+            sh(IDEM, "--db", sixty, "run", "--key", f"job-{key}", "--", "true", env=env)
 
         print("floor, flock, bkt and idem's skip and first run", flush=True)
         process_rows(table, runs, work, env, floor, guarded, bkt)
         print(f"ledger import of {big_runs:,} runs, then the same commands on it and on 10 runs", flush=True)
-        import_kib, history = big_ledger_rows(table, runs, work, env, small, big_runs, jobs)
+        import_kib, history = big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs)
         print("200 concurrent runs", flush=True)
         race_rows(table, work, floor, 1 if quick else 5, 2 if quick else 20)
         print("PostgreSQL through a proxy adding 1 ms each way", flush=True)
