@@ -787,7 +787,7 @@ Environment:
   IDEM_<OPTION>  a run option's default: IDEM_RETRIES=5, IDEM_QUIET_SUCCESS=1; a flag wins
   IDEM_PROGRESS  auto or never: the spinner of waits (a bad value is a warning)
   CI             when set, skips are told as at a terminal (a CI log says why a step did nothing)
-  TZ             time zone of key templates
+  TZ             time zone of key templates (unset: the zone /etc/localtime links to)
   NO_COLOR       no colour in tables
   TERM           dumb: no colour
   PGHOST, PGPORT, PGUSER, PGDATABASE  what a postgres:// URL leaves out
