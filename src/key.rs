@@ -116,7 +116,7 @@ impl Template {
     pub fn expand_now(&self) -> Result<String, Failure> {
         // Only a template with a time placeholder pays for the time zone.
         let now = if self.needs_time() {
-            jiff::Timestamp::now().to_zoned(crate::host::zone())
+            crate::host::now()
         } else {
             jiff::Timestamp::UNIX_EPOCH.to_zoned(jiff::tz::TimeZone::UTC)
         };

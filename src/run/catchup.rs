@@ -44,7 +44,7 @@ pub(super) fn run(
     location: &Location,
     reporter: &Reporter,
 ) -> Result<u8> {
-    let now = jiff::Timestamp::now().to_zoned(crate::host::zone());
+    let now = crate::host::now();
     let host = crate::host::name();
     let current = period.start(&now);
     let missed = missed(config, period, &now, periods, &host, location)?;
