@@ -27,29 +27,50 @@ pub fn boot_id() -> String {
 }
 
 /// This host's time zone: jiff's `TimeZone::system()`, read for the
-/// common case without the cost of its first call. To look a zone's name
+/// common cases without the cost of its first call. To look a zone's name
 /// up, jiff first lists every file of the time zone database (900 files
-/// in 43 folders on a Debian host: 3M instructions and 70 system
-/// calls, two thirds of a skip of a key with `{date}`). When `TZ` is unset and
-/// /etc/localtime links into a zoneinfo folder, the zone is that file
-/// under the link's name, which is what glibc, and so `date` and cron,
-/// read. Anything else (`TZ` set, a copied file) is left to jiff.
+/// in 43 folders on a Debian host: 3M instructions and 70 system calls,
+/// two thirds of a skip of a key with `{date}`). idem reads the one file
+/// instead: with `TZ` unset and /etc/localtime linked into a zoneinfo
+/// folder, that file under the link's name, which is what glibc, and so
+/// `date` and cron, read; with `TZ` an Area/Location name, that file of
+/// the zoneinfo folder. Anything else (a POSIX rule, a path, `TZDIR`, a
+/// copied /etc/localtime) is left to jiff.
 pub fn zone() -> TimeZone {
     static ZONE: OnceLock<TimeZone> = OnceLock::new();
-    ZONE.get_or_init(|| linked_zone().unwrap_or_else(TimeZone::system))
+    ZONE.get_or_init(|| zone_file().unwrap_or_else(TimeZone::system))
         .clone()
 }
 
-fn linked_zone() -> Option<TimeZone> {
+fn zone_file() -> Option<TimeZone> {
     const LOCALTIME: &str = "/etc/localtime";
     const FOLDER: &str = "zoneinfo/";
-    if std::env::var_os("TZ").is_some() {
-        return None;
+    match std::env::var_os("TZ") {
+        None => {
+            let target = std::fs::read_link(LOCALTIME).ok()?;
+            let target = target.to_str()?;
+            let name = &target[target.rfind(FOLDER)? + FOLDER.len()..];
+            TimeZone::tzif(name, &std::fs::read(LOCALTIME).ok()?).ok()
+        }
+        // A slash marks a name: a POSIX rule (`EST5EDT,M3.2.0,M11.1.0`)
+        // has none. glibc allows a leading colon.
+        Some(tz) => {
+            let tz = tz.to_str()?;
+            let name = tz.strip_prefix(':').unwrap_or(tz);
+            let plain = name.split('/').all(|part| {
+                !part.is_empty()
+                    && part != ".."
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_+-.".contains(&b))
+            });
+            if !name.contains('/') || !plain || std::env::var_os("TZDIR").is_some() {
+                return None;
+            }
+            let data = std::fs::read(std::path::Path::new("/usr/share/zoneinfo").join(name));
+            TimeZone::tzif(name, &data.ok()?).ok()
+        }
     }
-    let target = std::fs::read_link(LOCALTIME).ok()?;
-    let target = target.to_str()?;
-    let name = &target[target.rfind(FOLDER)? + FOLDER.len()..];
-    TimeZone::tzif(name, &std::fs::read(LOCALTIME).ok()?).ok()
 }
 
 /// Now, in this host's time zone.

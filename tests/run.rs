@@ -382,35 +382,84 @@ fn a_dated_key_reads_the_hosts_zone_without_listing_every_zone() {
     ) {
         return;
     }
+    dated_run_reads_one_zone(None, "\"/etc/localtime\"");
+}
+
+#[test]
+fn a_dated_key_under_tz_reads_that_zone_alone() {
+    // UTC+14 all year: a key's hour there is never UTC's.
+    let zone = "Pacific/Kiritimati";
+    let file = format!("/usr/share/zoneinfo/{zone}");
+    if !crate::util::require(
+        std::path::Path::new(&file).exists(),
+        &format!("{file} (Debian: tzdata)"),
+    ) {
+        return;
+    }
+    dated_run_reads_one_zone(Some(zone), &format!("\"{file}\""));
+}
+
+/// Runs a key with {hour} under strace, with `TZ` set to `tz` (else
+/// unset): the zone database is not listed, `zone_file` is read, and the
+/// key's hour is the one `date` tells in that zone.
+fn dated_run_reads_one_zone(tz: Option<&str>, zone_file: &str) {
     let env = Env::new();
     let trace = env.path("trace");
+    let hour = || {
+        let mut date = std::process::Command::new("date");
+        date.arg("+%Y-%m-%dT%H");
+        match tz {
+            Some(tz) => date.env("TZ", tz),
+            None => date.env_remove("TZ"),
+        };
+        text(&date.output().unwrap().stdout).trim().to_owned()
+    };
     let mut command = std::process::Command::new("strace");
     command
         .args(["-f", "-y", "-qq", "-e", "trace=openat,getdents64", "-o"])
         .arg(&trace)
         .arg(env!("CARGO_BIN_EXE_idem"))
-        .args(["run", "--key", "nightly-{date}", "--", "true"])
+        .args([
+            "run",
+            "--key",
+            "at-{hour}",
+            "--",
+            "sh",
+            "-c",
+            "echo $IDEM_KEY",
+        ])
         .env("IDEM_DB", env.db())
         .env("HOME", env.dir.path())
-        .env_remove("TZ")
+        .env_remove("TZDIR")
         .stdin(Stdio::null());
+    match tz {
+        Some(tz) => command.env("TZ", tz),
+        None => command.env_remove("TZ"),
+    };
+    let before = hour();
     let traced = command.output();
+    let after = hour();
     let ran = traced.as_ref().is_ok_and(|output| output.status.success());
     if !crate::util::require(ran, &format!("tracing idem with strace ({traced:?})")) {
         return;
     }
+    let key = text(&traced.unwrap().stdout).trim().to_owned();
+    assert!(
+        [format!("at-{before}"), format!("at-{after}")].contains(&key),
+        "key {key}, date said {before} then {after} (TZ {tz:?})"
+    );
     let trace = std::fs::read_to_string(trace).unwrap();
-    let zone_files: Vec<&str> = trace
+    let zone_lines: Vec<&str> = trace
         .lines()
         .filter(|line| line.contains("zoneinfo"))
         .collect();
     assert!(
-        !zone_files.iter().any(|line| line.contains("getdents64(")),
+        !zone_lines.iter().any(|line| line.contains("getdents64(")),
         "the zone database was listed:\n{}",
-        zone_files.join("\n")
+        zone_lines.join("\n")
     );
     assert!(
-        trace.contains("\"/etc/localtime\""),
-        "the zone was not read:\n{trace}"
+        trace.contains(zone_file),
+        "{zone_file} was not read:\n{trace}"
     );
 }
