@@ -57,20 +57,27 @@ fn zone_file() -> Option<TimeZone> {
         Some(tz) => {
             let tz = tz.to_str()?;
             let name = tz.strip_prefix(':').unwrap_or(tz);
-            let plain = name.split('/').all(|part| {
-                !part.is_empty()
-                    && part != ".."
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"_+-.".contains(&b))
-            });
-            if !name.contains('/') || !plain || std::env::var_os("TZDIR").is_some() {
-                return None;
-            }
-            let data = std::fs::read(std::path::Path::new("/usr/share/zoneinfo").join(name));
-            TimeZone::tzif(name, &data.ok()?).ok()
+            zone_file_named(name.contains('/').then_some(name)?)
         }
     }
+}
+
+/// The zoneinfo file of the zone `name`, unless `TZDIR` says to look
+/// elsewhere (then jiff looks) or the name is not made of plain parts.
+fn zone_file_named(name: &str) -> Option<TimeZone> {
+    let plain = name.split('/').all(|part| {
+        part.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_+-.".contains(&b))
+    });
+    if !plain || std::env::var_os("TZDIR").is_some() {
+        return None;
+    }
+    let data = std::fs::read(std::path::Path::new("/usr/share/zoneinfo").join(name)).ok()?;
+    TimeZone::tzif(name, &data).ok()
 }
 
 /// Now, in this host's time zone.
@@ -78,13 +85,13 @@ pub fn now() -> jiff::Zoned {
     jiff::Timestamp::now().to_zoned(zone())
 }
 
-/// The time zone named `name`, this host's without a lookup.
+/// The time zone named `name` (a job's), read as [`zone`] reads one.
 pub fn zone_named(name: &str) -> Option<TimeZone> {
     let host = zone();
     if host.iana_name() == Some(name) {
         return Some(host);
     }
-    TimeZone::get(name).ok()
+    zone_file_named(name).or_else(|| TimeZone::get(name).ok())
 }
 
 #[cfg(test)]
@@ -110,5 +117,30 @@ mod tests {
             zone_named(name).and_then(|zone| zone.iana_name().map(str::to_owned)),
             Some(name.to_owned())
         );
+    }
+
+    #[test]
+    fn a_named_zone_is_its_zoneinfo_file_and_nothing_outside() {
+        for refused in [
+            "",
+            "/etc/passwd",
+            "../../etc/passwd",
+            "Europe/../../x",
+            "Europe//Berlin",
+        ] {
+            assert!(zone_file_named(refused).is_none(), "{refused:?}");
+        }
+        if !std::path::Path::new("/usr/share/zoneinfo/Pacific/Kiritimati").exists() {
+            // Under CI a missing time zone database fails the test.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "tzdata is needed and missing here"
+            );
+            return;
+        }
+        let far = zone_named("Pacific/Kiritimati").unwrap();
+        assert_eq!(far.iana_name(), Some("Pacific/Kiritimati"));
+        let at = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        assert_eq!(far.to_offset(at), jiff::tz::offset(14));
     }
 }
