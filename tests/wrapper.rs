@@ -375,3 +375,44 @@ fn ctrl_z_stops_the_run_and_fg_resumes_it() {
     assert!(shown.contains("finished"), "{shown}");
     assert!(shown.contains("rc=0"), "{shown}");
 }
+
+#[test]
+fn signals_ignored_at_start_stay_ignored_as_under_nohup() {
+    // `nohup idem run -- cmd` outlives a hangup as `nohup cmd` does, and a
+    // shell without job control starts `cmd &` with SIGINT ignored: idem
+    // keeps what it was started with ignored, for itself and its command.
+    let env = Env::new();
+    let started = env.path("started");
+    let go = env.path("go");
+    let script = format!(
+        "grep SigIgn /proc/self/status > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; {}",
+        started.display(),
+        go.display(),
+        env.count_cmd("count")
+    );
+    let mut command = env.idem(["run", "--key", "n", "--shell", "--", &script]);
+    command.stdout(Stdio::null()).stderr(Stdio::piped());
+    // SAFETY: signal(2) is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            nix::libc::signal(nix::libc::SIGHUP, nix::libc::SIG_IGN);
+            nix::libc::signal(nix::libc::SIGINT, nix::libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    wait_for_file(&started, Duration::from_secs(10), &mut child);
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGHUP).unwrap();
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&go, "").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_code(&output, 0);
+    assert_eq!(env.count("count"), 1, "{}", text(&output.stderr));
+    // /proc's SigIgn: bit N-1 set when signal N is ignored.
+    let line = std::fs::read_to_string(&started).unwrap();
+    let mask = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    assert_eq!(mask & 0b11, 0b11, "the command's {line}");
+}

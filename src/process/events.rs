@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -38,8 +39,32 @@ pub enum Event {
     },
 }
 
-/// The signals idem takes as events (the rest keep their default action).
+/// The signals idem takes as events (the rest keep their default action),
+/// but for those it was started with ignored (see [`ignored_at_start`]).
 pub const CAUGHT: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGCONT];
+
+/// Bit N: signal N was ignored when idem installed its handlers, and so
+/// was left ignored. Set once, before the first fork.
+static IGNORED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether idem was started with `signal` ignored, and left it so: `nohup`
+/// ignores SIGHUP, and a shell without job control SIGINT for a command
+/// it starts with `&`. Like a shell, idem keeps them ignored (its command
+/// too), so that a wrapped command hears what it would without idem.
+/// Async-signal-safe: a forked child asks it.
+pub fn ignored_at_start(signal: i32) -> bool {
+    IGNORED.load(Ordering::Relaxed) & (1 << signal) != 0
+}
+
+/// Whether `signal` is ignored now.
+fn ignored_now(signal: i32) -> bool {
+    // SAFETY: sigaction only reads the disposition into a zeroed struct.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
 
 /// The byte that says a request waits in the queue.
 const REQUEST: u8 = 0;
@@ -55,6 +80,12 @@ fn self_pipe() -> io::Result<(RawFd, RawFd)> {
         let ends = (read.as_raw_fd(), write.as_raw_fd());
         std::mem::forget((read, write));
         for signal in CAUGHT {
+            // SIGCONT is only watched for: ignoring it never stops a
+            // continue, so there is nothing to keep.
+            if signal != SIGCONT && ignored_now(signal) {
+                IGNORED.fetch_or(1 << signal, Ordering::Relaxed);
+                continue;
+            }
             let write = ends.1;
             // SAFETY: the handler makes one write(2), async-signal-safe,
             // to a descriptor that stays open until the process ends.
@@ -100,7 +131,8 @@ pub struct Events {
 
 impl Events {
     /// Installs handlers for SIGINT, SIGTERM, SIGHUP and SIGCONT: from now
-    /// on they are events here instead of ending idem.
+    /// on they are events here instead of ending idem (but for those idem
+    /// was started with ignored, see [`ignored_at_start`]).
     pub fn new() -> Result<Events> {
         let (wake, bell) = self_pipe().context("could not install signal handlers")?;
         let (sender, requests) = mpsc::channel();

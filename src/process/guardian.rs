@@ -386,7 +386,9 @@ unsafe fn execute(
         // but only after the signals are let in): one running in this
         // window would write to a descriptor number that may be `report`.
         for signal in super::events::CAUGHT {
-            libc::signal(signal, libc::SIG_DFL);
+            if !super::events::ignored_at_start(signal) {
+                libc::signal(signal, libc::SIG_DFL);
+            }
         }
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);

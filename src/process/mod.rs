@@ -254,7 +254,8 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// Installs handlers for SIGINT, SIGTERM and SIGHUP: from now on they are
-    /// passed to the command instead of ending idem.
+    /// passed to the command instead of ending idem, but for those idem was
+    /// started with ignored, which stay ignored.
     pub fn new() -> Result<Supervisor> {
         Ok(Supervisor {
             events: Events::new()?,
