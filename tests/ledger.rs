@@ -30,6 +30,7 @@ on_every_backend!(
     prune_never_touches_a_running_run,
     forget_prune_and_metrics,
     export_then_import_round_trips_into_a_fresh_ledger,
+    a_long_export_comes_whole_and_in_order,
     an_imported_success_is_honoured_by_run,
     an_import_never_overrides_a_newer_run,
     import_refuses_a_bad_line_with_its_number,
@@ -715,6 +716,60 @@ fn export_then_import_round_trips_into_a_fresh_ledger(backend: &Backend) {
         .stdin(stream.clone())
         .succeeds();
     assert_eq!(export(&piped), stream);
+}
+
+/// More runs and attempts than the export reads at a time, with the
+/// attempts' batches falling out of step with the runs'.
+fn a_long_export_comes_whole_and_in_order(backend: &Backend) {
+    const RUNS: usize = 700;
+    let mut stream = String::new();
+    for n in 0..RUNS {
+        let attempts: Vec<Value> = (1..=n % 3)
+            .map(|attempt| {
+                serde_json::json!({
+                    "attempt": attempt, "exit_code": 1, "signal": null, "timed_out": false,
+                    "output_cut": false,
+                    "started_at": format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
+                    "finished_at": format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
+                    "stdout_tail": format!("run {n} attempt {attempt}\n"), "stderr_tail": "",
+                })
+            })
+            .collect();
+        let line = serde_json::json!({
+            "key": format!("k{}", n % 40), "job": format!("k{}", n % 40), "head": false,
+            "run_id": format!("00000000-0000-7000-8000-{n:012}"),
+            "status": "failed", "exit_code": 1, "signal": null, "attempts": n % 3,
+            "started_at": format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
+            "finished_at": format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
+            "host": "h", "pid": 1, "command": ["true"], "shell": false, "recovered": false,
+            "attempts_detail": attempts,
+        });
+        stream.push_str(&line.to_string());
+        stream.push('\n');
+    }
+    let first = backend.env();
+    import(&first, stream.as_bytes()).succeeds();
+    let exported = export(&first);
+    let lines: Vec<Value> = exported
+        .split(|byte| *byte == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| serde_json::from_slice(line).expect("each line is JSON"))
+        .collect();
+    assert_eq!(lines.len(), RUNS);
+    for (n, line) in lines.iter().enumerate() {
+        assert_eq!(line["run_id"], format!("00000000-0000-7000-8000-{n:012}"));
+        let attempts = line["attempts_detail"].as_array().unwrap();
+        assert_eq!(attempts.len(), n % 3, "{line}");
+        for (at, attempt) in attempts.iter().enumerate() {
+            assert_eq!(
+                attempt["stdout_tail"],
+                format!("run {n} attempt {}\n", at + 1)
+            );
+        }
+    }
+    let second = backend.env();
+    import(&second, &exported).succeeds();
+    assert_eq!(export(&second), exported, "the round trip is lossless");
 }
 
 fn an_imported_success_is_honoured_by_run(backend: &Backend) {

@@ -73,6 +73,7 @@ impl From<crate::cli::StatusArg> for Status {
 }
 use crate::exit::Failure;
 pub(crate) use inspect::{Inspect, Schema};
+pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the
 /// errors of its own questions to the server (the role's rights) as the
 /// ledger words its own.

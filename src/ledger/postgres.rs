@@ -18,10 +18,11 @@
 // Before the modules, which use it too.
 macro_rules! typed {
     ($($value:expr => $type:ident),* $(,)?) => {
-        &[$(($value as &(dyn postgres::types::ToSql + Sync), postgres::types::Type::$type)),*]
+        &[$(($value as &(dyn tokio_postgres::types::ToSql + Sync), tokio_postgres::types::Type::$type)),*]
     };
 }
 
+pub(crate) mod client;
 pub(super) mod connect;
 mod inspect;
 mod rows;
@@ -31,9 +32,10 @@ mod tx;
 use std::time::Duration;
 
 use anyhow::Result;
+use futures_util::future::{try_join, try_join3};
 use jiff::Timestamp;
-use postgres::error::SqlState;
-use postgres::{Client, GenericClient, Row};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::columns::{attempt_list, JobCol};
@@ -44,12 +46,13 @@ use super::{
     JobState, KeyMetrics, Ledger, ListFilter, Locks, NewRun, Outcome, Plan, PruneReport, Run,
     RunAttempts, Tails,
 };
+use client::{Client, Transaction, READ_COMMITTED};
 pub use inspect::PostgresInspector;
 use rows::{attempt_from_row, job_from_row, query_head, run_from_row, RunCol, Unreadable};
 use schema::{LATEST, MIGRATIONS};
 use tx::{
-    job_of_run, job_outcome_from, owner_gone, release_locks, Tx, JOB_OF_RUN_COUNT, RELEASE_LOCKS,
-    RELEASE_OWNER,
+    job_after, job_of_run, owner_gone, release_locks, save_job, Tx, JOB_OF_RUN_COUNT,
+    RELEASE_LOCKS, RELEASE_OWNER,
 };
 
 /// How long a claim waits for a key's row lock before giving up (exit 125).
@@ -69,7 +72,7 @@ const MIGRATION_LOCK: i64 = 0x6964_656d_0000_0001;
 pub struct PostgresLedger {
     client: Client,
     /// To connect again when the connection was cut (see [`Self::retrying`]).
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     /// The URL with its password masked, for messages.
     shown: String,
 }
@@ -99,8 +102,8 @@ impl PostgresLedger {
     /// repeat.
     fn retrying<T>(
         &mut self,
-        mut body: impl FnMut(&mut Client) -> Result<T, postgres::Error>,
-    ) -> Result<T, postgres::Error> {
+        mut body: impl FnMut(&mut Client) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, tokio_postgres::Error> {
         match body(&mut self.client) {
             Err(error) if connection_lost(&error) => match connect::connect(&self.config) {
                 Ok(client) => {
@@ -114,12 +117,12 @@ impl PostgresLedger {
         }
     }
 
-    fn fail(&self, doing: &str, error: &postgres::Error) -> anyhow::Error {
+    fn fail(&self, doing: &str, error: &tokio_postgres::Error) -> anyhow::Error {
         fault(doing, &self.shown, error).into()
     }
 
     /// The schema's version; 0 when there is no schema yet.
-    fn version(client: &mut impl GenericClient) -> Result<i32, postgres::Error> {
+    fn version(client: &mut Client) -> Result<i32, tokio_postgres::Error> {
         match client.query_typed("SELECT version FROM idem.version", &[]) {
             Ok(rows) => rows.first().map_or(Ok(0), |row| row.try_get(0)),
             Err(error)
@@ -138,7 +141,7 @@ impl PostgresLedger {
     /// [`LOCK_WAIT`] means its holder is stuck (frozen, or cut off in the
     /// middle of a transaction), so give up as SQLite does, and let the
     /// server end a transaction left idle that long by a vanished idem.
-    fn setup(&mut self) -> Result<i32, postgres::Error> {
+    fn setup(&mut self) -> Result<i32, tokio_postgres::Error> {
         let settings = session_settings();
         // One implicit transaction: if the version table is missing, the
         // settings are rolled back with it, and made again alone.
@@ -149,7 +152,7 @@ impl PostgresLedger {
             Ok(messages) => Ok(messages
                 .iter()
                 .find_map(|message| match message {
-                    postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
                     _ => None,
                 })
                 .and_then(|version| version.parse().ok())
@@ -195,7 +198,7 @@ impl PostgresLedger {
             tx.commit()?;
             Ok(None)
         })();
-        let result: Result<Option<i32>, postgres::Error> = result;
+        let result: Result<Option<i32>, tokio_postgres::Error> = result;
         match result {
             Ok(None) => Ok(()),
             Ok(Some(version)) => Err(self.newer(version)),
@@ -245,18 +248,12 @@ fn session_settings() -> String {
 /// Starts a write transaction in READ COMMITTED whatever the database's
 /// default: a claim reads the head in a statement after taking the key's
 /// row lock, and must see the commit of whoever held the lock before.
-fn begin(client: &mut Client) -> Result<postgres::Transaction<'_>, postgres::Error> {
-    client
-        .build_transaction()
-        .isolation_level(postgres::IsolationLevel::ReadCommitted)
-        .start()
+fn begin(client: &mut Client) -> Result<Transaction<'_>, tokio_postgres::Error> {
+    Transaction::begin(client, READ_COMMITTED)
 }
 
 /// Locks the key's row if the claim's epoch still holds it; false if not.
-fn lock_claimed(
-    tx: &mut postgres::Transaction<'_>,
-    claim: &Claim,
-) -> Result<bool, postgres::Error> {
+fn lock_claimed(tx: &mut Transaction<'_>, claim: &Claim) -> Result<bool, tokio_postgres::Error> {
     Ok(tx
         .query_typed_opt(
             "SELECT 1 FROM idem.keys WHERE key = $1 AND epoch = $2 FOR UPDATE",
@@ -266,10 +263,10 @@ fn lock_claimed(
 }
 
 fn upsert_attempt(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Transaction<'_>,
     claim: &Claim,
     attempt: &Attempt,
-) -> Result<(), postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     // An upsert: an attempt whose command could not even be spawned was
     // never recorded as started.
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
@@ -296,7 +293,7 @@ fn upsert_attempt(
 impl Ledger for PostgresLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
         // A read, safe to repeat on a new connection after a cut one.
-        self.retrying(|client| query_head(client, key))
+        self.retrying(|client| client.pipeline(async |db| query_head(db, key).await))
             .map(|head| head.map(|(_, head)| head))
             .map_err(|error| self.fail("read", &error))
     }
@@ -307,17 +304,26 @@ impl Ledger for PostgresLedger {
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
         let result = (|| {
-            let mut tx = begin(&mut self.client)?;
-            // Creates the key's row, or locks it without writing (a
-            // conflicting row is locked even when WHERE is false). Every
-            // claimer of the key queues here; the head is read after the
-            // lock, in a statement of its own, so it sees the last commit.
-            tx.execute_typed(
-                "INSERT INTO idem.keys (key) VALUES ($1)
-                 ON CONFLICT (key) DO UPDATE SET epoch = idem.keys.epoch WHERE false",
-                typed![&key => TEXT],
-            )?;
-            let head = query_head(&mut tx, key)?;
+            // Begins; creates the key's row, or locks it without writing (a
+            // conflicting row is locked even when WHERE is false); reads the
+            // head: one round trip. Every claimer of the key queues at the
+            // lock. The server runs a pipeline's statements one after the
+            // other, so the head's statement starts after the lock is taken
+            // and sees the last commit.
+            let mut tx = Transaction::pipelined(&mut self.client);
+            let head = tx.pipeline(async |db| {
+                let ((), _, head) = try_join3(
+                    db.batch_execute(READ_COMMITTED),
+                    db.execute_typed(
+                        "INSERT INTO idem.keys (key) VALUES ($1)
+                         ON CONFLICT (key) DO UPDATE SET epoch = idem.keys.epoch WHERE false",
+                        typed![&key => TEXT],
+                    ),
+                    query_head(db, key),
+                )
+                .await?;
+                Ok(head)
+            })?;
             // A shared ledger's liveness is the lease alone: nothing lingers.
             let plan = plan(head.as_ref().map(|(_, head)| head), false);
             if let (true, Some((id, _))) = (plan.abandon_head, &head) {
@@ -327,8 +333,13 @@ impl Ledger for PostgresLedger {
                 tx.commit()?;
                 return Ok(None);
             };
-            let epoch = start_run(&mut tx, key, &new)?;
-            tx.commit()?;
+            // The run and the commit: one round trip.
+            let epoch = tx.pipeline(async |db| {
+                let (epoch, ()) =
+                    try_join(start_run(db, key, &new), db.batch_execute("COMMIT")).await?;
+                Ok(epoch)
+            })?;
+            tx.committed();
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
@@ -338,7 +349,7 @@ impl Ledger for PostgresLedger {
                 locks: Vec::new(),
             }))
         })();
-        result.map_err(|error: postgres::Error| {
+        result.map_err(|error: tokio_postgres::Error| {
             if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
                 return LedgerError::RowHeld {
                     key: key.to_owned(),
@@ -408,20 +419,46 @@ impl Ledger for PostgresLedger {
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
         let result = self.retrying(|client| {
-            let mut tx = begin(client)?;
-            let Some(recorded) = record_outcome(&mut tx, claim, last, outcome)? else {
+            // Begins and records: one round trip.
+            let mut tx = Transaction::pipelined(client);
+            let recorded = tx.pipeline(async |db| {
+                let ((), recorded) = try_join(
+                    db.batch_execute(READ_COMMITTED),
+                    record_outcome(db, claim, last, outcome),
+                )
+                .await?;
+                Ok(recorded)
+            })?;
+            let Some(recorded) = recorded else {
                 return Ok(false);
             };
-            if recorded.ended {
-                if let Some(job) = &recorded.job {
-                    job_outcome_from(&mut tx, job, outcome.status, Some(outcome.exit_code))?;
-                }
-                // A round trip saved for the many runs that take no --lock.
-                if !claim.locks.is_empty() {
-                    release_locks(&mut tx, claim.run_id)?;
-                }
-            }
-            tx.commit()?;
+            let job = match (&recorded.job, recorded.ended) {
+                (Some(row), true) => Some(job_after(row, outcome.status, Some(outcome.exit_code))?),
+                _ => None,
+            };
+            let locks = recorded.ended && !claim.locks.is_empty();
+            // The job's figures, the run's named locks (most runs take
+            // none) and the commit: one round trip.
+            tx.pipeline(async |db| {
+                try_join3(
+                    async {
+                        match &job {
+                            Some(job) => save_job(db, job).await,
+                            None => Ok(()),
+                        }
+                    },
+                    async {
+                        match locks {
+                            true => release_locks(db, claim.run_id).await,
+                            false => Ok(()),
+                        }
+                    },
+                    db.batch_execute("COMMIT"),
+                )
+                .await?;
+                Ok(())
+            })?;
+            tx.committed();
             Ok(recorded.recorded)
         });
         match result {
@@ -472,7 +509,7 @@ impl Ledger for PostgresLedger {
             .map(|status| status.as_str().to_owned())
             .collect();
         let limit = i64::from(filter.limit);
-        let mut values: Vec<&(dyn postgres::types::ToSql + Sync)> = Vec::new();
+        let mut values: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = Vec::new();
         if let Some(glob) = &glob {
             values.push(glob);
             sql.push_str(&format!(" AND r.key ~ ${}", values.len()));
@@ -547,7 +584,7 @@ impl Ledger for PostgresLedger {
             }
             Ok((history, total.max(0) as u64))
         })();
-        result.map_err(|error: postgres::Error| self.fail("read", &error))
+        result.map_err(|error: tokio_postgres::Error| self.fail("read", &error))
     }
 
     fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<Tails>> {
@@ -570,7 +607,7 @@ impl Ledger for PostgresLedger {
             })
         })
         .transpose()
-        .map_err(|error: postgres::Error| self.fail("read", &error))
+        .map_err(|error: tokio_postgres::Error| self.fail("read", &error))
     }
 
     fn leased(&self) -> bool {
@@ -621,7 +658,7 @@ impl Ledger for PostgresLedger {
                     at: row.try_get(2)?,
                 })
             })
-            .collect::<Result<_, postgres::Error>>()
+            .collect::<Result<_, tokio_postgres::Error>>()
             .map_err(|error| self.fail("read", &error))
     }
 
@@ -636,18 +673,17 @@ impl Ledger for PostgresLedger {
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {
         let shown = self.shown.clone();
-        let read =
-            |error: postgres::Error| -> anyhow::Error { fault("read", &shown, &error).into() };
+        let read = |error: tokio_postgres::Error| -> anyhow::Error {
+            fault("read", &shown, &error).into()
+        };
         // One snapshot while runs go on; runs and their attempts come in
         // batches from two cursors in the same order, so memory stays
         // bounded whatever the ledger holds.
-        let mut tx = self
-            .client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(read)?;
+        let mut tx = Transaction::begin(
+            &mut self.client,
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        )
+        .map_err(read)?;
         let mut cursors = Cursors::open(&mut tx).map_err(read)?;
         while let Some((run, attempts)) = cursors.next(&mut tx).map_err(read)? {
             sink(ExportedRun {
@@ -666,7 +702,7 @@ impl Ledger for PostgresLedger {
             tx.commit()?;
             Ok(fed)
         })();
-        result.map_err(|error: postgres::Error| self.fail("import runs into", &error))?
+        result.map_err(|error: tokio_postgres::Error| self.fail("import runs into", &error))?
     }
 
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>> {
@@ -676,7 +712,7 @@ impl Ledger for PostgresLedger {
             tx.commit()?;
             Ok(metrics)
         })();
-        result.map_err(|error: postgres::Error| self.fail("read", &error))
+        result.map_err(|error: tokio_postgres::Error| self.fail("read", &error))
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
@@ -724,7 +760,7 @@ impl Ledger for PostgresLedger {
             }
             Ok(jobs)
         })();
-        result.map_err(|error: postgres::Error| self.fail("read", &error))
+        result.map_err(|error: tokio_postgres::Error| self.fail("read", &error))
     }
 
     fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>> {
@@ -776,7 +812,7 @@ impl Ledger for PostgresLedger {
                 names: names.to_vec(),
             }))
         })();
-        result.map_err(|error: postgres::Error| self.fail("take a lock in", &error))
+        result.map_err(|error: tokio_postgres::Error| self.fail("take a lock in", &error))
     }
 
     fn release_locks(&mut self, run_id: Uuid) -> Result<()> {
@@ -795,7 +831,7 @@ impl PostgresLedger {
         &mut self,
         doing: &str,
         dry_run: bool,
-        body: impl FnOnce(&mut Tx<'_, '_>) -> Result<T, postgres::Error>,
+        body: impl FnOnce(&mut Tx<'_, '_>) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T> {
         let result = (|| {
             let mut tx = begin(&mut self.client)?;
@@ -807,23 +843,24 @@ impl PostgresLedger {
             }
             Ok(value)
         })();
-        result.map_err(|error: postgres::Error| self.fail(doing, &error))
+        result.map_err(|error: tokio_postgres::Error| self.fail(doing, &error))
     }
 }
 
 /// Starts the new run of `key` (its row locked) and makes it the key's
 /// head under a new epoch and lease: the epoch.
-fn start_run(
-    tx: &mut postgres::Transaction<'_>,
+async fn start_run(
+    db: &tokio_postgres::Client,
     key: &str,
     new: &NewRun,
-) -> Result<i64, postgres::Error> {
+) -> Result<i64, tokio_postgres::Error> {
     // One statement, one round trip. The key's row is locked already, so
     // the job's row is the only lock it takes: every writer takes them in
     // that order (key, then job), so none waits on another in a circle.
-    let row = tx.query_typed_one(
-        concat!(
-            "WITH job AS (
+    let row = db
+        .query_typed_one(
+            concat!(
+                "WITH job AS (
                  INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
                      last_run, last_status, checked_at, running)
                  VALUES ($9, $10, $11, $3, $5, $6, now(), now(), 'running', now(), 1)
@@ -840,26 +877,27 @@ fn start_run(
                  RETURNING id
              )
              UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'), ",
-            owner_gone!(),
-            ", lease = $8::text::interval,
+                owner_gone!(),
+                ", lease = $8::text::interval,
                  lease_until = clock_timestamp() + $8::text::interval
              FROM run WHERE idem.keys.key = $1
              RETURNING idem.keys.epoch"
-        ),
-        typed![
-            &key => TEXT,
-            &new.run_id => UUID,
-            &new.host => TEXT,
-            &i64::from(new.pid) => INT8,
-            &encode_command(&new.command) => BYTEA,
-            &new.shell => BOOL,
-            &new.recovered => BOOL,
-            &interval(new.lease) => TEXT,
-            &new.job.name => TEXT,
-            &new.job.template => TEXT,
-            &new.job.zone => TEXT,
-        ],
-    )?;
+            ),
+            typed![
+                &key => TEXT,
+                &new.run_id => UUID,
+                &new.host => TEXT,
+                &i64::from(new.pid) => INT8,
+                &encode_command(&new.command) => BYTEA,
+                &new.shell => BOOL,
+                &new.recovered => BOOL,
+                &interval(new.lease) => TEXT,
+                &new.job.name => TEXT,
+                &new.job.template => TEXT,
+                &new.job.zone => TEXT,
+            ],
+        )
+        .await?;
     row.try_get(0)
 }
 
@@ -877,20 +915,21 @@ struct Recorded {
 /// The key's lock, the last attempt, the outcome, the key's release and
 /// the run's job in one statement; None if the claim's epoch no longer
 /// holds the key.
-fn record_outcome(
-    tx: &mut postgres::Transaction<'_>,
+async fn record_outcome(
+    db: &tokio_postgres::Client,
     claim: &Claim,
     last: Option<&Attempt>,
     outcome: &Outcome,
-) -> Result<Option<Recorded>, postgres::Error> {
+) -> Result<Option<Recorded>, tokio_postgres::Error> {
     let attempt = last.cloned().unwrap_or_default();
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
     // `k` takes the key's row lock first (every write below waits on it),
     // so no claim can read the run as running (and abandon it) while this
     // records its outcome; each write is void unless the epoch held.
-    let row = tx.query_typed_one(
-        &format!(
-            "WITH k AS (
+    let row = db
+        .query_typed_one(
+            &format!(
+                "WITH k AS (
                  SELECT 1 FROM idem.keys WHERE key = $6 AND epoch = $15 FOR UPDATE
              ), a AS (
                  INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
@@ -915,26 +954,27 @@ fn record_outcome(
                                 WHERE run_id = $1 AND status = $2 AND exit_code = $3),
                  (SELECT count(*) FROM r) = 1
              FROM (SELECT 1) one LEFT JOIN j ON true",
-            job = job_of_run("AND EXISTS (SELECT 1 FROM k)")
-        ),
-        typed![
-            &claim.run_id => UUID,
-            &outcome.status.as_str() => TEXT,
-            &outcome.exit_code => INT4,
-            &outcome.signal => INT4,
-            &(attempt.number as i32) => INT4,
-            &claim.key => TEXT,
-            &(attempt.number as i32) => INT4,
-            &attempt.exit_code => INT4,
-            &attempt.signal => INT4,
-            &attempt.timed_out => BOOL,
-            &tail(&attempt.stdout_tail) => BYTEA,
-            &tail(&attempt.stderr_tail) => BYTEA,
-            &last.is_some() => BOOL,
-            &attempt.cut => BOOL,
-            &claim.token => INT8,
-        ],
-    )?;
+                job = job_of_run("AND EXISTS (SELECT 1 FROM k)")
+            ),
+            typed![
+                &claim.run_id => UUID,
+                &outcome.status.as_str() => TEXT,
+                &outcome.exit_code => INT4,
+                &outcome.signal => INT4,
+                &(attempt.number as i32) => INT4,
+                &claim.key => TEXT,
+                &(attempt.number as i32) => INT4,
+                &attempt.exit_code => INT4,
+                &attempt.signal => INT4,
+                &attempt.timed_out => BOOL,
+                &tail(&attempt.stdout_tail) => BYTEA,
+                &tail(&attempt.stderr_tail) => BYTEA,
+                &last.is_some() => BOOL,
+                &attempt.cut => BOOL,
+                &claim.token => INT8,
+            ],
+        )
+        .await?;
     let at = JOB_OF_RUN_COUNT;
     if !row.try_get::<_, bool>(at + 1)? {
         return Ok(None);
@@ -949,36 +989,27 @@ fn record_outcome(
 /// The two cursors of `export`: runs, and their attempts in the same
 /// order, each read in batches.
 struct Cursors {
-    runs: postgres::Portal,
-    attempts: postgres::Portal,
     batch: std::collections::VecDeque<Row>,
     pending: std::collections::VecDeque<Row>,
     attempts_done: bool,
 }
 
-/// Rows a cursor hands over at a time.
-const BATCH: i32 = 256;
+/// The next rows of each cursor, 256 at a time.
+const FETCH_RUNS: &str = "FETCH 256 FROM runs";
+const FETCH_ATTEMPTS: &str = "FETCH 256 FROM attempts";
 
 impl Cursors {
-    fn open(tx: &mut postgres::Transaction<'_>) -> Result<Cursors, postgres::Error> {
-        let runs = tx.bind(
-            &format!(
-                "SELECT {} FROM idem.runs r ORDER BY r.started_at, r.id",
-                RunCol::LIST
-            ),
-            &[],
-        )?;
-        let attempts = tx.bind(
-            &format!(
-                "SELECT {} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
+    fn open(tx: &mut Transaction<'_>) -> Result<Cursors, tokio_postgres::Error> {
+        tx.batch_execute(&format!(
+            "DECLARE runs NO SCROLL CURSOR FOR
+                 SELECT {} FROM idem.runs r ORDER BY r.started_at, r.id;
+             DECLARE attempts NO SCROLL CURSOR FOR
+                 SELECT {} FROM idem.attempts a JOIN idem.runs r ON r.id = a.run
                  ORDER BY r.started_at, r.id, a.n",
-                attempt_list(true, "NULL::bytea")
-            ),
-            &[],
-        )?;
+            RunCol::LIST,
+            attempt_list(true, "NULL::bytea")
+        ))?;
         Ok(Cursors {
-            runs,
-            attempts,
             batch: Default::default(),
             pending: Default::default(),
             attempts_done: false,
@@ -988,10 +1019,10 @@ impl Cursors {
     /// The next run with its attempts; `None` after the last.
     fn next(
         &mut self,
-        tx: &mut postgres::Transaction<'_>,
-    ) -> Result<Option<(Run, Vec<Attempt>)>, postgres::Error> {
+        tx: &mut Transaction<'_>,
+    ) -> Result<Option<(Run, Vec<Attempt>)>, tokio_postgres::Error> {
         if self.batch.is_empty() {
-            self.batch.extend(tx.query_portal(&self.runs, BATCH)?);
+            self.batch.extend(tx.query_typed(FETCH_RUNS, &[])?);
         }
         let Some(row) = self.batch.pop_front() else {
             return Ok(None);
@@ -1000,7 +1031,7 @@ impl Cursors {
         let mut attempts = Vec::new();
         loop {
             if self.pending.is_empty() && !self.attempts_done {
-                let more = tx.query_portal(&self.attempts, BATCH)?;
+                let more = tx.query_typed(FETCH_ATTEMPTS, &[])?;
                 self.attempts_done = more.is_empty();
                 self.pending.extend(more);
             }
@@ -1020,7 +1051,7 @@ impl Cursors {
 /// cannot be read is said as SQLite's are; anything else as the server or
 /// the connection says it, a lost connection or a lock not granted being
 /// worth riding out.
-fn fault(doing: &str, shown: &str, error: &postgres::Error) -> LedgerError {
+fn fault(doing: &str, shown: &str, error: &tokio_postgres::Error) -> LedgerError {
     let passing = connection_lost(error) || error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
     let why = match unreadable(error) {
         Some(what) => Why::Unreadable(what),
@@ -1035,7 +1066,7 @@ fn fault(doing: &str, shown: &str, error: &postgres::Error) -> LedgerError {
 }
 
 /// The words of a stored value that cannot be read, if that is `error`.
-fn unreadable(error: &postgres::Error) -> Option<String> {
+fn unreadable(error: &tokio_postgres::Error) -> Option<String> {
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         if let Some(unreadable) = cause.downcast_ref::<Unreadable>() {
@@ -1048,7 +1079,7 @@ fn unreadable(error: &postgres::Error) -> Option<String> {
 
 /// Whether `error` broke the connection (rather than being the server's
 /// answer to a statement): worth one more try on a new connection.
-fn connection_lost(error: &postgres::Error) -> bool {
+fn connection_lost(error: &tokio_postgres::Error) -> bool {
     if error.is_closed() {
         return true;
     }

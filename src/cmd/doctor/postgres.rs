@@ -2,7 +2,7 @@
 //! rights are doctor's own questions to the server; the schema and the keys
 //! stuck in running are read through the ledger, opened read-only.
 
-use postgres::Client;
+use crate::ledger::PostgresClient;
 
 use super::{running, schema, Level, Report};
 use crate::ledger::{describe, Inspect, PostgresInspector};
@@ -42,7 +42,7 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
 
 /// The server, the database and the role, as the session sees them; the
 /// role, unless they cannot be read.
-fn connection(client: &mut Client, report: &mut Report) -> Option<String> {
+fn connection(client: &mut PostgresClient, report: &mut Report) -> Option<String> {
     let facts = client.query_one(
         "SELECT current_setting('server_version'), current_user::text, current_database()::text",
         &[],
@@ -77,7 +77,7 @@ fn connection(client: &mut Client, report: &mut Report) -> Option<String> {
 }
 
 /// No schema yet: the next `idem run` creates it, if the role may.
-fn no_schema(client: &mut Client, role: &str, report: &mut Report) {
+fn no_schema(client: &mut PostgresClient, role: &str, report: &mut Report) {
     let may_create = client
         .query_one(
             "SELECT has_database_privilege(current_database(), 'CREATE')",
@@ -103,7 +103,7 @@ fn no_schema(client: &mut Client, role: &str, report: &mut Report) {
 
 /// Whether the role can run keys (read and write the three tables) and
 /// tidy the ledger (`forget --purge` and `prune` delete).
-fn rights(client: &mut Client, role: &str, report: &mut Report) {
+fn rights(client: &mut PostgresClient, role: &str, report: &mut Report) {
     // One privilege a call: given a list, has_table_privilege answers
     // whether *any* of them is held.
     let row = client.query_one(

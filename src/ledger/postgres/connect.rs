@@ -12,8 +12,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use postgres::config::{Host, SslMode};
-use postgres::{Client, Config, NoTls};
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::{Config, NoTls};
+
+use super::client::Client;
 
 use crate::ledger::error::LedgerError;
 
@@ -94,7 +96,7 @@ fn fill_from_environment(config: &mut Config) {
         }
     }
     if config.get_user().is_none() {
-        config.user(&var("PGUSER").unwrap_or_else(current_user));
+        config.user(var("PGUSER").unwrap_or_else(current_user));
     }
     if config.get_dbname().is_none() {
         if let Some(database) = var("PGDATABASE") {
@@ -105,20 +107,32 @@ fn fill_from_environment(config: &mut Config) {
 
 /// Connects, with TLS only where the URL asks for it; says in words why not.
 pub fn connect(config: &Config) -> Result<Client, String> {
+    // One thread: the connection is driven only while idem waits on it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start a connection: {error}"))?;
     let connected = match config.get_ssl_mode() {
         SslMode::Require => {
             let tls = rustls_connector().map_err(|error| format!("tls setup failed: {error}"))?;
-            config.connect(tls)
+            runtime
+                .block_on(config.connect(tls))
+                .map(|(client, connection)| (client, Client::new_link(connection)))
         }
         // `prefer` without a TLS connector connects in the clear, as libpq
         // does when it was built without TLS.
-        _ => config.connect(NoTls),
+        _ => runtime
+            .block_on(config.connect(NoTls))
+            .map(|(client, connection)| (client, Client::new_link(connection))),
     };
-    connected.map_err(|error| match error.as_db_error() {
-        // The server answered: where it is was not the problem.
-        Some(_) => describe(&error),
-        None => format!("{} (tried {})", describe(&error), tried(config)),
-    })
+    match connected {
+        Ok((client, link)) => Ok(Client::new(runtime, client, link)),
+        Err(error) => Err(match error.as_db_error() {
+            // The server answered: where it is was not the problem.
+            Some(_) => describe(&error),
+            None => format!("{} (tried {})", describe(&error), tried(config)),
+        }),
+    }
 }
 
 /// Where a connection was tried, as libpq would go: each host with its
@@ -169,7 +183,7 @@ fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect, rustls
 
 /// A PostgreSQL error in words: the server's message, or the cause of a
 /// failed connection, without the driver's wrapping.
-pub fn describe(error: &postgres::Error) -> String {
+pub fn describe(error: &tokio_postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
         return db.message().to_owned();
     }

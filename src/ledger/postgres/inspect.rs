@@ -2,7 +2,7 @@
 //! is made read-only before anything is read, so the server itself refuses
 //! a write should one be tried; nothing is created or migrated.
 
-use postgres::Client;
+use super::client::Client;
 
 use super::super::inspect::{Inspect, Schema};
 use super::super::Owner;

@@ -8,8 +8,10 @@
 use std::error::Error;
 
 use jiff::Timestamp;
-use postgres::types::{FromSql, Type};
-use postgres::{GenericClient, Row};
+use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::Row;
+
+use super::client::Client;
 
 use super::super::columns::{AttemptCol, JobCol};
 use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
@@ -54,11 +56,11 @@ impl<'a> FromSql<'a> for Stamp {
     }
 }
 
-fn time(row: &Row, at: usize) -> Result<Timestamp, postgres::Error> {
+fn time(row: &Row, at: usize) -> Result<Timestamp, tokio_postgres::Error> {
     Ok(row.try_get::<_, Stamp>(at)?.0)
 }
 
-fn maybe_time(row: &Row, at: usize) -> Result<Option<Timestamp>, postgres::Error> {
+fn maybe_time(row: &Row, at: usize) -> Result<Option<Timestamp>, tokio_postgres::Error> {
     Ok(row.try_get::<_, Option<Stamp>>(at)?.map(|stamp| stamp.0))
 }
 
@@ -94,7 +96,7 @@ select_list! {
 }
 
 /// Reads a [`RunCol`] list: the run's row id and the run.
-pub(super) fn run_from_row(row: &Row) -> Result<(i64, Run), postgres::Error> {
+pub(super) fn run_from_row(row: &Row) -> Result<(i64, Run), tokio_postgres::Error> {
     let run = Run {
         key: row.try_get(RunCol::Key.at())?,
         run_id: row.try_get(RunCol::RunId.at())?,
@@ -116,8 +118,8 @@ pub(super) fn run_from_row(row: &Row) -> Result<(i64, Run), postgres::Error> {
 }
 
 /// Reads an [`AttemptCol`] list: the run's row id and the attempt.
-pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), postgres::Error> {
-    let tail = |col: AttemptCol| -> Result<Vec<u8>, postgres::Error> {
+pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), tokio_postgres::Error> {
+    let tail = |col: AttemptCol| -> Result<Vec<u8>, tokio_postgres::Error> {
         Ok(row
             .try_get::<_, Option<Vec<u8>>>(col.at())?
             .unwrap_or_default())
@@ -137,7 +139,11 @@ pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), postgres::Er
 }
 
 /// Reads an [`OwnerCol`] list starting at column `at`: the owner of `run`.
-pub(super) fn owner_from_row(row: &Row, at: usize, run: &Run) -> Result<Owner, postgres::Error> {
+pub(super) fn owner_from_row(
+    row: &Row,
+    at: usize,
+    run: &Run,
+) -> Result<Owner, tokio_postgres::Error> {
     let expired: bool = row.try_get(at + OwnerCol::Expired.at())?;
     Ok(Owner {
         host: run.host.clone(),
@@ -150,8 +156,8 @@ pub(super) fn owner_from_row(row: &Row, at: usize, run: &Run) -> Result<Owner, p
 }
 
 /// Reads a [`JobCol`] list.
-pub(super) fn job_from_row(row: &Row) -> Result<JobState, postgres::Error> {
-    let count = |col: JobCol| -> Result<u64, postgres::Error> {
+pub(super) fn job_from_row(row: &Row) -> Result<JobState, tokio_postgres::Error> {
+    let count = |col: JobCol| -> Result<u64, tokio_postgres::Error> {
         Ok(row.try_get::<_, i64>(col.at())?.max(0) as u64)
     };
     Ok(JobState {
@@ -185,20 +191,22 @@ pub(super) fn job_from_row(row: &Row) -> Result<JobState, postgres::Error> {
 
 /// The key's head with its row id, its owner judged by its lease on the
 /// database's clock.
-pub(super) fn query_head(
-    client: &mut impl GenericClient,
+pub(super) async fn query_head(
+    db: &tokio_postgres::Client,
     key: &str,
-) -> Result<Option<(i64, Head)>, postgres::Error> {
-    let row = client.query_typed_opt(
-        &format!(
-            "SELECT {}, {}, now(), j.checked_at
+) -> Result<Option<(i64, Head)>, tokio_postgres::Error> {
+    let row = db
+        .query_typed_opt(
+            &format!(
+                "SELECT {}, {}, now(), j.checked_at
              FROM idem.keys k JOIN idem.runs r ON r.id = k.head
              LEFT JOIN idem.jobs j ON j.job = r.job WHERE k.key = $1",
-            RunCol::LIST,
-            OwnerCol::LIST
-        ),
-        &[(&key, Type::TEXT)],
-    )?;
+                RunCol::LIST,
+                OwnerCol::LIST
+            ),
+            &[(&key, Type::TEXT)],
+        )
+        .await?;
     let Some(row) = row else {
         return Ok(None);
     };
@@ -220,8 +228,8 @@ pub(super) fn query_head(
 /// Every key whose head is running, in key order, with its owner judged by
 /// its lease on the database's clock.
 pub(super) fn running_heads(
-    client: &mut impl GenericClient,
-) -> Result<Vec<(Run, Owner)>, postgres::Error> {
+    client: &mut Client,
+) -> Result<Vec<(Run, Owner)>, tokio_postgres::Error> {
     let rows = client.query_typed(
         &format!(
             "SELECT {}, {} FROM idem.keys k JOIN idem.runs r ON r.id = k.head

@@ -6,13 +6,13 @@
 use std::collections::{HashMap, HashSet};
 
 use jiff::Timestamp;
-use postgres::types::{ToSql, Type};
-use postgres::Transaction;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use super::super::columns::JobCol;
 use super::super::rules::{self, KeyFigures};
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
+use super::client::Transaction;
 use super::rows::{job_from_row, query_head, run_from_row, RunCol};
 
 /// Frees a key's owner columns but its lease's end (see [`RELEASE_OWNER`]).
@@ -42,13 +42,13 @@ impl<'a, 'b> Tx<'a, 'b> {
 }
 
 impl rules::Tx for Tx<'_, '_> {
-    type Error = postgres::Error;
+    type Error = tokio_postgres::Error;
 
-    fn batch(&mut self, sql: &str) -> Result<(), postgres::Error> {
+    fn batch(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
         self.tx.batch_execute(sql)
     }
 
-    fn lock_keys(&mut self, keys: &[String]) -> Result<HashSet<String>, postgres::Error> {
+    fn lock_keys(&mut self, keys: &[String]) -> Result<HashSet<String>, tokio_postgres::Error> {
         self.tx
             .query(
                 "SELECT key FROM idem.keys WHERE key = ANY($1)
@@ -60,7 +60,7 @@ impl rules::Tx for Tx<'_, '_> {
             .collect()
     }
 
-    fn hold_key(&mut self, key: &str) -> Result<(), postgres::Error> {
+    fn hold_key(&mut self, key: &str) -> Result<(), tokio_postgres::Error> {
         self.tx.execute_typed(
             "INSERT INTO idem.keys (key) VALUES ($1) ON CONFLICT (key) DO NOTHING",
             &[(&key, Type::TEXT)],
@@ -72,11 +72,11 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn read_head(&mut self, key: &str) -> Result<Option<(i64, Head)>, postgres::Error> {
-        query_head(self.tx, key)
+    fn read_head(&mut self, key: &str) -> Result<Option<(i64, Head)>, tokio_postgres::Error> {
+        self.tx.pipeline(async |db| query_head(db, key).await)
     }
 
-    fn count_runs(&mut self, key: &str) -> Result<u64, postgres::Error> {
+    fn count_runs(&mut self, key: &str) -> Result<u64, tokio_postgres::Error> {
         let runs: i64 = self
             .tx
             .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[&key])?
@@ -84,7 +84,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(runs.max(0) as u64)
     }
 
-    fn mark_abandoned(&mut self, run: i64) -> Result<(), postgres::Error> {
+    fn mark_abandoned(&mut self, run: i64) -> Result<(), tokio_postgres::Error> {
         let abandoned = self.tx.query_typed_opt(
             "UPDATE idem.runs SET status = 'abandoned', finished_at = now()
              WHERE id = $1 AND status = 'running'
@@ -94,12 +94,13 @@ impl rules::Tx for Tx<'_, '_> {
         if let Some(row) = abandoned {
             let run_id: Uuid = row.try_get(0)?;
             job_outcome(self.tx, run_id, Status::Abandoned, None)?;
-            release_locks(self.tx, run_id)?;
+            self.tx
+                .pipeline(async |db| release_locks(db, run_id).await)?;
         }
         self.release_owner(run)
     }
 
-    fn release_owner(&mut self, run: i64) -> Result<(), postgres::Error> {
+    fn release_owner(&mut self, run: i64) -> Result<(), tokio_postgres::Error> {
         self.tx.execute_typed(
             &format!("UPDATE idem.keys SET {RELEASE_OWNER} WHERE head = $1"),
             &[(&run, Type::INT8)],
@@ -107,7 +108,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn clear_head(&mut self, key: &str) -> Result<(), postgres::Error> {
+    fn clear_head(&mut self, key: &str) -> Result<(), tokio_postgres::Error> {
         self.tx.execute(
             &format!(
                 "UPDATE idem.keys SET head = NULL, epoch = nextval('idem.fences'), {RELEASE_OWNER}
@@ -118,7 +119,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn purge(&mut self, key: &str) -> Result<(), postgres::Error> {
+    fn purge(&mut self, key: &str) -> Result<(), tokio_postgres::Error> {
         self.tx.execute(
             "DELETE FROM idem.attempts
              WHERE run IN (SELECT id FROM idem.runs WHERE key = $1)",
@@ -132,7 +133,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn find_run(&mut self, run_id: Uuid) -> Result<Option<(i64, Status)>, postgres::Error> {
+    fn find_run(&mut self, run_id: Uuid) -> Result<Option<(i64, Status)>, tokio_postgres::Error> {
         self.tx
             .query_typed_opt(
                 "SELECT id, status FROM idem.runs WHERE run_id = $1",
@@ -142,7 +143,7 @@ impl rules::Tx for Tx<'_, '_> {
             .transpose()
     }
 
-    fn insert_run(&mut self, run: &Run) -> Result<i64, postgres::Error> {
+    fn insert_run(&mut self, run: &Run) -> Result<i64, tokio_postgres::Error> {
         import_job(self.tx, run)?;
         self.tx
             .query_one(
@@ -170,7 +171,7 @@ impl rules::Tx for Tx<'_, '_> {
             .try_get(0)
     }
 
-    fn replace_outcome(&mut self, id: i64, run: &Run) -> Result<(), postgres::Error> {
+    fn replace_outcome(&mut self, id: i64, run: &Run) -> Result<(), tokio_postgres::Error> {
         self.tx.execute(
             "UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
                  attempts = $5, finished_at = $6
@@ -189,7 +190,7 @@ impl rules::Tx for Tx<'_, '_> {
         job_outcome(self.tx, run.run_id, run.status, run.exit_code)
     }
 
-    fn add_attempt(&mut self, id: i64, attempt: &Attempt) -> Result<(), postgres::Error> {
+    fn add_attempt(&mut self, id: i64, attempt: &Attempt) -> Result<(), tokio_postgres::Error> {
         fn tail(bytes: &[u8]) -> Option<&[u8]> {
             (!bytes.is_empty()).then_some(bytes)
         }
@@ -220,7 +221,7 @@ impl rules::Tx for Tx<'_, '_> {
         &mut self,
         key: &str,
         id: i64,
-    ) -> Result<(Option<Status>, Option<Timestamp>), postgres::Error> {
+    ) -> Result<(Option<Status>, Option<Timestamp>), tokio_postgres::Error> {
         let row = self.tx.query_one(
             "SELECT (SELECT status FROM idem.runs WHERE id = k.head),
                     (SELECT max(started_at) FROM idem.runs WHERE key = k.key AND id <> $2)
@@ -230,7 +231,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok((row.try_get(0)?, row.try_get(1)?))
     }
 
-    fn adopt_head(&mut self, key: &str, id: i64) -> Result<(), postgres::Error> {
+    fn adopt_head(&mut self, key: &str, id: i64) -> Result<(), tokio_postgres::Error> {
         self.tx.execute(
             &format!("UPDATE idem.keys SET head = $2, {RELEASE_OWNER} WHERE key = $1"),
             &[&key, &id],
@@ -238,7 +239,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn mark_prunable(&mut self, before: Timestamp) -> Result<u64, postgres::Error> {
+    fn mark_prunable(&mut self, before: Timestamp) -> Result<u64, tokio_postgres::Error> {
         // Finished before the cutoff, never running, never a key's head.
         self.marked = self
             .tx
@@ -254,7 +255,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(self.marked.len() as u64)
     }
 
-    fn marked_output(&mut self) -> Result<(u64, u64), postgres::Error> {
+    fn marked_output(&mut self) -> Result<(u64, u64), tokio_postgres::Error> {
         let stats = self.tx.query_one(
             "SELECT count(*),
                     coalesce(sum(octet_length(stdout_tail)), 0)
@@ -268,7 +269,7 @@ impl rules::Tx for Tx<'_, '_> {
         ))
     }
 
-    fn delete_marked(&mut self) -> Result<(), postgres::Error> {
+    fn delete_marked(&mut self) -> Result<(), tokio_postgres::Error> {
         let ids = std::mem::take(&mut self.marked);
         self.tx
             .execute("DELETE FROM idem.attempts WHERE run = ANY($1)", &[&ids])?;
@@ -278,7 +279,7 @@ impl rules::Tx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn delete_unused_keys(&mut self) -> Result<u64, postgres::Error> {
+    fn delete_unused_keys(&mut self) -> Result<u64, tokio_postgres::Error> {
         self.tx.execute(
             "DELETE FROM idem.keys k WHERE k.head IS NULL
                AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
@@ -286,7 +287,7 @@ impl rules::Tx for Tx<'_, '_> {
         )
     }
 
-    fn key_figures(&mut self) -> Result<Vec<KeyFigures>, postgres::Error> {
+    fn key_figures(&mut self) -> Result<Vec<KeyFigures>, tokio_postgres::Error> {
         let rows = self.tx.query(
             "WITH ok AS (
                  SELECT key, max(started_at) AS started, max(finished_at) AS finished
@@ -311,9 +312,10 @@ impl rules::Tx for Tx<'_, '_> {
              ORDER BY k.key COLLATE \"C\"",
             &[],
         )?;
-        let count = |row: &postgres::Row, index: usize| -> Result<u64, postgres::Error> {
-            Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
-        };
+        let count =
+            |row: &tokio_postgres::Row, index: usize| -> Result<u64, tokio_postgres::Error> {
+                Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
+            };
         rows.iter()
             .map(|row| {
                 Ok(KeyFigures {
@@ -332,7 +334,7 @@ impl rules::Tx for Tx<'_, '_> {
             .collect()
     }
 
-    fn runs(&mut self, ids: &[i64]) -> Result<HashMap<i64, Run>, postgres::Error> {
+    fn runs(&mut self, ids: &[i64]) -> Result<HashMap<i64, Run>, tokio_postgres::Error> {
         self.tx
             .query(
                 &format!(
@@ -354,11 +356,14 @@ pub(super) fn job_outcome(
     run_id: Uuid,
     status: Status,
     exit: Option<i32>,
-) -> Result<(), postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     // The run's job, key and start with its job's figures, locked: one
     // round trip. A run of no job (imported from before jobs) has none.
     match tx.query_typed_opt(&job_of_run(""), typed![&run_id => UUID])? {
-        Some(row) => job_outcome_from(tx, &row, status, exit),
+        Some(row) => {
+            let job = job_after(&row, status, exit)?;
+            tx.pipeline(async |db| save_job(db, &job).await)
+        }
         None => Ok(()),
     }
 }
@@ -380,13 +385,13 @@ pub(super) fn job_of_run(also: &str) -> String {
 /// Columns of [`job_of_run`]'s row.
 pub(super) const JOB_OF_RUN_COUNT: usize = JobCol::COUNT + 3;
 
-/// [`job_outcome`] from the row [`job_of_run`] read.
-pub(super) fn job_outcome_from(
-    tx: &mut Transaction<'_>,
-    row: &postgres::Row,
+/// The figures of a job after its run ended `status`, from the row
+/// [`job_of_run`] read; [`save_job`] writes them.
+pub(super) fn job_after(
+    row: &tokio_postgres::Row,
     status: Status,
     exit: Option<i32>,
-) -> Result<(), postgres::Error> {
+) -> Result<JobState, tokio_postgres::Error> {
     let mut state = job_from_row(row)?;
     let now = row.try_get(JobCol::COUNT)?;
     let key: String = row.try_get(JobCol::COUNT + 1)?;
@@ -397,7 +402,7 @@ pub(super) fn job_outcome_from(
         .unwrap_or(0);
     state.runs[index] += 1;
     state.outcome(&key, status, row.try_get(JobCol::COUNT + 2)?, exit, now);
-    save_job(tx, &state)
+    Ok(state)
 }
 
 /// Frees the named locks of run `$1`.
@@ -405,13 +410,20 @@ pub(super) const RELEASE_LOCKS: &str =
     "UPDATE idem.locks SET holder = NULL, lease_until = NULL WHERE holder = $1";
 
 /// Frees the named locks run `run_id` holds.
-pub(super) fn release_locks(tx: &mut Transaction<'_>, run_id: Uuid) -> Result<(), postgres::Error> {
-    tx.execute_typed(RELEASE_LOCKS, typed![&run_id => UUID])?;
+pub(super) async fn release_locks(
+    db: &tokio_postgres::Client,
+    run_id: Uuid,
+) -> Result<(), tokio_postgres::Error> {
+    db.execute_typed(RELEASE_LOCKS, typed![&run_id => UUID])
+        .await?;
     Ok(())
 }
 
 /// Reads a job's figures under its row lock, with the database's `now()`.
-fn load_job(tx: &mut Transaction<'_>, job: &str) -> Result<(JobState, Timestamp), postgres::Error> {
+fn load_job(
+    tx: &mut Transaction<'_>,
+    job: &str,
+) -> Result<(JobState, Timestamp), tokio_postgres::Error> {
     let row = tx.query_typed_one(
         &format!(
             "SELECT {}, now() FROM idem.jobs WHERE job = $1 FOR UPDATE",
@@ -422,8 +434,11 @@ fn load_job(tx: &mut Transaction<'_>, job: &str) -> Result<(JobState, Timestamp)
     Ok((job_from_row(&row)?, row.try_get(JobCol::COUNT)?))
 }
 
-fn save_job(tx: &mut Transaction<'_>, job: &JobState) -> Result<(), postgres::Error> {
-    tx.execute_typed(
+pub(super) async fn save_job(
+    db: &tokio_postgres::Client,
+    job: &JobState,
+) -> Result<(), tokio_postgres::Error> {
+    db.execute_typed(
         "UPDATE idem.jobs SET first_run = $2, last_run = $3, last_status = $4, last_exit = $5,
              last_success = $6, failures = $7, running = $8, succeeded = $9, failed = $10,
              abandoned = $11, checked_at = $12, strip = $13, ok_keys = $14, host = $15,
@@ -448,19 +463,20 @@ fn save_job(tx: &mut Transaction<'_>, job: &JobState) -> Result<(), postgres::Er
             &encode_command(&job.command) => BYTEA,
             &job.shell => BOOL,
         ],
-    )?;
+    )
+    .await?;
     Ok(())
 }
 
 /// The job of an imported run, made when new, with the run counted in.
-fn import_job(tx: &mut Transaction<'_>, run: &Run) -> Result<(), postgres::Error> {
+fn import_job(tx: &mut Transaction<'_>, run: &Run) -> Result<(), tokio_postgres::Error> {
     tx.execute(
         "INSERT INTO idem.jobs (job, template) VALUES ($1, $1) ON CONFLICT (job) DO NOTHING",
         &[&run.job],
     )?;
     let (mut job, _) = load_job(tx, &run.job)?;
     job.imported(run);
-    save_job(tx, &job)
+    tx.pipeline(async |db| save_job(db, &job).await)
 }
 
 /// Takes the runs chosen by `filter` (`$1` bound to `value`) out of their
@@ -469,7 +485,7 @@ fn uncount_runs(
     tx: &mut Transaction<'_>,
     filter: &str,
     value: &(dyn ToSql + Sync),
-) -> Result<(), postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     tx.execute(
         &format!(
             "UPDATE idem.jobs j SET running = greatest(j.running - c.running, 0),
