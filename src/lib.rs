@@ -14,6 +14,7 @@ pub mod process;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod start;
 
 use anyhow::Result;
 

@@ -1,10 +1,17 @@
-use std::process::ExitCode;
+// idem's own C `main`, which skips Rust's runtime start (see `idem::start`).
+#![no_main]
 
-fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+use std::ffi::{c_char, c_int, OsString};
+
+#[no_mangle]
+extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    idem::start::start();
+    // glibc hands argv to the standard library before `main` as well.
+    let argv: Vec<OsString> = std::env::args_os().collect();
     let code = match idem::cmd::parse(&argv) {
         Ok(cli) => idem::exit::outcome(idem::run(cli)),
         Err(code) => code,
     };
-    ExitCode::from(code)
+    idem::start::finish();
+    c_int::from(code)
 }

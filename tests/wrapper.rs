@@ -416,3 +416,33 @@ fn signals_ignored_at_start_stay_ignored_as_under_nohup() {
     let mask = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
     assert_eq!(mask & 0b11, 0b11, "the command's {line}");
 }
+
+#[test]
+fn idem_started_with_its_standard_descriptors_closed_keeps_its_files_apart() {
+    // cron and daemons may start idem with 0, 1 and 2 closed. The files
+    // idem opens then must not take those numbers, or what it prints (the
+    // command's output passed through) would land in them.
+    let env = Env::new();
+    let script = format!("echo out; echo err >&2; {}", env.count_cmd("count"));
+    let mut command = env.idem(["run", "--key", "closed", "--shell", "--", &script]);
+    // SAFETY: close(2) is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            for fd in 0..3 {
+                nix::libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let status = command.status().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(env.count("count"), 1);
+    let show = env.show_json("closed");
+    assert_eq!(show["status"], "succeeded", "{show}");
+    // Both were /dev/null then, one file, so passed through as one stream.
+    let tail = &show["attempts_detail"][0];
+    assert_eq!(tail["stdout_tail"], "out\nerr\n", "{show}");
+    assert_eq!(tail["stderr_tail"], "", "{show}");
+    env.cmd(["doctor"]).succeeds();
+}

@@ -1,0 +1,41 @@
+//! What idem's process sets up before anything else.
+//!
+//! `main` is idem's own C `main` (`#![no_main]`), so Rust's runtime start
+//! is skipped: it reads /proc/self/maps and makes a signal stack, a dozen
+//! system calls and 80K instructions, for a message on a stack overflow,
+//! about a twentieth of a skip. What idem needs of that start is here.
+
+use std::io::Write;
+
+use nix::libc;
+
+/// Call first thing in `main`.
+pub fn start() {
+    // SAFETY: fcntl and open on descriptor numbers, signal on SIGPIPE;
+    // nothing else runs yet.
+    unsafe {
+        // Descriptors 0 to 2 open, as Rust's runtime makes sure: were one
+        // closed, the next file idem opens would take its number, and
+        // what idem prints would land in it. Each open takes the lowest
+        // free number, so the one that was closed.
+        for fd in 0..3 {
+            if libc::fcntl(fd, libc::F_GETFD) == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+                && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) == -1
+            {
+                // As Rust's runtime does: nothing is safe to write to.
+                libc::abort();
+            }
+        }
+        // A write to a closed pipe fails (EPIPE), and idem says so or
+        // stops quietly, instead of being killed. The command gets the
+        // default back (see the guardian).
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// Call last: what Rust's runtime does at the end of `main`. What stdout
+/// still buffers is written.
+pub fn finish() {
+    let _ = std::io::stdout().flush();
+}
