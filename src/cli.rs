@@ -71,16 +71,15 @@ pub struct Global {
     pub color: ColorChoice,
 }
 
-/// [`Cli`] with `run` its only subcommand: a command line that is
-/// `idem run ...` parses the same, and its matches read as a [`Cli`], but
-/// clap builds, fills in and checks the flags of one subcommand instead
-/// of all (a tenth of a skip's instructions). Only a line it parses is
-/// taken from it; help, versions and errors come from [`Cli`].
+/// `idem run`'s flags and the global ones in one command, with no
+/// subcommand: the words after `idem` of a line that is `idem run ...`
+/// parse the same as the whole line does under [`Cli`], but clap builds,
+/// fills in and checks the flags of one command instead of all, and has no
+/// subcommand to hand global values down to (a sixth of a skip's
+/// instructions). Only a line it parses is taken from it; help, versions
+/// and errors come from [`Cli`].
 pub fn run_line() -> clap::Command {
-    let run = RunArgs::augment_args(clap::Command::new("run"));
-    Global::augment_args(clap::Command::new("idem"))
-        .subcommand(run)
-        .subcommand_required(true)
+    Global::augment_args(RunArgs::augment_args(clap::Command::new("run")))
 }
 
 #[derive(Debug, Subcommand)]

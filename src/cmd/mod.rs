@@ -10,7 +10,7 @@ use std::ffi::OsString;
 
 use clap::FromArgMatches;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, Command, Global, RunArgs};
 use crate::exit::usage;
 
 /// Parses the command line `argv`; on a usage error prints its line and
@@ -19,7 +19,7 @@ use crate::exit::usage;
 /// were unset.
 pub fn parse(argv: &[OsString]) -> Result<Cli, u8> {
     if argv.get(1).is_some_and(|word| word == "run") {
-        if let Ok(cli) = parse_with(crate::cli::run_line(), argv) {
+        if let Ok(cli) = parse_run(&argv[1..]) {
             return Ok(cli);
         }
     }
@@ -44,16 +44,34 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, u8> {
         .map_err(|error| usage::report(&error, argv))
 }
 
-/// As `Cli::try_parse_from`, with `command` for [`Cli`]'s.
+/// As `Cli::try_parse_from`.
 fn parse_with(mut command: clap::Command, argv: &[OsString]) -> Result<Cli, clap::Error> {
     let mut matches = command.try_get_matches_from_mut(argv)?;
     let cli =
         Cli::from_arg_matches_mut(&mut matches).map_err(|error| error.format(&mut command))?;
-    // Freeing clap's tree of every flag and its matches is work for
-    // nothing just before the process ends: 3% of a skip.
+    leave_to_the_exit(command, matches);
+    Ok(cli)
+}
+
+/// The words after `idem` of a line `idem run ...`, parsed by
+/// [`crate::cli::run_line`].
+fn parse_run(words: &[OsString]) -> Result<Cli, clap::Error> {
+    let mut command = crate::cli::run_line();
+    let mut matches = command.try_get_matches_from_mut(words)?;
+    let global = Global::from_arg_matches_mut(&mut matches)?;
+    let run = RunArgs::from_arg_matches_mut(&mut matches)?;
+    leave_to_the_exit(command, matches);
+    Ok(Cli {
+        global,
+        command: Command::Run(Box::new(run)),
+    })
+}
+
+/// Freeing clap's tree of every flag and its matches is work for nothing
+/// just before the process ends: 3% of a skip.
+fn leave_to_the_exit(command: clap::Command, matches: clap::ArgMatches) {
     std::mem::forget(matches);
     std::mem::forget(command);
-    Ok(cli)
 }
 
 #[cfg(test)]
@@ -84,7 +102,7 @@ mod tests {
         ] {
             let argv: Vec<OsString> = line.split(' ').map(OsString::from).collect();
             let all = parse_with(Cli::command(), &argv).map(|cli| format!("{cli:?}"));
-            let alone = parse_with(crate::cli::run_line(), &argv).map(|cli| format!("{cli:?}"));
+            let alone = parse_run(&argv[1..]).map(|cli| format!("{cli:?}"));
             match all {
                 Ok(all) => assert_eq!(alone.ok(), Some(all), "{line}"),
                 Err(_) => assert!(alone.is_err(), "{line}: {alone:?}"),
