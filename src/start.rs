@@ -11,8 +11,7 @@ use nix::libc;
 
 /// Call first thing in `main`.
 pub fn start() {
-    // SAFETY: fcntl and open on descriptor numbers, signal on SIGPIPE;
-    // nothing else runs yet.
+    // SAFETY: fcntl and open on descriptor numbers; nothing else runs yet.
     unsafe {
         // Descriptors 0 to 2 open, as Rust's runtime makes sure: were one
         // closed, the next file idem opens would take its number, and
@@ -27,11 +26,8 @@ pub fn start() {
                 libc::abort();
             }
         }
-        // A write to a closed pipe fails (EPIPE), and idem says so or
-        // stops quietly, instead of being killed. The command gets the
-        // default back (see the guardian).
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    crate::process::ignore_sigpipe();
 }
 
 /// Call last: what Rust's runtime does at the end of `main`. What stdout

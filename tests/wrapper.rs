@@ -446,3 +446,38 @@ fn idem_started_with_its_standard_descriptors_closed_keeps_its_files_apart() {
     assert_eq!(tail["stderr_tail"], "", "{show}");
     env.cmd(["doctor"]).succeeds();
 }
+
+#[test]
+fn sigpipe_reaches_the_command_as_idem_got_it() {
+    // As from a shell: `trap '' PIPE; cmd` runs cmd with SIGPIPE ignored,
+    // and cmd alone gets the default. idem itself ignores it either way.
+    for ignored in [false, true] {
+        let env = Env::new();
+        let seen = env.path("seen");
+        let script = format!("grep SigIgn /proc/self/status > '{}'", seen.display());
+        let mut command = env.idem(["run", "--key", "p", "--shell", "--", &script]);
+        command.stdout(Stdio::null());
+        if ignored {
+            // SAFETY: signal(2) is async-signal-safe.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                command.pre_exec(|| {
+                    nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        let output = command.output().unwrap();
+        assert_code(&output, 0);
+        // /proc's SigIgn: bit N-1 set when signal N is ignored.
+        let line = std::fs::read_to_string(&seen).unwrap();
+        let mask =
+            u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+        let bit = 1 << (nix::libc::SIGPIPE - 1);
+        assert_eq!(
+            mask & bit != 0,
+            ignored,
+            "started ignored: {ignored}; the command's {line}"
+        );
+    }
+}

@@ -43,8 +43,8 @@ pub enum Event {
 /// but for those it was started with ignored (see [`ignored_at_start`]).
 pub const CAUGHT: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGCONT];
 
-/// Bit N: signal N was ignored when idem installed its handlers, and so
-/// was left ignored. Set once, before the first fork.
+/// Bit N: signal N was ignored when idem installed its handlers (SIGPIPE:
+/// when idem started), and so was left ignored. Set before the first fork.
 static IGNORED: AtomicU64 = AtomicU64::new(0);
 
 /// Whether idem was started with `signal` ignored, and left it so: `nohup`
@@ -54,6 +54,18 @@ static IGNORED: AtomicU64 = AtomicU64::new(0);
 /// Async-signal-safe: a forked child asks it.
 pub fn ignored_at_start(signal: i32) -> bool {
     IGNORED.load(Ordering::Relaxed) & (1 << signal) != 0
+}
+
+/// Ignores SIGPIPE, so that a write to a closed pipe fails (EPIPE) and
+/// idem says so or stops quietly instead of being killed, and notes
+/// whether idem was started with it ignored: its command then gets it
+/// ignored too, as from a shell after `trap '' PIPE`, and otherwise the
+/// default. Called first thing, before any thread.
+pub fn ignore_sigpipe() {
+    // SAFETY: signal(2) on SIGPIPE; nothing else runs yet.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_IGN {
+        IGNORED.fetch_or(1 << libc::SIGPIPE, Ordering::Relaxed);
+    }
 }
 
 /// Whether `signal` is ignored now.

@@ -381,7 +381,9 @@ unsafe fn execute(
             // the key.
             libc::fcntl(hold, libc::F_SETFD, 0);
         }
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if !super::events::ignored_at_start(libc::SIGPIPE) {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
         // idem's handlers are still installed here (exec would reset them,
         // but only after the signals are let in): one running in this
         // window would write to a descriptor number that may be `report`.

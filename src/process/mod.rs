@@ -24,6 +24,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::exit;
+pub use events::ignore_sigpipe;
 use events::{Event, Events, Requester, Watched};
 pub use guardian::monotonic_ms;
 pub use stdin::Spool;
