@@ -452,6 +452,12 @@ def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
                        ("`idem ledger metrics`", metrics_big, metrics_small)]:
         table.add(f"{what}, {size} of {jobs:,} daily jobs", str(a), f"10 runs {b}", ratio(a.median, b.median),
                   "<= 50 ms", a.median <= 0.05)
+    # Last: these write. A key per job and day makes as many keys as runs.
+    first_small, first_big = hyperfine(
+        [f"{IDEM} --db {small} run --key fresh --force -- true",
+         f"{IDEM} --db {big} run --key fresh --force -- true"], runs, env)
+    table.add(f"reference: first run (`--force -- true`), {size} under as many keys / 10 runs", str(first_big),
+              f"10 runs {first_small}", ratio(first_big.median, first_small.median), "—", None)
     return import_kib, size
 
 

@@ -463,3 +463,63 @@ fn dated_run_reads_one_zone(tz: Option<&str>, zone_file: &str) {
         "{zone_file} was not read:\n{trace}"
     );
 }
+
+#[test]
+fn a_first_run_reads_no_more_of_a_ledger_of_many_keys_than_of_one() {
+    // Every statement of a run finds its rows through an index, so a
+    // first run on a ledger of 20,000 keys (a crontab's dated keys over
+    // the years) reads about as many pages as on a ledger of one. Pages
+    // are counted as the reads (pread64) of idem and its guardian.
+    let one = Env::new();
+    one.cmd(["run", "--key", "old", "--", "true"]).succeeds();
+    let many = Env::new();
+    let stream: String = (0..20_000)
+        .map(|n| {
+            format!(
+                concat!(
+                    r#"{{"key":"job-{n}","job":"job-{n}","head":true,"#,
+                    r#""run_id":"00000000-0000-7000-8000-{n:012}","status":"succeeded","#,
+                    r#""exit_code":0,"signal":null,"attempts":0,"#,
+                    r#""started_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z","#,
+                    r#""host":"h","pid":1,"command":["true"],"shell":false,"recovered":false,"#,
+                    r#""attempts_detail":[]}}"#,
+                    "\n"
+                ),
+                n = n
+            )
+        })
+        .collect();
+    let file = many.path("import.jsonl");
+    std::fs::write(&file, stream).unwrap();
+    many.cmd(["ledger", "import"]).arg(&file).succeeds();
+    let reads = |env: &Env| -> Option<usize> {
+        let trace = env.path("trace");
+        let traced = std::process::Command::new("strace")
+            .args(["-f", "-qq", "-e", "trace=pread64", "-o"])
+            .arg(&trace)
+            .arg(env!("CARGO_BIN_EXE_idem"))
+            .args(["run", "--key", "new", "--force", "--", "true"])
+            .env("IDEM_DB", env.db())
+            .env("HOME", env.dir.path())
+            .stdin(Stdio::null())
+            .output();
+        let ran = traced.as_ref().is_ok_and(|output| output.status.success());
+        if !crate::util::require(ran, &format!("tracing idem with strace ({traced:?})")) {
+            return None;
+        }
+        let trace = std::fs::read_to_string(trace).unwrap();
+        Some(
+            trace
+                .lines()
+                .filter(|line| line.contains("pread64("))
+                .count(),
+        )
+    };
+    let (Some(small), Some(big)) = (reads(&one), reads(&many)) else {
+        return;
+    };
+    assert!(
+        big <= small + 30,
+        "a first run read {big} pages of a ledger of 20,000 keys, {small} of one"
+    );
+}

@@ -418,9 +418,10 @@ impl Ledger for SqliteLedger {
                 "UPDATE runs SET attempts = ?2 WHERE id = ?1",
                 params![claim.token, number],
             )?;
+            // By its key: no index holds `head`.
             tx.conn.execute(
-                "UPDATE keys SET owner_pgid = ?2 WHERE head = ?1",
-                params![claim.token, pgid],
+                "UPDATE keys SET owner_pgid = ?2 WHERE key = ?3 AND head = ?1",
+                params![claim.token, pgid, claim.key],
             )?;
             Ok(())
         })

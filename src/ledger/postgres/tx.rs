@@ -102,7 +102,11 @@ impl rules::Tx for Tx<'_, '_> {
 
     fn release_owner(&mut self, run: i64) -> Result<(), tokio_postgres::Error> {
         self.tx.execute_typed(
-            &format!("UPDATE idem.keys SET {RELEASE_OWNER} WHERE head = $1"),
+            // The key found by its name: no index holds `head`.
+            &format!(
+                "UPDATE idem.keys SET {RELEASE_OWNER}
+                 WHERE key = (SELECT key FROM idem.runs WHERE id = $1) AND head = $1"
+            ),
             &[(&run, Type::INT8)],
         )?;
         Ok(())

@@ -84,7 +84,11 @@ impl rules::Tx for Tx<'_> {
 
     fn release_owner(&mut self, run: i64) -> rusqlite::Result<()> {
         self.conn
-            .prepare_cached(&format!("UPDATE keys SET {RELEASE_OWNER} WHERE head = ?1"))?
+            // The key found by its row id: no index holds `head`.
+            .prepare_cached(&format!(
+                "UPDATE keys SET {RELEASE_OWNER}
+                 WHERE id = (SELECT key_id FROM runs WHERE id = ?1) AND head = ?1"
+            ))?
             .execute([run])?;
         Ok(())
     }
