@@ -448,9 +448,10 @@ impl Ledger for PostgresLedger {
                         }
                     },
                     async {
-                        match locks {
-                            true => release_locks(db, claim.run_id).await,
-                            false => Ok(()),
+                        if locks {
+                            release_locks(db, claim.run_id).await
+                        } else {
+                            Ok(())
                         }
                     },
                     db.batch_execute("COMMIT"),
