@@ -877,10 +877,16 @@ pub fn same_file(a: &impl AsFd, b: &impl AsFd) -> bool {
 /// The most one read of the command's output takes.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// The first read's buffer. Most commands print little or nothing, and a
+/// buffer of [`READ_CHUNK`] from the start was zeroed and faulted in for
+/// each stream of every run (16 pages each, 4% of a first run's
+/// instructions); a read that fills this one grows it.
+const FIRST_READ: usize = 4096;
+
 /// Copies a pipe to `to` as it comes, keeping the last `capture` bytes.
 /// Memory stays bounded: one read buffer plus the capture.
 fn pump(mut from: impl Read, to: &mut File, capture: usize, gone: &AtomicBool) -> (Vec<u8>, bool) {
-    let mut buffer = vec![0u8; READ_CHUNK];
+    let mut buffer = vec![0u8; FIRST_READ];
     let mut tail = Tail::new(capture);
     loop {
         let read = match from.read(&mut buffer) {
@@ -895,6 +901,9 @@ fn pump(mut from: impl Read, to: &mut File, capture: usize, gone: &AtomicBool) -
             // learns it too, as it would writing to that reader directly.
             gone.store(true, Ordering::Relaxed);
             break;
+        }
+        if read == buffer.len() && read < READ_CHUNK {
+            buffer.resize(READ_CHUNK, 0);
         }
     }
     tail.into_bytes()
