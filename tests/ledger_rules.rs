@@ -55,20 +55,24 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     crate::util::sqlite(
         &env.db(),
         "PRAGMA writable_schema = ON;
-         UPDATE sqlite_schema SET sql = replace(sql,
-             'CHECK (status IN (''running'', ''succeeded'', ''failed'', ''abandoned''))', '')
+         UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (status IN (0, 1, 2, 3))', '')
          WHERE name = 'runs';
          PRAGMA writable_schema = OFF;",
     );
-    crate::util::sqlite(&env.db(), "UPDATE runs SET status = 'paused';");
-    let output = env.run(["ledger", "list"]);
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
-    assert!(
-        stderr.contains("a stored value cannot be read (unknown run status \"paused\")"),
-        "{stderr}"
-    );
+    // A code no idem wrote, and a name where the ledger keeps codes.
+    for (stored, shown) in [("7", "7"), ("'paused'", "\"paused\"")] {
+        crate::util::sqlite(&env.db(), &format!("UPDATE runs SET status = {stored};"));
+        let output = env.run(["ledger", "list"]);
+        assert_code(&output, 125);
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "a stored value cannot be read (unknown run status {shown})"
+            )),
+            "{stderr}"
+        );
+    }
 }
 
 /// Maximum resident set size in KiB of `idem ledger import FILE`, by GNU

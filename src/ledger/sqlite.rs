@@ -39,7 +39,8 @@ pub use inspect::SqliteInspector;
 use path::{check_side_files, disk_full, open_file, prepare_folder, read_only_uri};
 use rows::{
     attempt_from_row, by_the_kernel, job_from_row, lock_file_error, millis, query_head,
-    run_from_row, running_heads, timestamp, unlocked_owner, RunCol, RUNS,
+    run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode, RUNNING, RUNS,
+    SUCCEEDED,
 };
 use tx::{job_outcome, upsert_attempt, Tx, RELEASE_OWNER};
 
@@ -213,15 +214,27 @@ impl SqliteLedger {
                 result => break result?,
             }
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        for (index, migration) in MIGRATIONS.iter().enumerate().skip(from as usize) {
-            tx.execute_batch(migration)?;
-            tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        // A migration that makes a table anew drops the old one, which with
+        // foreign keys on would delete the rows that refer to it (ON DELETE
+        // CASCADE). The pragma does nothing inside a transaction.
+        self.conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+        let migrated = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            for (index, migration) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+                tx.execute_batch(migration)?;
+                tx.pragma_update(None, "user_version", index as i64 + 1)?;
+            }
+            tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+            tx.commit()
+        })();
+        self.conn.execute_batch("PRAGMA foreign_keys = ON")?;
+        if migrated.is_ok() && from > 0 {
+            // Tables made anew fill the WAL with the whole ledger.
+            self.checkpoint();
         }
-        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
-        tx.commit()
+        migrated
     }
 
     /// Takes the writers' lock, waiting at most [`LOCK_WAIT`].
@@ -439,12 +452,14 @@ impl Ledger for SqliteLedger {
                 upsert_attempt(tx.conn, claim.token, attempt)?;
             }
             let changed = tx.conn.execute(
-                "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
-                     attempts = max(attempts, ?6)
-                 WHERE id = ?1 AND status = 'running'",
+                &format!(
+                    "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
+                         attempts = max(attempts, ?6)
+                     WHERE id = ?1 AND status = {RUNNING}"
+                ),
                 params![
                     claim.token,
-                    outcome.status.as_str(),
+                    StatusCode(outcome.status),
                     outcome.exit_code,
                     outcome.signal,
                     millis(Timestamp::now()),
@@ -747,11 +762,11 @@ fn start_run(tx: &Connection, key_id: i64, new: &NewRun) -> rusqlite::Result<(i6
             ],
             |row| row.get(0),
         )?;
-    tx.prepare_cached(
+    tx.prepare_cached(&format!(
         "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell,
              recovered, job_id)
-         VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
+         VALUES (?1, ?2, {RUNNING}, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    ))?
     .execute(params![
         new.run_id.as_bytes().as_slice(),
         key_id,
@@ -790,13 +805,13 @@ fn list_query(filter: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
     if !filter.statuses.is_empty() {
         let mut marks = Vec::new();
         for status in &filter.statuses {
-            values.push(status.as_str().to_owned().into());
+            values.push(StatusCode(*status).code().into());
             marks.push(format!("?{}", values.len()));
         }
         sql.push_str(&format!(" AND r.status IN ({})", marks.join(", ")));
         if !filter.statuses.contains(&Status::Succeeded) {
             // The literal term lets the planner use the partial index.
-            sql.push_str(" AND r.status <> 'succeeded'");
+            sql.push_str(&format!(" AND r.status <> {SUCCEEDED}"));
         }
     }
     if let Some(since) = filter.since {
@@ -870,6 +885,59 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
+
+    /// Migration 8 makes the runs table anew: a ledger of schema 7 keeps
+    /// every run with its status, and the attempts and hooks that refer to
+    /// the runs (which the old table's drop would have cascaded to).
+    #[test]
+    fn a_ledger_of_schema_7_keeps_its_runs_and_their_statuses() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let statuses = ["running", "succeeded", "failed", "abandoned"];
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+                .unwrap();
+            for migration in &MIGRATIONS[..7] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 7).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            for (id, status) in (1..).zip(statuses) {
+                conn.execute_batch(&format!(
+                    "INSERT INTO keys (id, key, head) VALUES ({id}, '{status}', {id});
+                     INSERT INTO runs (id, run_id, key_id, status, started_at, host, pid,
+                         command, shell)
+                     VALUES ({id}, randomblob(16), {id}, '{status}', {id}000, 'h', 1,
+                         CAST('true' AS BLOB), 0);
+                     INSERT INTO attempts (run, n, started_at) VALUES ({id}, 1, {id}000);
+                     INSERT INTO hooks (run, event, at) VALUES ({id}, 'failure', {id}000);"
+                ))
+                .unwrap();
+            }
+        }
+        let mut ledger = SqliteLedger::open(&path).unwrap();
+        for (code, status) in (0..).zip(statuses) {
+            let head = ledger.head(status).unwrap().unwrap();
+            assert_eq!(head.run.status.as_str(), status);
+            let stored: i64 = ledger
+                .conn
+                .query_row(
+                    "SELECT r.status FROM runs r JOIN keys k ON k.id = r.key_id WHERE k.key = ?1",
+                    [status],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            assert_eq!(stored, code, "{status}");
+        }
+        let count =
+            |sql: &str| -> i64 { ledger.conn.query_row(sql, [], |row| row.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM attempts"), 4);
+        assert_eq!(count("SELECT count(*) FROM hooks"), 4);
+        assert_eq!(count("SELECT count(*) FROM pragma_foreign_key_check"), 0);
+        assert_eq!(count("PRAGMA user_version"), LATEST);
+    }
 
     /// A reader that looks while another connection creates the schema
     /// sees it either not yet there or whole: never a foreign database.

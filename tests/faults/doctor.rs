@@ -106,7 +106,7 @@ fn doctor_names_each_problem_and_its_fix() {
     // A key whose owner died without an outcome (no such pid runs).
     sqlite(
         &db,
-        "UPDATE runs SET status = 'running', finished_at = NULL, exit_code = NULL, pid = 999999999
+        "UPDATE runs SET status = 0, finished_at = NULL, exit_code = NULL, pid = 999999999
              WHERE id = (SELECT head FROM keys WHERE key = 'lost');
          UPDATE keys SET owner_boot = 'gone', owner_pid_start = 1 WHERE key = 'lost';",
     );

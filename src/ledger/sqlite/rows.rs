@@ -5,7 +5,7 @@
 //! never a made-up value in its place.
 
 use jiff::Timestamp;
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row};
 use uuid::Uuid;
 
@@ -64,12 +64,65 @@ fn time_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Timestamp>> {
     row.get::<_, Option<i64>>(at)?.map(timestamp).transpose()
 }
 
+/// `jobs.last_status`: a status by its name.
 impl FromSql for Status {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Status> {
         let text = value.as_str()?;
         Status::parse(text)
             .ok_or_else(|| FromSqlError::Other(format!("unknown run status {text:?}").into()))
     }
+}
+
+/// `runs.status`: a status by its code (schema 8), which SQLite keeps in
+/// the row's header alone for 0 and 1 where a name took up to 9 bytes of
+/// every run. SQL text names the codes by these constants.
+pub(super) struct StatusCode(pub Status);
+
+pub(super) const RUNNING: i64 = 0;
+pub(super) const SUCCEEDED: i64 = 1;
+pub(super) const FAILED: i64 = 2;
+pub(super) const ABANDONED: i64 = 3;
+
+impl StatusCode {
+    pub(super) fn code(&self) -> i64 {
+        match self.0 {
+            Status::Running => RUNNING,
+            Status::Succeeded => SUCCEEDED,
+            Status::Failed => FAILED,
+            Status::Abandoned => ABANDONED,
+        }
+    }
+}
+
+impl ToSql for StatusCode {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.code()))
+    }
+}
+
+impl FromSql for StatusCode {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<StatusCode> {
+        let status = match value {
+            ValueRef::Integer(RUNNING) => Status::Running,
+            ValueRef::Integer(SUCCEEDED) => Status::Succeeded,
+            ValueRef::Integer(FAILED) => Status::Failed,
+            ValueRef::Integer(ABANDONED) => Status::Abandoned,
+            // A hand-edited row; its words as `ledger list` would show them.
+            ValueRef::Integer(code) => return Err(unknown_status(code)),
+            ValueRef::Text(text) => {
+                return Err(unknown_status(format!(
+                    "{:?}",
+                    String::from_utf8_lossy(text)
+                )))
+            }
+            _ => return Err(FromSqlError::InvalidType),
+        };
+        Ok(StatusCode(status))
+    }
+}
+
+fn unknown_status(shown: impl std::fmt::Display) -> FromSqlError {
+    FromSqlError::Other(format!("unknown run status {shown}").into())
 }
 
 /// A run id stored as 16 bytes.
@@ -85,7 +138,7 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Run)> {
     let run = Run {
         key: row.get(RunCol::Key.at())?,
         run_id: uuid_at(row, RunCol::RunId.at())?,
-        status: row.get(RunCol::Status.at())?,
+        status: row.get::<_, StatusCode>(RunCol::Status.at())?.0,
         exit_code: row.get(RunCol::ExitCode.at())?,
         signal: row.get(RunCol::Signal.at())?,
         attempts: row.get(RunCol::Attempts.at())?,
@@ -274,7 +327,7 @@ pub(super) fn running_heads(
     let mut statement = conn.prepare(&format!(
         "SELECT {}, {}, r.job_id FROM runs r CROSS JOIN keys k ON k.id = r.key_id
          LEFT JOIN jobs j ON j.id = r.job_id
-         WHERE r.status = 'running' AND r.status <> 'succeeded' AND k.head = r.id
+         WHERE r.status = {RUNNING} AND r.status <> {SUCCEEDED} AND k.head = r.id
          ORDER BY k.key",
         RunCol::LIST,
         OwnerCol::LIST

@@ -14,7 +14,8 @@ use super::super::rules::{self, KeyFigures};
 use super::super::runlock::RunLocks;
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
 use super::rows::{
-    by_the_kernel, job_from_row, millis, query_head, run_from_row, timestamp, RunCol, RUNS,
+    by_the_kernel, job_from_row, millis, query_head, run_from_row, timestamp, RunCol, StatusCode,
+    ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
 };
 
 /// Frees a key's owner columns: the run it owned has ended or was judged
@@ -71,10 +72,10 @@ impl rules::Tx for Tx<'_> {
     fn mark_abandoned(&mut self, run: i64) -> rusqlite::Result<()> {
         let changed = self
             .conn
-            .prepare_cached(
-                "UPDATE runs SET status = 'abandoned', finished_at = ?2
-                 WHERE id = ?1 AND status = 'running'",
-            )?
+            .prepare_cached(&format!(
+                "UPDATE runs SET status = {ABANDONED}, finished_at = ?2
+                 WHERE id = ?1 AND status = {RUNNING}"
+            ))?
             .execute(params![run, millis(Timestamp::now())])?;
         if changed == 1 {
             job_outcome(self.conn, run, Status::Abandoned, None)?;
@@ -123,7 +124,7 @@ impl rules::Tx for Tx<'_> {
         self.conn
             .prepare_cached("SELECT id, status FROM runs WHERE run_id = ?1")?
             .query_row([run_id.as_bytes().as_slice()], |row| {
-                Ok((row.get(0)?, row.get(1)?))
+                Ok((row.get(0)?, row.get::<_, StatusCode>(1)?.0))
             })
             .optional()
     }
@@ -140,7 +141,7 @@ impl rules::Tx for Tx<'_> {
             .execute(params![
                 run.run_id.as_bytes().as_slice(),
                 run.key,
-                run.status.as_str(),
+                StatusCode(run.status),
                 run.exit_code,
                 run.signal,
                 run.attempts,
@@ -163,7 +164,7 @@ impl rules::Tx for Tx<'_> {
              WHERE id = ?1",
             params![
                 id,
-                run.status.as_str(),
+                StatusCode(run.status),
                 run.exit_code,
                 run.signal,
                 run.attempts,
@@ -184,7 +185,7 @@ impl rules::Tx for Tx<'_> {
         key: &str,
         id: i64,
     ) -> rusqlite::Result<(Option<Status>, Option<Timestamp>)> {
-        let (status, latest): (Option<Status>, Option<i64>) = self
+        let (status, latest): (Option<StatusCode>, Option<i64>) = self
             .conn
             .prepare_cached(
                 "SELECT (SELECT status FROM runs WHERE id = k.head),
@@ -192,7 +193,10 @@ impl rules::Tx for Tx<'_> {
                  FROM keys k WHERE k.key = ?1",
             )?
             .query_row(params![key, id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        Ok((status, latest.map(timestamp).transpose()?))
+        Ok((
+            status.map(|code| code.0),
+            latest.map(timestamp).transpose()?,
+        ))
     }
 
     fn adopt_head(&mut self, key: &str, id: i64) -> rusqlite::Result<()> {
@@ -210,10 +214,12 @@ impl rules::Tx for Tx<'_> {
             .execute_batch("CREATE TEMP TABLE IF NOT EXISTS pruned (id INTEGER PRIMARY KEY)")?;
         self.conn.execute("DELETE FROM temp.pruned", [])?;
         let runs = self.conn.execute(
-            "INSERT INTO temp.pruned (id)
-             SELECT r.id FROM runs r
-             WHERE r.started_at < ?1 AND r.finished_at < ?1 AND r.status != 'running'
-               AND r.id NOT IN (SELECT head FROM keys WHERE head IS NOT NULL)",
+            &format!(
+                "INSERT INTO temp.pruned (id)
+                 SELECT r.id FROM runs r
+                 WHERE r.started_at < ?1 AND r.finished_at < ?1 AND r.status != {RUNNING}
+                   AND r.id NOT IN (SELECT head FROM keys WHERE head IS NOT NULL)"
+            ),
             [millis(before)],
         )?;
         Ok(runs as u64)
@@ -255,19 +261,19 @@ impl rules::Tx for Tx<'_> {
     fn key_figures(&mut self) -> rusqlite::Result<Vec<KeyFigures>> {
         // One pass over the runs; `r.id` is the row of max(started_at) (a
         // SQLite bare column beside a single max()).
-        let mut statement = self.conn.prepare(
+        let mut statement = self.conn.prepare(&format!(
             "WITH ok AS (
                  SELECT key_id, max(started_at) AS started, max(finished_at) AS finished
-                 FROM runs WHERE status = 'succeeded' GROUP BY key_id
+                 FROM runs WHERE status = {SUCCEEDED} GROUP BY key_id
              )
              SELECT k.key, max(r.started_at), r.id, ok.finished,
-                 sum(r.status = 'running'), sum(r.status = 'succeeded'),
-                 sum(r.status = 'failed'), sum(r.status = 'abandoned'),
-                 sum(r.status IN ('failed', 'abandoned')
+                 sum(r.status = {RUNNING}), sum(r.status = {SUCCEEDED}),
+                 sum(r.status = {FAILED}), sum(r.status = {ABANDONED}),
+                 sum(r.status IN ({FAILED}, {ABANDONED})
                      AND r.started_at > coalesce(ok.started, -1))
              FROM keys k JOIN runs r ON r.key_id = k.id LEFT JOIN ok ON ok.key_id = k.id
-             GROUP BY k.id ORDER BY k.key",
-        )?;
+             GROUP BY k.id ORDER BY k.key"
+        ))?;
         let rows = statement.query_map([], |row| {
             Ok(KeyFigures {
                 key: row.get(0)?,
@@ -329,9 +335,9 @@ fn uncount_runs(tx: &Connection, filter: &str, value: &dyn ToSql) -> rusqlite::R
                  succeeded = max(jobs.succeeded - c.succeeded, 0),
                  failed = max(jobs.failed - c.failed, 0),
                  abandoned = max(jobs.abandoned - c.abandoned, 0)
-             FROM (SELECT job_id, sum(status = 'running') AS running,
-                       sum(status = 'succeeded') AS succeeded, sum(status = 'failed') AS failed,
-                       sum(status = 'abandoned') AS abandoned
+             FROM (SELECT job_id, sum(status = {RUNNING}) AS running,
+                       sum(status = {SUCCEEDED}) AS succeeded, sum(status = {FAILED}) AS failed,
+                       sum(status = {ABANDONED}) AS abandoned
                    FROM runs WHERE {filter} GROUP BY job_id) AS c
              WHERE jobs.id = c.job_id"
         ),
