@@ -42,7 +42,7 @@ use rows::{
     run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode, RUNNING, RUNS,
     SUCCEEDED,
 };
-use tx::{job_outcome, upsert_attempt, Tx, RELEASE_OWNER};
+use tx::{count_outcome, upsert_attempt, Tx, RELEASE_OWNER};
 
 /// How long idem waits for another writer before giving up (exit 125).
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -451,31 +451,39 @@ impl Ledger for SqliteLedger {
             if let Some(attempt) = last {
                 upsert_attempt(tx.conn, claim.token, attempt)?;
             }
-            let changed = tx.conn.execute(
-                &format!(
+            // What the job's figures need comes back with the update.
+            let ended: Option<(Option<i64>, i64)> = tx
+                .conn
+                .prepare_cached(&format!(
                     "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
                          attempts = max(attempts, ?6)
-                     WHERE id = ?1 AND status = {RUNNING}"
-                ),
-                params![
-                    claim.token,
-                    StatusCode(outcome.status),
-                    outcome.exit_code,
-                    outcome.signal,
-                    millis(Timestamp::now()),
-                    last.map_or(0, |attempt| attempt.number)
-                ],
-            )?;
+                     WHERE id = ?1 AND status = {RUNNING}
+                     RETURNING job_id, started_at"
+                ))?
+                .query_row(
+                    params![
+                        claim.token,
+                        StatusCode(outcome.status),
+                        outcome.exit_code,
+                        outcome.signal,
+                        millis(Timestamp::now()),
+                        last.map_or(0, |attempt| attempt.number)
+                    ],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?;
             rules::Tx::release_owner(tx, claim.token)?;
-            if changed == 1 {
-                job_outcome(
+            if let Some((Some(job_id), started)) = ended {
+                count_outcome(
                     tx.conn,
-                    claim.token,
+                    job_id,
+                    &claim.key,
+                    started,
                     outcome.status,
                     Some(outcome.exit_code),
                 )?;
             }
-            Ok(changed == 1)
+            Ok(ended.is_some())
         })?;
         if !recorded {
             return Err(LedgerError::OutcomeLost {
@@ -738,30 +746,38 @@ fn start_run(tx: &Connection, key_id: i64, new: &NewRun) -> rusqlite::Result<(i6
         .query_row([], |row| row.get(0))?;
     let now = millis(Timestamp::now());
     let command = encode_command(&new.command);
-    let job_id: i64 = tx
+    let job = params![
+        new.job.name,
+        new.job.template,
+        new.job.zone,
+        new.host,
+        command,
+        new.shell,
+        now
+    ];
+    // The job's row made the first time only: an upsert costs more to
+    // prepare (both statements in one) than this update, which nearly
+    // every claim is.
+    let known: Option<i64> = tx
         .prepare_cached(
-            "INSERT INTO jobs (job, template, zone, host, command, shell, first_run,
-                 last_run, last_status, checked_at, running)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 'running', ?7, 1)
-             ON CONFLICT (job) DO UPDATE SET template = excluded.template,
-                 zone = excluded.zone, host = excluded.host, command = excluded.command,
-                 shell = excluded.shell, first_run = coalesce(first_run, ?7),
-                 last_run = ?7, last_status = 'running', last_exit = NULL,
-                 checked_at = ?7, running = running + 1
-             RETURNING id",
+            "UPDATE jobs SET template = ?2, zone = ?3, host = ?4, command = ?5, shell = ?6,
+                 first_run = coalesce(first_run, ?7), last_run = ?7, last_status = 'running',
+                 last_exit = NULL, checked_at = ?7, running = running + 1
+             WHERE job = ?1 RETURNING id",
         )?
-        .query_row(
-            params![
-                new.job.name,
-                new.job.template,
-                new.job.zone,
-                new.host,
-                command,
-                new.shell,
-                now
-            ],
-            |row| row.get(0),
-        )?;
+        .query_row(job, |row| row.get(0))
+        .optional()?;
+    let job_id: i64 = match known {
+        Some(id) => id,
+        None => tx
+            .prepare_cached(
+                "INSERT INTO jobs (job, template, zone, host, command, shell, first_run,
+                     last_run, last_status, checked_at, running)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 'running', ?7, 1)
+                 RETURNING id",
+            )?
+            .query_row(job, |row| row.get(0))?,
+    };
     tx.prepare_cached(&format!(
         "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell,
              recovered, job_id)

@@ -390,7 +390,7 @@ fn load_job(tx: &Connection, id: i64) -> rusqlite::Result<JobState> {
 
 /// A running run of row `run` ended `status`: its job's figures follow, in
 /// the transaction that records it.
-pub(super) fn job_outcome(
+fn job_outcome(
     tx: &Connection,
     run: i64,
     status: Status,
@@ -406,10 +406,23 @@ pub(super) fn job_outcome(
     let Some((Some(job_id), key, started)) = found else {
         return Ok(());
     };
+    count_outcome(tx, job_id, &key, started, status, exit)
+}
+
+/// Job `job_id` after its running run of `key`, started at `started` (Unix
+/// milliseconds), ended `status`.
+pub(super) fn count_outcome(
+    tx: &Connection,
+    job_id: i64,
+    key: &str,
+    started: i64,
+    status: Status,
+    exit: Option<i32>,
+) -> rusqlite::Result<()> {
     let mut job = load_job(tx, job_id)?;
     job.runs[0] = job.runs[0].saturating_sub(1);
     job.runs[status_index(status)] += 1;
-    job.outcome(&key, status, timestamp(started)?, exit, Timestamp::now());
+    job.outcome(key, status, timestamp(started)?, exit, Timestamp::now());
     save_job(tx, job_id, &job)
 }
 
