@@ -54,22 +54,31 @@ def sh(*args, env=None, **kwargs):
     return subprocess.run([str(arg) for arg in args], check=True, env=env, **kwargs)
 
 
+# Rounds each hyperfine measurement is split into, the commands taking
+# turns: on a shared machine whose speed drifts over minutes, a slow spell
+# then falls on every command alike rather than on whichever ran in it.
+ROUNDS = 5
+
+
 def hyperfine(commands, runs, env, ignore_failure=False):
     """Each command's median, and mean user and system seconds, measured by
-    hyperfine side by side (no shell: `-N`)."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        sh("hyperfine", "-N", "--warmup", max(3, runs // 10), "--runs", runs,
-           "--export-json", out.name, *(["--ignore-failure"] if ignore_failure else []),
-           *commands, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        results = json.load(open(out.name))["results"]
-    return [Timing(result) for result in results]
+    hyperfine side by side (no shell: `-N`), in [`ROUNDS`] turns."""
+    per_round = max(1, runs // ROUNDS)
+    rounds = []
+    for _ in range(ROUNDS):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            sh("hyperfine", "-N", "--warmup", max(3, per_round // 10), "--runs", per_round,
+               "--export-json", out.name, *(["--ignore-failure"] if ignore_failure else []),
+               *commands, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            rounds.append(json.load(open(out.name))["results"])
+    return [Timing(results) for results in zip(*rounds)]
 
 
 class Timing:
-    def __init__(self, result):
-        self.median = result["median"]
-        self.user = result["user"]
-        self.system = result["system"]
+    def __init__(self, results):
+        self.median = statistics.median(time for result in results for time in result["times"])
+        self.user = statistics.mean(result["user"] for result in results)
+        self.system = statistics.mean(result["system"] for result in results)
 
     def __str__(self):
         return f"{self.median * 1e3:.2f} ms"
