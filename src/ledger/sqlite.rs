@@ -374,7 +374,7 @@ impl Ledger for SqliteLedger {
     ) -> Result<Option<Claim>> {
         self.write("claim a key in", true, |tx| {
             // The key's row id, its row made when new: a lookup, which
-            // most claims are, costs a quarter of an upsert to prepare.
+            // most claims are, costs a third of an upsert to prepare.
             let known: Option<i64> = tx
                 .conn
                 .prepare_cached("SELECT id FROM keys WHERE key = ?1")?
