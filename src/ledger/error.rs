@@ -31,6 +31,13 @@ pub(crate) enum LedgerError {
     },
     /// Another process held the writers' lock past the wait.
     StayedLocked { ledger: String, secs: u64 },
+    /// A run of an older idem still goes, which the migration to `schema`
+    /// would leave unable to record its outcome.
+    OlderRunGoing {
+        ledger: String,
+        key: String,
+        schema: i64,
+    },
     /// Another session held a key's row past the wait.
     RowHeld {
         key: String,
@@ -161,7 +168,7 @@ impl LedgerError {
     /// Whether the cause may pass by itself, worth riding out.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            LedgerError::StayedLocked { .. } => true,
+            LedgerError::StayedLocked { .. } | LedgerError::OlderRunGoing { .. } => true,
             LedgerError::Could { why, .. } => matches!(why, Why::Busy { .. } | Why::Passing(_)),
             _ => false,
         }
@@ -181,6 +188,10 @@ impl fmt::Display for LedgerError {
             LedgerError::Newer { ledger, version, latest } => write!(
                 f,
                 "ledger {ledger} was written by a newer idem (schema {version}, this idem knows {latest}); upgrade idem"
+            ),
+            LedgerError::OlderRunGoing { ledger, key, schema } => write!(
+                f,
+                "ledger {ledger} is in use by an older idem's run of {key}; this idem moves the ledger to schema {schema} once that run ends: try again then"
             ),
             LedgerError::StayedLocked { ledger, secs } => write!(
                 f,

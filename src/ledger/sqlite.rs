@@ -169,8 +169,50 @@ impl SqliteLedger {
             // Another process may have migrated while this one waited.
             let found = versions(&self.conn).map_err(|error| self.fail("read", &error))?;
             if self.needs_migration(found)? {
+                self.no_older_run_going(found.1)?;
                 self.migrate(found.1)
                     .map_err(|error| self.fail("create or migrate", &error))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Schema 8 keeps a run's status as a code. An older idem that still
+    /// runs a run would record its outcome by the status's name, which then
+    /// matches no row: its outcome lost, its run found abandoned and run
+    /// again. So no ledger moves past schema 7 while such a run lives (its
+    /// key's byte of the lock file held); under the writers' lock, which
+    /// the caller holds, no older idem claims one meanwhile.
+    fn no_older_run_going(&self, from: i64) -> Result<()> {
+        const CODES: i64 = 8;
+        if from == 0 || from >= CODES {
+            return Ok(());
+        }
+        let read = |error| self.fail("read", &error);
+        let running: Vec<(i64, String)> = self
+            .conn
+            .prepare(
+                "SELECT k.id, k.key FROM keys k JOIN runs r ON r.id = k.head
+                 WHERE r.status = 'running' ORDER BY k.key",
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .collect()
+            })
+            .map_err(read)?;
+        for (id, key) in running {
+            let held = self.locks.held(id).map_err(|error| LedgerError::LockFile {
+                file: self.locks.path().display().to_string(),
+                why: io_words(&error),
+            })?;
+            if held {
+                return Err(LedgerError::OlderRunGoing {
+                    ledger: self.path.display().to_string(),
+                    key,
+                    schema: CODES,
+                }
+                .into());
             }
         }
         Ok(())
@@ -957,6 +999,54 @@ mod tests {
         assert_eq!(count("SELECT count(*) FROM hooks"), 4);
         assert_eq!(count("SELECT count(*) FROM pragma_foreign_key_check"), 0);
         assert_eq!(count("PRAGMA user_version"), LATEST);
+    }
+
+    /// A ledger of schema 7 is not migrated while an older idem's run of
+    /// it lives: that run would record its outcome by the status's name,
+    /// which schema 8 no longer matches. Once it ends, the ledger moves.
+    #[test]
+    fn a_ledger_of_schema_7_waits_for_an_older_idems_live_run() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+            for migration in &MIGRATIONS[..7] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 7).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.execute_batch(
+                "INSERT INTO keys (id, key, head, owner_lock) VALUES (1, 'backup', 1, 1);
+                 INSERT INTO runs (id, run_id, key_id, status, started_at, host, pid, command,
+                     shell)
+                 VALUES (1, randomblob(16), 1, 'running', 1000, 'h', 1, CAST('true' AS BLOB), 0);",
+            )
+            .unwrap();
+        }
+        // The older idem's run: its key's byte held, as its processes hold it.
+        let locks = RunLocks::new(&path);
+        let hold = locks.take(1).unwrap().expect("the byte is free");
+        let refused = SqliteLedger::open(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            refused.contains("in use by an older idem's run of backup"),
+            "{refused}"
+        );
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, 7, "migrated under a live run");
+        drop(hold);
+        let mut ledger = SqliteLedger::open(&path).unwrap();
+        assert_eq!(
+            ledger.head("backup").unwrap().unwrap().run.status,
+            Status::Running
+        );
     }
 
     /// A reader that looks while another connection creates the schema
