@@ -38,9 +38,9 @@ use crate::exit::io_words;
 pub use inspect::SqliteInspector;
 use path::{check_side_files, disk_full, open_file, prepare_folder, read_only_uri};
 use rows::{
-    attempt_from_row, by_the_kernel, job_from_row, lock_file_error, millis, query_head,
-    run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode, RUNNING, RUNS,
-    SUCCEEDED,
+    attempt_from_row, by_the_kernel, job_from_row, lock_file_error, lock_file_fault, millis,
+    query_head, run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode,
+    RUNNING, RUNS, SUCCEEDED,
 };
 use tx::{count_outcome, upsert_attempt, Tx, RELEASE_OWNER};
 
@@ -202,10 +202,10 @@ impl SqliteLedger {
             })
             .map_err(read)?;
         for (id, key) in running {
-            let held = self.locks.held(id).map_err(|error| LedgerError::LockFile {
-                file: self.locks.path().display().to_string(),
-                why: io_words(&error),
-            })?;
+            let held = self
+                .locks
+                .held(id)
+                .map_err(|error| lock_file_fault(&self.locks, &error))?;
             if held {
                 return Err(LedgerError::OlderRunGoing {
                     ledger: self.path.display().to_string(),
@@ -763,13 +763,7 @@ impl Ledger for SqliteLedger {
             match self.locks.take(slot) {
                 Ok(Some(hold)) => locks.holds.push(hold),
                 Ok(None) => return Ok(Err(name.clone())),
-                Err(error) => {
-                    return Err(LedgerError::LockFile {
-                        file: self.locks.path().display().to_string(),
-                        why: io_words(&error),
-                    }
-                    .into())
-                }
+                Err(error) => return Err(lock_file_fault(&self.locks, &error).into()),
             }
             locks.names.push(name.clone());
         }
@@ -948,6 +942,20 @@ mod tests {
 
     use super::*;
 
+    /// A ledger file as an idem of schema 7 left it, holding `rows`.
+    fn schema_7_ledger(path: &Path, rows: &str) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+            .unwrap();
+        for migration in &MIGRATIONS[..7] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        conn.execute_batch(rows).unwrap();
+    }
+
     /// Migration 8 makes the runs table anew: a ledger of schema 7 keeps
     /// every run with its status, and the attempts and hooks that refer to
     /// the runs (which the old table's drop would have cascaded to).
@@ -956,18 +964,10 @@ mod tests {
         let folder = tempfile::tempdir().unwrap();
         let path = folder.path().join("ledger.db");
         let statuses = ["running", "succeeded", "failed", "abandoned"];
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
-                .unwrap();
-            for migration in &MIGRATIONS[..7] {
-                conn.execute_batch(migration).unwrap();
-            }
-            conn.pragma_update(None, "user_version", 7).unwrap();
-            conn.pragma_update(None, "application_id", APPLICATION_ID)
-                .unwrap();
-            for (id, status) in (1..).zip(statuses) {
-                conn.execute_batch(&format!(
+        let rows: String = (1..)
+            .zip(statuses)
+            .map(|(id, status)| {
+                format!(
                     "INSERT INTO keys (id, key, head) VALUES ({id}, '{status}', {id});
                      INSERT INTO runs (id, run_id, key_id, status, started_at, host, pid,
                          command, shell)
@@ -975,10 +975,10 @@ mod tests {
                          CAST('true' AS BLOB), 0);
                      INSERT INTO attempts (run, n, started_at) VALUES ({id}, 1, {id}000);
                      INSERT INTO hooks (run, event, at) VALUES ({id}, 'failure', {id}000);"
-                ))
-                .unwrap();
-            }
-        }
+                )
+            })
+            .collect();
+        schema_7_ledger(&path, &rows);
         let mut ledger = SqliteLedger::open(&path).unwrap();
         for (code, status) in (0..).zip(statuses) {
             let head = ledger.head(status).unwrap().unwrap();
@@ -1008,23 +1008,13 @@ mod tests {
     fn a_ledger_of_schema_7_waits_for_an_older_idems_live_run() {
         let folder = tempfile::tempdir().unwrap();
         let path = folder.path().join("ledger.db");
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
-            for migration in &MIGRATIONS[..7] {
-                conn.execute_batch(migration).unwrap();
-            }
-            conn.pragma_update(None, "user_version", 7).unwrap();
-            conn.pragma_update(None, "application_id", APPLICATION_ID)
-                .unwrap();
-            conn.execute_batch(
-                "INSERT INTO keys (id, key, head, owner_lock) VALUES (1, 'backup', 1, 1);
-                 INSERT INTO runs (id, run_id, key_id, status, started_at, host, pid, command,
-                     shell)
-                 VALUES (1, randomblob(16), 1, 'running', 1000, 'h', 1, CAST('true' AS BLOB), 0);",
-            )
-            .unwrap();
-        }
+        schema_7_ledger(
+            &path,
+            "INSERT INTO keys (id, key, head, owner_lock) VALUES (1, 'backup', 1, 1);
+             INSERT INTO runs (id, run_id, key_id, status, started_at, host, pid, command,
+                 shell)
+             VALUES (1, randomblob(16), 1, 'running', 1000, 'h', 1, CAST('true' AS BLOB), 0);",
+        );
         // The older idem's run: its key's byte held, as its processes hold it.
         let locks = RunLocks::new(&path);
         let hold = locks.take(1).unwrap().expect("the byte is free");

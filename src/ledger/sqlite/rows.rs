@@ -107,7 +107,7 @@ impl FromSql for StatusCode {
             ValueRef::Integer(SUCCEEDED) => Status::Succeeded,
             ValueRef::Integer(FAILED) => Status::Failed,
             ValueRef::Integer(ABANDONED) => Status::Abandoned,
-            // A hand-edited row; its words as `ledger list` would show them.
+            // Only a hand-edited row holds another code, or a name.
             ValueRef::Integer(code) => return Err(unknown_status(code)),
             ValueRef::Text(text) => {
                 return Err(unknown_status(format!(
@@ -255,15 +255,17 @@ pub(super) fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
     }
 }
 
+/// The lock file that tells whether a run lives failed with `error`.
+pub(super) fn lock_file_fault(locks: &RunLocks, error: &std::io::Error) -> LedgerError {
+    LedgerError::LockFile {
+        file: locks.path().display().to_string(),
+        why: io_words(error),
+    }
+}
+
+/// [`lock_file_fault`] inside a statement's work.
 pub(super) fn lock_file_error(locks: &RunLocks, error: std::io::Error) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(
-        LedgerError::LockFile {
-            file: locks.path().display().to_string(),
-            why: io_words(&error),
-        }
-        .to_string()
-        .into(),
-    )
+    rusqlite::Error::ToSqlConversionFailure(lock_file_fault(locks, &error).to_string().into())
 }
 
 /// Reads an [`OwnerCol`] list starting at column `at`: the owner of `run`,
