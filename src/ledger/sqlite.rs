@@ -333,9 +333,12 @@ impl SqliteLedger {
         let _guard = self.write_lock()?;
         if !durable {
             // Bookkeeping that only matters while this host stays up: a
-            // later FULL commit syncs these WAL frames too.
+            // later FULL commit syncs these WAL frames too. NORMAL, not
+            // OFF: OFF also drops the syncs of a checkpoint this commit may
+            // run, which would copy the unsynced frames into the ledger
+            // file, where a power cut could leave half a transaction.
             self.conn
-                .pragma_update(None, "synchronous", "OFF")
+                .pragma_update(None, "synchronous", "NORMAL")
                 .map_err(|error| self.fail(doing, &error))?;
         }
         let result = (|| {

@@ -151,17 +151,63 @@ fn the_command_runs_only_once_its_group_is_recorded() {
     );
 }
 
+/// A checkpoint copies frames of the WAL into the ledger file. Frames a
+/// commit wrote without syncing them (an attempt's start, a job's stamp)
+/// must be on disk before any page made from them is written, or a power
+/// cut could leave the file holding part of a transaction the WAL lost: a
+/// corrupt ledger. Runs are traced one by one from a fresh ledger, through
+/// enough of them that the WAL's checkpoints fall in each of a run's
+/// transactions, the attempt's start (its second) among them.
+#[test]
+fn no_ledger_page_is_written_from_frames_not_yet_on_disk() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    let mut in_the_attempts_start = false;
+    for index in 0..24 {
+        let calls = "pwrite64,fsync,fdatasync,flock";
+        let Some(trace) = traced(&env, calls, &format!("k{index}")) else {
+            return;
+        };
+        let (mut unsynced, mut transaction) = (false, 0);
+        for (_, call) in strace_lines(&trace) {
+            let wal = call.contains("ledger.db-wal>");
+            if call.starts_with("flock(") && call.contains("LOCK_EX") {
+                transaction += 1;
+            } else if call.starts_with("pwrite64(") && wal {
+                unsynced = true;
+            } else if (call.starts_with("fsync(") || call.starts_with("fdatasync(")) && wal {
+                unsynced = false;
+            } else if call.starts_with("pwrite64(") && call.contains("ledger.db>") {
+                assert!(
+                    !unsynced,
+                    "a page of the ledger was written from WAL frames not yet synced:\n{trace}"
+                );
+                in_the_attempts_start |= transaction == 2;
+            }
+        }
+    }
+    assert!(
+        in_the_attempts_start,
+        "no checkpoint fell in an attempt's start in 24 runs"
+    );
+}
+
 /// Runs `idem run --key k -- /bin/true` on a ledger that exists, under
 /// `strace -f` for `calls`; None (and a note) where strace cannot trace.
 fn strace_run(env: &Env, calls: &str) -> Option<String> {
     assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    traced(env, calls, "k")
+}
+
+/// Runs `idem run --key KEY -- /bin/true` under `strace -f` for `calls`.
+fn traced(env: &Env, calls: &str, key: &str) -> Option<String> {
     let trace = env.path("trace");
     let mut command = Command::new("strace");
     command
         .args(["-f", "-y", "-qq", "-e", &format!("trace={calls}"), "-o"])
         .arg(&trace)
         .arg(env!("CARGO_BIN_EXE_idem"))
-        .args(["run", "--key", "k", "--", "/bin/true"])
+        .args(["run", "--key", key, "--", "/bin/true"])
         .env("IDEM_DB", env.db())
         .env("HOME", env.dir.path())
         .stdin(Stdio::null());
