@@ -1,11 +1,11 @@
 //! A ledger in one local SQLite file.
 //!
-//! Durability: WAL with `synchronous=FULL`, so a commit (a claim, an
-//! outcome) has reached the disk before idem goes on; a power cut can lose
-//! nothing that idem reported. Concurrency: every write transaction is taken
-//! under a blocking `flock` on the ledger file, because SQLite's own busy
-//! handler sleeps and retries and collapses under hundreds of writers, while
-//! the kernel's lock queue hands the file over at once.
+//! Durability: WAL, and every claim and outcome on disk before idem goes
+//! on (see [`Sync`]); a power cut can lose nothing that idem reported.
+//! Concurrency: every write transaction is taken under a blocking `flock`
+//! on the ledger file, because SQLite's own busy handler sleeps and retries
+//! and collapses under hundreds of writers, while the kernel's lock queue
+//! hands the file over at once.
 
 mod inspect;
 pub(super) mod path;
@@ -36,7 +36,9 @@ use super::{
 };
 use crate::exit::io_words;
 pub use inspect::SqliteInspector;
-use path::{check_side_files, disk_full, open_file, prepare_folder, read_only_uri};
+use path::{
+    check_side_files, disk_full, open_file, open_wal, prepare_folder, read_only_uri, sync_folder,
+};
 use rows::{
     attempt_from_row, by_the_kernel, job_from_row, lock_file_error, lock_file_fault, millis,
     query_head, run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode,
@@ -59,6 +61,37 @@ pub struct SqliteLedger {
     path: PathBuf,
     /// The kernel locks that tell whether a run lives.
     locks: RunLocks,
+    /// Whether the connection's `synchronous` is FULL (else NORMAL).
+    full: bool,
+    /// The WAL as idem opened it, to sync what SQLite committed unsynced
+    /// ([`Sync::AfterRelease`]). SQLite keeps no POSIX lock on the WAL, so
+    /// this descriptor's close drops none of them.
+    wal: Option<File>,
+    /// Whether this process has synced the ledger's folder, which it does
+    /// once, with its first durable write.
+    folder_synced: bool,
+}
+
+/// When a write transaction reaches the disk.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    /// In its commit, under the writers' lock (`synchronous=FULL`). An
+    /// outcome: no one may read a success that a power cut could take back
+    /// (a skip standing on it would be reported, then lost).
+    InCommit,
+    /// Committed unsynced (`synchronous=NORMAL`), then synced once the
+    /// writers' lock is released, before the write returns: the next
+    /// writer's transaction goes on while this one waits for the disk. A
+    /// claim: others may see it a moment before it is durable, which costs
+    /// them only a refusal (the key is busy), and its command starts only
+    /// once it is.
+    AfterRelease,
+    /// With the next synced commit, whoever makes it: bookkeeping that
+    /// matters only while the host stays up. NORMAL, not OFF: OFF also
+    /// drops the syncs of a checkpoint the commit may run, which would copy
+    /// the unsynced frames into the ledger file, where a power cut could
+    /// leave half a transaction.
+    Later,
 }
 
 /// What went wrong with the ledger in `path`.
@@ -125,6 +158,9 @@ impl SqliteLedger {
             lock: Arc::new(file),
             path: path.to_owned(),
             locks: RunLocks::new(path),
+            full: false,
+            wal: None,
+            folder_synced: false,
         };
         ledger.configure()?;
         ledger.check_and_migrate()?;
@@ -133,14 +169,14 @@ impl SqliteLedger {
 
     /// The one place connection settings are made.
     fn configure(&mut self) -> Result<()> {
-        // FULL: in WAL mode NORMAL may lose the last commits on power loss,
-        // and a lost success would make a job run twice. A page cache of
-        // 512KiB (not SQLite's 2MiB): a run touches a handful of pages, but
+        // NORMAL until a write asks for more (see `Sync`): in WAL mode it
+        // syncs no commit, but every checkpoint. A page cache of 512KiB
+        // (not SQLite's 2MiB): a run touches a handful of pages, but
         // writing two 1MiB output tails would otherwise fill all of it, and
         // memory is bounded at 16MiB whatever the command prints.
         self.conn
             .execute_batch(
-                "PRAGMA synchronous = FULL;
+                "PRAGMA synchronous = NORMAL;
                  PRAGMA foreign_keys = ON;
                  PRAGMA cache_size = -512;",
             )
@@ -323,41 +359,79 @@ impl SqliteLedger {
         .into()
     }
 
-    /// Runs `body` in an IMMEDIATE transaction under the writers' lock.
+    /// Runs `body` in an IMMEDIATE transaction under the writers' lock,
+    /// durable as `sync` says by the time it returns.
     fn write<T>(
         &mut self,
         doing: &str,
-        durable: bool,
+        sync: Sync,
         body: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T>,
     ) -> Result<T> {
-        let _guard = self.write_lock()?;
-        if !durable {
-            // Bookkeeping that only matters while this host stays up: a
-            // later FULL commit syncs these WAL frames too. NORMAL, not
-            // OFF: OFF also drops the syncs of a checkpoint this commit may
-            // run, which would copy the unsynced frames into the ledger
-            // file, where a power cut could leave half a transaction.
+        // The connection's own setting: made before the lock is taken.
+        let full = sync == Sync::InCommit;
+        if self.full != full {
+            let level = if full { "FULL" } else { "NORMAL" };
             self.conn
-                .pragma_update(None, "synchronous", "NORMAL")
+                .pragma_update(None, "synchronous", level)
                 .map_err(|error| self.fail(doing, &error))?;
+            self.full = full;
         }
-        let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let value = body(&mut Tx {
-                conn: &tx,
-                locks: &self.locks,
-            })?;
-            tx.commit()?;
-            Ok(value)
-        })();
-        if !durable {
-            self.conn
-                .pragma_update(None, "synchronous", "FULL")
-                .map_err(|error| self.fail(doing, &error))?;
+        let changes = self.conn.total_changes();
+        let value = {
+            let _guard = self.write_lock()?;
+            let result = (|| {
+                let tx = self
+                    .conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let value = body(&mut Tx {
+                    conn: &tx,
+                    locks: &self.locks,
+                })?;
+                tx.commit()?;
+                Ok(value)
+            })();
+            result.map_err(|error| self.fail(doing, &error))?
+        };
+        // A transaction that changed nothing (a refused claim) wrote nothing.
+        if sync != Sync::Later && self.conn.total_changes() != changes {
+            self.sync(sync == Sync::AfterRelease)
+                .map_err(|error| self.sync_fault(doing, &error))?;
         }
-        result.map_err(|error| self.fail(doing, &error))
+        Ok(value)
+    }
+
+    /// After a durable write: syncs the WAL when SQLite did not (`wal`),
+    /// and the ledger's folder, once per process. SQLite itself would sync
+    /// the folder at each process's first sync of the WAL, so that a WAL it
+    /// has just made stays after a power cut; idem's build leaves that to
+    /// this, after the writers' lock is released.
+    fn sync(&mut self, wal: bool) -> std::io::Result<()> {
+        if wal {
+            let file = match &self.wal {
+                Some(file) => file,
+                None => self.wal.insert(open_wal(&self.path)?),
+            };
+            file.sync_all()?;
+        }
+        if !self.folder_synced {
+            sync_folder(&self.path)?;
+            self.folder_synced = true;
+        }
+        Ok(())
+    }
+
+    fn sync_fault(&self, doing: &str, error: &std::io::Error) -> anyhow::Error {
+        let why = if error.raw_os_error() == Some(nix::libc::ENOSPC) {
+            Why::DiskFull
+        } else {
+            Why::Io(io_words(error))
+        };
+        LedgerError::Could {
+            doing: doing.to_owned(),
+            ledger: self.path.display().to_string(),
+            why,
+        }
+        .into()
     }
 }
 
@@ -417,7 +491,7 @@ impl Ledger for SqliteLedger {
         key: &str,
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
-        self.write("claim a key in", true, |tx| {
+        self.write("claim a key in", Sync::AfterRelease, |tx| {
             // The key's row id, its row made when new: a lookup, which
             // most claims are, costs a third of an upsert to prepare.
             let known: Option<i64> = tx
@@ -471,7 +545,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
-        self.write("record an attempt in", false, |tx| {
+        self.write("record an attempt in", Sync::Later, |tx| {
             tx.conn.execute(
                 "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
                 params![claim.token, number, millis(Timestamp::now())],
@@ -490,13 +564,13 @@ impl Ledger for SqliteLedger {
     }
 
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
-        self.write("record an attempt in", true, |tx| {
+        self.write("record an attempt in", Sync::InCommit, |tx| {
             upsert_attempt(tx.conn, claim.token, attempt)
         })
     }
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
-        let recorded = self.write("record the outcome in", true, |tx| {
+        let recorded = self.write("record the outcome in", Sync::InCommit, |tx| {
             if let Some(attempt) = last {
                 upsert_attempt(tx.conn, claim.token, attempt)?;
             }
@@ -603,7 +677,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
-        self.write("record hooks in", true, |tx| {
+        self.write("record hooks in", Sync::InCommit, |tx| {
             let mut insert = tx.conn.prepare_cached(
                 "INSERT INTO hooks (run, event, exit_code, at)
                  SELECT id, ?2, ?3, ?4 FROM runs WHERE run_id = ?1",
@@ -694,7 +768,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn import(&mut self, feed: &mut Feed<'_>, report: &mut ImportReport) -> Result<()> {
-        let imported = self.write("import runs into", true, |tx| {
+        let imported = self.write("import runs into", Sync::InCommit, |tx| {
             rules::import_all(tx, feed, report)
         })?;
         self.checkpoint();
@@ -706,7 +780,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
-        self.write("stamp a job in", false, |tx| {
+        self.write("stamp a job in", Sync::Later, |tx| {
             tx.conn
                 .prepare_cached("UPDATE jobs SET checked_at = ?2 WHERE job = ?1")?
                 .execute(params![job, millis(Timestamp::now())])?;
@@ -921,7 +995,7 @@ impl SqliteLedger {
         body: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T>,
     ) -> Result<T> {
         if !dry_run {
-            return self.write(doing, true, body);
+            return self.write(doing, Sync::InCommit, body);
         }
         let _guard = self.write_lock()?;
         let result = (|| {

@@ -124,6 +124,46 @@ fn the_claim_and_the_outcome_are_synced_in_order() {
     );
 }
 
+/// idem's SQLite leaves the folder's sync to idem (a WAL it has just made
+/// must stay after a power cut), and the claim's sync waits for no other
+/// writer: it is made once the writers' lock is released, and both before
+/// the command starts.
+#[test]
+fn the_claim_is_synced_outside_the_writers_lock_with_the_folder() {
+    let env = Env::new();
+    let Some(trace) = strace_run(&env, "fsync,fdatasync,flock,execve") else {
+        return;
+    };
+    let lines = strace_lines(&trace);
+    let exec_at = exec_of_true(&lines, &trace);
+    let locked = |call: &str| call.starts_with("flock(") && call.contains("LOCK_EX");
+    let claim_from = lines.iter().position(|(_, call)| locked(call)).unwrap();
+    let claim_to = claim_from
+        + lines[claim_from..]
+            .iter()
+            .position(|(_, call)| call.starts_with("flock(") && call.contains("LOCK_UN"))
+            .unwrap();
+    let synced = |range: std::ops::Range<usize>, what: &str| {
+        lines[range].iter().any(|(_, call)| {
+            (call.starts_with("fsync(") || call.starts_with("fdatasync(")) && call.contains(what)
+        })
+    };
+    let wal = "ledger.db-wal>";
+    assert!(
+        !synced(claim_from..claim_to, wal),
+        "the claim was synced under the writers' lock:\n{trace}"
+    );
+    assert!(
+        synced(claim_to..exec_at, wal),
+        "the claim was not synced before the command ran:\n{trace}"
+    );
+    let folder = format!("<{}>", env.dir.path().display());
+    assert!(
+        synced(0..exec_at, &folder),
+        "the ledger's folder was not synced before the command ran:\n{trace}"
+    );
+}
+
 #[test]
 fn the_command_runs_only_once_its_group_is_recorded() {
     // The attempt's process group is written (without a sync) after the

@@ -323,3 +323,20 @@ pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
 pub(crate) fn disk_full(path: &Path) -> bool {
     free_bytes(path).is_some_and(|free| free < 256 << 10)
 }
+
+/// The ledger's WAL, opened to sync it (read-only will do), never through
+/// a link.
+pub(super) fn open_wal(path: &Path) -> std::io::Result<File> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(wal)
+}
+
+/// Syncs the folder that holds the ledger, so the entries of its files
+/// (a WAL just made) survive a power cut.
+pub(super) fn sync_folder(path: &Path) -> std::io::Result<()> {
+    File::open(crate::ledger::folder_of(path))?.sync_all()
+}
