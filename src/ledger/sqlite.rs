@@ -14,7 +14,7 @@ mod tx;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -44,7 +44,9 @@ use rows::{
     query_head, run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode,
     RUNNING, RUNS, SUCCEEDED,
 };
-use tx::{count_outcome, upsert_attempt, Tx, RELEASE_OWNER};
+use tx::{
+    count_outcome, upsert_attempt, Tx, END_ATTEMPT, LOAD_JOB, RELEASE_HEAD, RELEASE_OWNER, SAVE_JOB,
+};
 
 /// How long idem waits for another writer before giving up (exit 125).
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -70,6 +72,9 @@ pub struct SqliteLedger {
     /// Whether this process has synced the ledger's folder, which it does
     /// once, with its first durable write.
     folder_synced: bool,
+    /// The key whose head was last read and found missing: its claim will
+    /// likely make its key's row and its job's (see [`Ahead::claim`]).
+    headless: Option<String>,
 }
 
 /// When a write transaction reaches the disk.
@@ -161,6 +166,7 @@ impl SqliteLedger {
             full: false,
             wal: None,
             folder_synced: false,
+            headless: None,
         };
         ledger.configure()?;
         ledger.check_and_migrate()?;
@@ -317,6 +323,12 @@ impl SqliteLedger {
 
     /// Takes the writers' lock, waiting at most [`LOCK_WAIT`].
     fn write_lock(&self) -> Result<LockGuard> {
+        self.write_lock_preparing(&[])
+    }
+
+    /// Takes the writers' lock, waiting at most [`LOCK_WAIT`], and
+    /// prepares the statements `ahead` while it waits (see [`Ahead`]).
+    fn write_lock_preparing(&self, ahead: &[&str]) -> Result<LockGuard> {
         match self.lock.try_lock() {
             Ok(()) => return Ok(LockGuard(Arc::clone(&self.lock))),
             Err(std::fs::TryLockError::WouldBlock) => {}
@@ -330,6 +342,10 @@ impl SqliteLedger {
         std::thread::spawn(move || {
             let _ = done.send(file.lock());
         });
+        for sql in ahead {
+            // An error comes again in the body, which reports it.
+            let _ = self.conn.prepare_cached(sql);
+        }
         match waited.recv_timeout(LOCK_WAIT) {
             Ok(Ok(())) => Ok(LockGuard(Arc::clone(&self.lock))),
             Ok(Err(error)) => Err(self.lock_error(&error)),
@@ -360,11 +376,13 @@ impl SqliteLedger {
     }
 
     /// Runs `body` in an IMMEDIATE transaction under the writers' lock,
-    /// durable as `sync` says by the time it returns.
+    /// durable as `sync` says by the time it returns. The statements
+    /// `ahead` are prepared while the lock is waited for, if it is.
     fn write<T>(
         &mut self,
         doing: &str,
         sync: Sync,
+        ahead: &[&str],
         body: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T>,
     ) -> Result<T> {
         // The connection's own setting: made before the lock is taken.
@@ -378,7 +396,7 @@ impl SqliteLedger {
         }
         let changes = self.conn.total_changes();
         let value = {
-            let _guard = self.write_lock()?;
+            let _guard = self.write_lock_preparing(ahead)?;
             let result = (|| {
                 let tx = self
                     .conn
@@ -481,9 +499,11 @@ impl Drop for LockGuard {
 
 impl Ledger for SqliteLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
-        query_head(&self.conn, key, &mut by_the_kernel(&self.locks))
+        let head = query_head(&self.conn, key, &mut by_the_kernel(&self.locks))
             .map(|head| head.map(|(_, head)| head))
-            .map_err(|error| self.fail("read", &error))
+            .map_err(|error| self.fail("read", &error))?;
+        self.headless = head.is_none().then(|| key.to_owned());
+        Ok(head)
     }
 
     fn claim(
@@ -491,19 +511,20 @@ impl Ledger for SqliteLedger {
         key: &str,
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
-        self.write("claim a key in", Sync::AfterRelease, |tx| {
+        let ahead = Ahead::claim(self.headless.as_deref() == Some(key));
+        self.write("claim a key in", Sync::AfterRelease, &ahead, |tx| {
             // The key's row id, its row made when new: a lookup, which
             // most claims are, costs a third of an upsert to prepare.
             let known: Option<i64> = tx
                 .conn
-                .prepare_cached("SELECT id FROM keys WHERE key = ?1")?
+                .prepare_cached(KEY_ID)?
                 .query_row([key], |row| row.get(0))
                 .optional()?;
             let key_id: i64 = match known {
                 Some(id) => id,
                 None => tx
                     .conn
-                    .prepare_cached("INSERT INTO keys (key) VALUES (?1) RETURNING id")?
+                    .prepare_cached(NEW_KEY)?
                     .query_row([key], |row| row.get(0))?,
             };
             // The byte is taken before the head is judged: whoever holds it
@@ -545,7 +566,9 @@ impl Ledger for SqliteLedger {
     }
 
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
-        self.write("record an attempt in", Sync::Later, |tx| {
+        // Not cached (nor prepared ahead): a statement kept for the rest
+        // of the run costs an uncontended one more than it saves.
+        self.write("record an attempt in", Sync::Later, &[], |tx| {
             tx.conn.execute(
                 "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
                 params![claim.token, number, millis(Timestamp::now())],
@@ -564,25 +587,24 @@ impl Ledger for SqliteLedger {
     }
 
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()> {
-        self.write("record an attempt in", Sync::InCommit, |tx| {
-            upsert_attempt(tx.conn, claim.token, attempt)
-        })
+        self.write(
+            "record an attempt in",
+            Sync::InCommit,
+            &[END_ATTEMPT],
+            |tx| upsert_attempt(tx.conn, claim.token, attempt),
+        )
     }
 
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
-        let recorded = self.write("record the outcome in", Sync::InCommit, |tx| {
+        let ahead = Ahead::outcome();
+        let recorded = self.write("record the outcome in", Sync::InCommit, &ahead, |tx| {
             if let Some(attempt) = last {
                 upsert_attempt(tx.conn, claim.token, attempt)?;
             }
             // What the job's figures need comes back with the update.
             let ended: Option<(Option<i64>, i64)> = tx
                 .conn
-                .prepare_cached(&format!(
-                    "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
-                         attempts = max(attempts, ?6)
-                     WHERE id = ?1 AND status = {RUNNING}
-                     RETURNING job_id, started_at"
-                ))?
+                .prepare_cached(&END_RUN)?
                 .query_row(
                     params![
                         claim.token,
@@ -677,7 +699,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
-        self.write("record hooks in", Sync::InCommit, |tx| {
+        self.write("record hooks in", Sync::InCommit, &[], |tx| {
             let mut insert = tx.conn.prepare_cached(
                 "INSERT INTO hooks (run, event, exit_code, at)
                  SELECT id, ?2, ?3, ?4 FROM runs WHERE run_id = ?1",
@@ -768,7 +790,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn import(&mut self, feed: &mut Feed<'_>, report: &mut ImportReport) -> Result<()> {
-        let imported = self.write("import runs into", Sync::InCommit, |tx| {
+        let imported = self.write("import runs into", Sync::InCommit, &[], |tx| {
             rules::import_all(tx, feed, report)
         })?;
         self.checkpoint();
@@ -780,7 +802,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
-        self.write("stamp a job in", Sync::Later, |tx| {
+        self.write("stamp a job in", Sync::Later, &[], |tx| {
             tx.conn
                 .prepare_cached("UPDATE jobs SET checked_at = ?2 WHERE job = ?1")?
                 .execute(params![job, millis(Timestamp::now())])?;
@@ -855,11 +877,71 @@ impl Ledger for SqliteLedger {
     }
 }
 
+/// The statements of a run's writes, prepared while the writers' lock is
+/// waited for: preparing is most of such a write's work, which no other
+/// writer then waits for (under 200 concurrent first runs, the lock's
+/// queue is what bounds them). An uncontended write prepares them in its
+/// body, as it would anyway: looking each up in the cache twice would cost
+/// a first run 1.3% of its instructions. Each text is the one its write's body prepares, cached,
+/// so the body finds it ready; a unit test checks that the bodies prepare
+/// nothing more. (An attempt's start prepares its three statements under
+/// the lock: cached, they cost an uncontended run more than they save.)
+struct Ahead;
+
+impl Ahead {
+    /// A claim's; with the rows of a `new` key and job, which a key whose
+    /// head was not found likely is (a `{date}` key's job is not, and its
+    /// statement is prepared for nothing once a day).
+    fn claim(new: bool) -> Vec<&'static str> {
+        let mut ahead = vec![KEY_ID, NEXT_FENCE, CALL_JOB, &NEW_RUN, &OWN_KEY];
+        if new {
+            ahead.extend([NEW_KEY, NEW_JOB]);
+        }
+        ahead
+    }
+
+    /// An outcome's: the last attempt's end, the run's, and its job's figures.
+    fn outcome() -> [&'static str; 5] {
+        [END_ATTEMPT, &END_RUN, &RELEASE_HEAD, &LOAD_JOB, SAVE_JOB]
+    }
+}
+
+const KEY_ID: &str = "SELECT id FROM keys WHERE key = ?1";
+const NEW_KEY: &str = "INSERT INTO keys (key) VALUES (?1) RETURNING id";
+const NEXT_FENCE: &str = "UPDATE fences SET last = last + 1 RETURNING last";
+const CALL_JOB: &str = "UPDATE jobs SET template = ?2, zone = ?3, host = ?4, command = ?5,
+        shell = ?6, first_run = coalesce(first_run, ?7), last_run = ?7,
+        last_status = 'running', last_exit = NULL, checked_at = ?7, running = running + 1
+    WHERE job = ?1 RETURNING id";
+const NEW_JOB: &str = "INSERT INTO jobs (job, template, zone, host, command, shell, first_run,
+        last_run, last_status, checked_at, running)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 'running', ?7, 1)
+    RETURNING id";
+static NEW_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell,
+             recovered, job_id)
+         VALUES (?1, ?2, {RUNNING}, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    )
+});
+// The last assignment of a column wins: owned by this claim's lock.
+static OWN_KEY: LazyLock<String> = LazyLock::new(|| {
+    format!("UPDATE keys SET head = ?2, {RELEASE_OWNER}, owner_lock = 1 WHERE id = ?1")
+});
+static END_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
+             attempts = max(attempts, ?6)
+         WHERE id = ?1 AND status = {RUNNING}
+         RETURNING job_id, started_at"
+    )
+});
+
 /// Starts the new run of key row `key_id` and makes it the key's head,
 /// owned by this process's lock: its row id and its fencing token.
 fn start_run(tx: &Connection, key_id: i64, new: &NewRun) -> rusqlite::Result<(i64, i64)> {
     let fence: i64 = tx
-        .prepare_cached("UPDATE fences SET last = last + 1 RETURNING last")?
+        .prepare_cached(NEXT_FENCE)?
         .query_row([], |row| row.get(0))?;
     let now = millis(Timestamp::now());
     let command = encode_command(&new.command);
@@ -876,31 +958,16 @@ fn start_run(tx: &Connection, key_id: i64, new: &NewRun) -> rusqlite::Result<(i6
     // prepare (both statements in one) than this update, which nearly
     // every claim is.
     let known: Option<i64> = tx
-        .prepare_cached(
-            "UPDATE jobs SET template = ?2, zone = ?3, host = ?4, command = ?5, shell = ?6,
-                 first_run = coalesce(first_run, ?7), last_run = ?7, last_status = 'running',
-                 last_exit = NULL, checked_at = ?7, running = running + 1
-             WHERE job = ?1 RETURNING id",
-        )?
+        .prepare_cached(CALL_JOB)?
         .query_row(job, |row| row.get(0))
         .optional()?;
     let job_id: i64 = match known {
         Some(id) => id,
         None => tx
-            .prepare_cached(
-                "INSERT INTO jobs (job, template, zone, host, command, shell, first_run,
-                     last_run, last_status, checked_at, running)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 'running', ?7, 1)
-                 RETURNING id",
-            )?
+            .prepare_cached(NEW_JOB)?
             .query_row(job, |row| row.get(0))?,
     };
-    tx.prepare_cached(&format!(
-        "INSERT INTO runs (run_id, key_id, status, started_at, host, pid, command, shell,
-             recovered, job_id)
-         VALUES (?1, ?2, {RUNNING}, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-    ))?
-    .execute(params![
+    tx.prepare_cached(&NEW_RUN)?.execute(params![
         new.run_id.as_bytes().as_slice(),
         key_id,
         now,
@@ -912,11 +979,7 @@ fn start_run(tx: &Connection, key_id: i64, new: &NewRun) -> rusqlite::Result<(i6
         job_id
     ])?;
     let run = tx.last_insert_rowid();
-    // The last assignment of a column wins: owned by this claim's lock.
-    tx.prepare_cached(&format!(
-        "UPDATE keys SET head = ?2, {RELEASE_OWNER}, owner_lock = 1 WHERE id = ?1"
-    ))?
-    .execute(params![key_id, run])?;
+    tx.prepare_cached(&OWN_KEY)?.execute(params![key_id, run])?;
     Ok((run, fence))
 }
 
@@ -995,7 +1058,7 @@ impl SqliteLedger {
         body: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T>,
     ) -> Result<T> {
         if !dry_run {
-            return self.write(doing, Sync::InCommit, body);
+            return self.write(doing, Sync::InCommit, &[], body);
         }
         let _guard = self.write_lock()?;
         let result = (|| {
@@ -1114,6 +1177,78 @@ mod tests {
             ledger.head("backup").unwrap().unwrap().run.status,
             Status::Running
         );
+    }
+
+    /// The statements alive on `ledger`'s connection (its cache's).
+    fn statements(ledger: &SqliteLedger) -> usize {
+        let mut count = 0;
+        // SAFETY: walks the connection's own list, on its only thread.
+        unsafe {
+            let db = ledger.conn.handle();
+            let mut statement = rusqlite::ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
+            while !statement.is_null() {
+                count += 1;
+                statement = rusqlite::ffi::sqlite3_next_stmt(db, statement);
+            }
+        }
+        count
+    }
+
+    /// What a claim and an outcome prepare is all in [`Ahead`]: prepared
+    /// first, they add no statement, so none is prepared under the
+    /// writers' lock when it was waited for. A first run (a new key and
+    /// job), then a run of a known key.
+    #[test]
+    fn a_runs_writes_prepare_nothing_beyond_what_they_prepare_ahead() {
+        let folder = tempfile::tempdir().unwrap();
+        let mut ledger = SqliteLedger::open(&folder.path().join("ledger.db")).unwrap();
+        let prepared = |ledger: &mut SqliteLedger, ahead: &[&str]| {
+            for sql in ahead {
+                ledger.conn.prepare_cached(sql).unwrap();
+            }
+            statements(ledger)
+        };
+        for new in [true, false] {
+            assert_eq!(ledger.head("backup").unwrap().is_none(), new);
+            let before = prepared(&mut ledger, &Ahead::claim(new));
+            let claim = ledger
+                .claim("backup", &mut |_, _| Plan {
+                    abandon_head: false,
+                    claim: Some(NewRun {
+                        run_id: Uuid::now_v7(),
+                        command: vec!["true".into()],
+                        shell: false,
+                        host: "h".into(),
+                        pid: std::process::id(),
+                        recovered: false,
+                        lease: Duration::from_secs(60),
+                        job: super::super::JobInfo {
+                            name: "backup".into(),
+                            template: "backup".into(),
+                            zone: None,
+                        },
+                    }),
+                })
+                .unwrap()
+                .expect("claimed");
+            assert_eq!(statements(&ledger), before, "the claim prepared more");
+            ledger.attempt_started(&claim, 1, 1).unwrap();
+            let before = prepared(&mut ledger, &Ahead::outcome());
+            let attempt = Attempt {
+                number: 1,
+                started_at: Some(Timestamp::now()),
+                finished_at: Some(Timestamp::now()),
+                exit_code: Some(0),
+                ..Attempt::default()
+            };
+            let outcome = Outcome {
+                status: Status::Succeeded,
+                exit_code: 0,
+                signal: None,
+            };
+            ledger.finish(&claim, Some(&attempt), &outcome).unwrap();
+            assert_eq!(statements(&ledger), before, "the outcome prepared more");
+        }
     }
 
     /// A reader that looks while another connection creates the schema

@@ -3,6 +3,7 @@
 //! lock is held around the whole transaction, so locking a key is a no-op.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 
 use jiff::Timestamp;
 use rusqlite::types::ToSql;
@@ -22,6 +23,29 @@ use super::rows::{
 /// dead. Part of every update that ends a head's `running`.
 pub(super) const RELEASE_OWNER: &str = "owner_boot = NULL, owner_pid_start = NULL, \
      owner_pgid = NULL, owner_pgid_start = NULL, owner_lock = NULL";
+
+/// [`RELEASE_OWNER`] for the key whose head is run `?1` (found by the
+/// run's key: no index holds `head`).
+pub(super) static RELEASE_HEAD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE keys SET {RELEASE_OWNER}
+         WHERE id = (SELECT key_id FROM runs WHERE id = ?1) AND head = ?1"
+    )
+});
+
+/// An attempt's end, on the row its start made.
+pub(super) const END_ATTEMPT: &str = "UPDATE attempts SET finished_at = ?4, exit_code = ?5,
+        signal = ?6, timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9, cut = ?10
+    WHERE run = ?1 AND n = ?2";
+
+pub(super) static LOAD_JOB: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {} FROM jobs WHERE id = ?1", JobCol::LIST));
+
+pub(super) const SAVE_JOB: &str = "UPDATE jobs SET first_run = ?2, last_run = ?3,
+        last_status = ?4, last_exit = ?5, last_success = ?6, failures = ?7, running = ?8,
+        succeeded = ?9, failed = ?10, abandoned = ?11, checked_at = ?12, strip = ?13,
+        ok_keys = ?14, host = ?15, command = ?16, shell = ?17
+    WHERE id = ?1";
 
 /// One write transaction (the writers' lock held), with the kernel locks
 /// that judge owners.
@@ -84,13 +108,7 @@ impl rules::Tx for Tx<'_> {
     }
 
     fn release_owner(&mut self, run: i64) -> rusqlite::Result<()> {
-        self.conn
-            // The key found by its row id: no index holds `head`.
-            .prepare_cached(&format!(
-                "UPDATE keys SET {RELEASE_OWNER}
-                 WHERE id = (SELECT key_id FROM runs WHERE id = ?1) AND head = ?1"
-            ))?
-            .execute([run])?;
+        self.conn.prepare_cached(&RELEASE_HEAD)?.execute([run])?;
         Ok(())
     }
 
@@ -318,13 +336,7 @@ pub(super) fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> ru
         (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
         attempt.cut,
     ];
-    let updated = tx
-        .prepare_cached(
-            "UPDATE attempts SET finished_at = ?4, exit_code = ?5, signal = ?6, timed_out = ?7,
-                 stdout_tail = ?8, stderr_tail = ?9, cut = ?10
-             WHERE run = ?1 AND n = ?2",
-        )?
-        .execute(values)?;
+    let updated = tx.prepare_cached(END_ATTEMPT)?.execute(values)?;
     if updated == 0 {
         tx.prepare_cached(
             "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal,
@@ -364,14 +376,7 @@ fn status_index(status: Status) -> usize {
 }
 
 fn save_job(tx: &Connection, id: i64, job: &JobState) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "UPDATE jobs SET first_run = ?2, last_run = ?3, last_status = ?4, last_exit = ?5,
-             last_success = ?6, failures = ?7, running = ?8, succeeded = ?9, failed = ?10,
-             abandoned = ?11, checked_at = ?12, strip = ?13, ok_keys = ?14, host = ?15,
-             command = ?16, shell = ?17
-         WHERE id = ?1",
-    )?
-    .execute(params![
+    tx.prepare_cached(SAVE_JOB)?.execute(params![
         id,
         job.first_run.map(millis),
         job.last_run.map(millis),
@@ -394,7 +399,7 @@ fn save_job(tx: &Connection, id: i64, job: &JobState) -> rusqlite::Result<()> {
 }
 
 fn load_job(tx: &Connection, id: i64) -> rusqlite::Result<JobState> {
-    tx.prepare_cached(&format!("SELECT {} FROM jobs WHERE id = ?1", JobCol::LIST))?
+    tx.prepare_cached(&LOAD_JOB)?
         .query_row([id], |row| job_from_row(row, 0))
 }
 
