@@ -397,18 +397,8 @@ impl SqliteLedger {
         let changes = self.conn.total_changes();
         let value = {
             let _guard = self.write_lock_preparing(ahead)?;
-            let result = (|| {
-                let tx = self
-                    .conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                let value = body(&mut Tx {
-                    conn: &tx,
-                    locks: &self.locks,
-                })?;
-                tx.commit()?;
-                Ok(value)
-            })();
-            result.map_err(|error| self.fail(doing, &error))?
+            self.transaction(true, body)
+                .map_err(|error| self.fail(doing, &error))?
         };
         // A transaction that changed nothing (a refused claim) wrote nothing.
         if sync != Sync::Later && self.conn.total_changes() != changes {
@@ -432,7 +422,9 @@ impl SqliteLedger {
             file.sync_all()?;
         }
         if !self.folder_synced {
-            sync_folder(&self.path)?;
+            // As SQLite's own: some file systems refuse to sync a folder
+            // (EINVAL), and a ledger there must still work.
+            let _ = sync_folder(&self.path);
             self.folder_synced = true;
         }
         Ok(())
@@ -1061,18 +1053,30 @@ impl SqliteLedger {
             return self.write(doing, Sync::InCommit, &[], body);
         }
         let _guard = self.write_lock()?;
-        let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let value = body(&mut Tx {
-                conn: &tx,
-                locks: &self.locks,
-            })?;
+        self.transaction(false, body)
+            .map_err(|error| self.fail(doing, &error))
+    }
+
+    /// Runs `body` in an IMMEDIATE transaction, then commits it, or rolls
+    /// it back (a rehearsal). The caller holds the writers' lock.
+    fn transaction<T>(
+        &mut self,
+        commit: bool,
+        body: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let value = body(&mut Tx {
+            conn: &tx,
+            locks: &self.locks,
+        })?;
+        if commit {
+            tx.commit()?;
+        } else {
             tx.rollback()?;
-            Ok(value)
-        })();
-        result.map_err(|error| self.fail(doing, &error))
+        }
+        Ok(value)
     }
 }
 

@@ -108,11 +108,9 @@ fn the_claim_and_the_outcome_are_synced_in_order() {
         .rposition(|(pid, call)| *pid != child && call.starts_with("exit_group"))
         .unwrap();
     let wal_synced = |range: std::ops::Range<usize>| {
-        lines[range].iter().any(|(pid, call)| {
-            *pid != child
-                && (call.starts_with("fsync(") || call.starts_with("fdatasync("))
-                && call.contains("ledger.db-wal>")
-        })
+        lines[range]
+            .iter()
+            .any(|(pid, call)| *pid != child && syncs(call, WAL))
     };
     assert!(
         wal_synced(0..exec_at),
@@ -144,17 +142,14 @@ fn the_claim_is_synced_outside_the_writers_lock_with_the_folder() {
             .position(|(_, call)| call.starts_with("flock(") && call.contains("LOCK_UN"))
             .unwrap();
     let synced = |range: std::ops::Range<usize>, what: &str| {
-        lines[range].iter().any(|(_, call)| {
-            (call.starts_with("fsync(") || call.starts_with("fdatasync(")) && call.contains(what)
-        })
+        lines[range].iter().any(|(_, call)| syncs(call, what))
     };
-    let wal = "ledger.db-wal>";
     assert!(
-        !synced(claim_from..claim_to, wal),
+        !synced(claim_from..claim_to, WAL),
         "the claim was synced under the writers' lock:\n{trace}"
     );
     assert!(
-        synced(claim_to..exec_at, wal),
+        synced(claim_to..exec_at, WAL),
         "the claim was not synced before the command ran:\n{trace}"
     );
     let folder = format!("<{}>", env.dir.path().display());
@@ -177,15 +172,11 @@ fn the_command_runs_only_once_its_group_is_recorded() {
     let exec_at = exec_of_true(&lines, &trace);
     let claim_synced = lines[..exec_at]
         .iter()
-        .rposition(|(_, call)| {
-            (call.starts_with("fsync(") || call.starts_with("fdatasync("))
-                && call.contains("ledger.db-wal>")
-        })
+        .rposition(|(_, call)| syncs(call, WAL))
         .unwrap_or_else(|| panic!("the claim was not synced before the command ran:\n{trace}"));
     assert!(
         lines[claim_synced..exec_at].iter().any(|(_, call)| {
-            (call.starts_with("pwrite64(") || call.starts_with("write("))
-                && call.contains("ledger.db-wal>")
+            (call.starts_with("pwrite64(") || call.starts_with("write(")) && call.contains(WAL)
         }),
         "the command ran before its process group was written:\n{trace}"
     );
@@ -210,12 +201,12 @@ fn no_ledger_page_is_written_from_frames_not_yet_on_disk() {
         };
         let (mut unsynced, mut transaction) = (false, 0);
         for (_, call) in strace_lines(&trace) {
-            let wal = call.contains("ledger.db-wal>");
+            let wal = call.contains(WAL);
             if call.starts_with("flock(") && call.contains("LOCK_EX") {
                 transaction += 1;
             } else if call.starts_with("pwrite64(") && wal {
                 unsynced = true;
-            } else if (call.starts_with("fsync(") || call.starts_with("fdatasync(")) && wal {
+            } else if syncs(call, WAL) {
                 unsynced = false;
             } else if call.starts_with("pwrite64(") && call.contains("ledger.db>") {
                 assert!(
@@ -258,6 +249,14 @@ fn traced(env: &Env, calls: &str, key: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The WAL as `strace -y` names its descriptor.
+const WAL: &str = "ledger.db-wal>";
+
+/// Whether a traced `call` syncs the file whose name holds `what`.
+fn syncs(call: &str, what: &str) -> bool {
+    (call.starts_with("fsync(") || call.starts_with("fdatasync(")) && call.contains(what)
 }
 
 /// A trace's lines as (pid, call).
