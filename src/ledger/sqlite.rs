@@ -874,10 +874,11 @@ impl Ledger for SqliteLedger {
 /// writer then waits for (under 200 concurrent first runs, the lock's
 /// queue is what bounds them). An uncontended write prepares them in its
 /// body, as it would anyway: looking each up in the cache twice would cost
-/// a first run 1.3% of its instructions. Each text is the one its write's body prepares, cached,
-/// so the body finds it ready; a unit test checks that the bodies prepare
-/// nothing more. (An attempt's start prepares its three statements under
-/// the lock: cached, they cost an uncontended run more than they save.)
+/// a first run 1.3% of its instructions. Each text is the one its write's
+/// body prepares, cached, so the body finds it ready; a unit test checks
+/// that the bodies prepare nothing more. (An attempt's start prepares its
+/// three statements under the lock: cached, they cost an uncontended run
+/// more than they save.)
 struct Ahead;
 
 impl Ahead {

@@ -327,12 +327,10 @@ pub(crate) fn disk_full(path: &Path) -> bool {
 /// The ledger's WAL, opened to sync it (read-only will do), never through
 /// a link.
 pub(super) fn open_wal(path: &Path) -> std::io::Result<File> {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
     OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(wal)
+        .open(side_file(path, "-wal"))
 }
 
 /// Syncs the folder that holds the ledger, so the entries of its files
