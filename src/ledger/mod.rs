@@ -647,14 +647,17 @@ pub trait Ledger {
     /// plan is also told when the key is `lingering`: no running head owns
     /// it, yet processes an ended run left behind still hold it (their
     /// guardian was killed), so nothing may run the key until they are gone.
+    /// The claim is durable once the first attempt's start is recorded, at
+    /// the latest: the command starts only after that.
     fn claim(
         &mut self,
         key: &str,
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>>;
 
-    /// Attempt `number` has started; `pgid` is the command's process group.
-    /// Need not be durable: it matters only while this host stays up.
+    /// Attempt `number` is about to start; `pgid` is the command's process
+    /// group. Need not be durable itself (it matters only while this host
+    /// stays up), but the claim is once it returns.
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()>;
 
     /// A non-final attempt ended.

@@ -72,6 +72,8 @@ pub struct SqliteLedger {
     /// Whether this process has synced the ledger's folder, which it does
     /// once, with its first durable write.
     folder_synced: bool,
+    /// Whether a claim was committed and not yet synced ([`Sync::Owed`]).
+    owed: bool,
     /// The key whose head was last read and found missing: its claim will
     /// likely make its key's row and its job's (see [`Ahead::claim`]).
     headless: Option<String>,
@@ -85,12 +87,17 @@ enum Sync {
     /// (a skip standing on it would be reported, then lost).
     InCommit,
     /// Committed unsynced (`synchronous=NORMAL`), then synced once the
-    /// writers' lock is released, before the write returns: the next
-    /// writer's transaction goes on while this one waits for the disk. A
-    /// claim: others may see it a moment before it is durable, which costs
-    /// them only a refusal (the key is busy), and its command starts only
-    /// once it is.
+    /// writers' lock is released, before the write returns, with any claim
+    /// still owed: the next writer's transaction goes on while this one
+    /// waits for the disk.
     AfterRelease,
+    /// Committed unsynced, and owed to the disk before its command starts:
+    /// the attempt's start, the write that lets the command in, syncs it
+    /// ([`Sync::AfterRelease`]), while the guardian forked in between
+    /// starts on another CPU, and one sync covers both. A claim: others
+    /// may see it before it is durable, which costs them only a refusal
+    /// (the key is busy), and one lost to a power cut ran nothing.
+    Owed,
     /// With the next synced commit, whoever makes it: bookkeeping that
     /// matters only while the host stays up. NORMAL, not OFF: OFF also
     /// drops the syncs of a checkpoint the commit may run, which would copy
@@ -166,6 +173,7 @@ impl SqliteLedger {
             full: false,
             wal: None,
             folder_synced: false,
+            owed: false,
             headless: None,
         };
         ledger.configure()?;
@@ -401,10 +409,21 @@ impl SqliteLedger {
                 .map_err(|error| self.fail(doing, &error))?
         };
         // A transaction that changed nothing (a refused claim) wrote nothing.
-        if sync != Sync::Later && self.conn.total_changes() != changes {
-            self.sync(sync == Sync::AfterRelease)
-                .map_err(|error| self.sync_fault(doing, &error))?;
-        }
+        let wrote = self.conn.total_changes() != changes;
+        let wal = match sync {
+            Sync::InCommit if wrote => false,
+            Sync::AfterRelease if wrote || self.owed => true,
+            Sync::Owed => {
+                self.owed |= wrote;
+                return Ok(value);
+            }
+            _ => return Ok(value),
+        };
+        self.sync(wal)
+            .map_err(|error| self.sync_fault(doing, &error))?;
+        // The WAL's sync, SQLite's or idem's, covers the claim's frames
+        // too; a checkpoint since then synced them in the ledger file.
+        self.owed = false;
         Ok(value)
     }
 
@@ -504,7 +523,7 @@ impl Ledger for SqliteLedger {
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
         let ahead = Ahead::claim(self.headless.as_deref() == Some(key));
-        self.write("claim a key in", Sync::AfterRelease, &ahead, |tx| {
+        self.write("claim a key in", Sync::Owed, &ahead, |tx| {
             // The key's row id, its row made when new: a lookup, which
             // most claims are, costs a third of an upsert to prepare.
             let known: Option<i64> = tx
@@ -558,9 +577,16 @@ impl Ledger for SqliteLedger {
     }
 
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
+        // The first attempt's start lets the command in: the claim it
+        // follows is synced with it. A later one's need not be durable.
+        let sync = if self.owed {
+            Sync::AfterRelease
+        } else {
+            Sync::Later
+        };
         // Not cached (nor prepared ahead): a statement kept for the rest
         // of the run costs an uncontended one more than it saves.
-        self.write("record an attempt in", Sync::Later, &[], |tx| {
+        self.write("record an attempt in", sync, &[], |tx| {
             tx.conn.execute(
                 "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
                 params![claim.token, number, millis(Timestamp::now())],

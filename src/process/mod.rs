@@ -403,7 +403,7 @@ impl Supervisor {
         started: &mut dyn FnMut(u32) -> Result<()>,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Followed, AttemptError> {
-        match self.admit(&mut gate, spec.kill_after, started) {
+        match self.admit(&mut gate, pid, spec.kill_after, started) {
             Err(error) => {
                 // The guardian reads end of file and leaves, running nothing.
                 drop(gate);
@@ -428,20 +428,25 @@ impl Supervisor {
         }
     }
 
-    /// The gate: reads the guardian's pid, has `started` record it, and
-    /// lets the command in, unless the lease already ran out. Then waits to
-    /// hear whether it could be executed: the command's pid (0: unknown,
-    /// the guardian died at once), and `Some(errno)` if it was not.
+    /// The gate: has `started` record the guardian's pid (its process
+    /// group), hears from the guardian, and lets the command in, unless the
+    /// lease already ran out. Then waits to hear whether it could be
+    /// executed: the command's pid (0: unknown, the guardian died at once),
+    /// and `Some(errno)` if it was not.
     fn admit(
         &self,
         gate: &mut UnixStream,
+        guardian: i32,
         kill_after: Duration,
         started: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<(i32, Option<i32>), AttemptError> {
-        let hello = read_report(gate)
+        // Recorded before the guardian is heard from: the record (and, on
+        // a local ledger, the claim's sync) goes on while the guardian
+        // starts on another CPU, rather than after it.
+        started(guardian as u32).map_err(AttemptError::Unrecorded)?;
+        read_report(gate)
             .filter(|report| report.kind == guardian::RUNNING)
             .context("the command's guardian did not start")?;
-        started(hello.a as u32).map_err(AttemptError::Unrecorded)?;
         let deadline = self
             .link
             .lock()

@@ -161,24 +161,39 @@ fn the_claim_is_synced_outside_the_writers_lock_with_the_folder() {
 
 #[test]
 fn the_command_runs_only_once_its_group_is_recorded() {
-    // The attempt's process group is written (without a sync) after the
-    // claim's sync; the command must not exec before that write, or an
-    // idem killed in between would leave a command nobody can find.
+    // The attempt's process group is written in the run's second write
+    // transaction, after the claim's, and the WAL is synced after it: the
+    // command must not exec before that write is on disk, or an idem
+    // killed in between would leave a command nobody can find, and a power
+    // cut a command that ran under no claim.
     let env = Env::new();
-    let Some(trace) = strace_run(&env, "fsync,fdatasync,pwrite64,write,execve") else {
+    let Some(trace) = strace_run(&env, "fsync,fdatasync,pwrite64,write,flock,execve") else {
         return;
     };
     let lines = strace_lines(&trace);
     let exec_at = exec_of_true(&lines, &trace);
-    let claim_synced = lines[..exec_at]
+    let before = &lines[..exec_at];
+    let transactions: Vec<usize> = (0..exec_at)
+        .filter(|&at| before[at].1.starts_with("flock(") && before[at].1.contains("LOCK_EX"))
+        .collect();
+    assert_eq!(
+        transactions.len(),
+        2,
+        "not the claim's and the attempt's write transactions before the command:\n{trace}"
+    );
+    let wal_write = |(_, call): &&(&str, &str)| {
+        (call.starts_with("pwrite64(") || call.starts_with("write(")) && call.contains(WAL)
+    };
+    let written = before
         .iter()
-        .rposition(|(_, call)| syncs(call, WAL))
-        .unwrap_or_else(|| panic!("the claim was not synced before the command ran:\n{trace}"));
+        .rposition(|line| wal_write(&line))
+        .filter(|&at| at > transactions[1])
+        .unwrap_or_else(|| {
+            panic!("the command ran before its process group was written:\n{trace}")
+        });
     assert!(
-        lines[claim_synced..exec_at].iter().any(|(_, call)| {
-            (call.starts_with("pwrite64(") || call.starts_with("write(")) && call.contains(WAL)
-        }),
-        "the command ran before its process group was written:\n{trace}"
+        before[written..].iter().any(|(_, call)| syncs(call, WAL)),
+        "the command ran before its process group and its claim were synced:\n{trace}"
     );
 }
 
