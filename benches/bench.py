@@ -105,13 +105,28 @@ def idem_env(work, db):
 
 
 def build_floors():
-    """benches/floor.c and benches/guarded.c, built with cc."""
+    """benches/floor.c and benches/guarded.c, built with cc, and
+    benches/sqlite_floor.c with the SQLite idem bundles, built as idem's
+    build makes it: static, at -O3, with the options of .cargo/config.toml."""
     built = []
     for name in ["floor", "guarded"]:
         program = ROOT / "target" / "bench" / name
         program.parent.mkdir(parents=True, exist_ok=True)
         sh("cc", "-O2", "-o", program, ROOT / "benches" / f"{name}.c")
         built.append(program)
+    metadata = json.loads(subprocess.run(["cargo", "metadata", "--format-version", "1", "--locked"], cwd=ROOT,
+                                         check=True, capture_output=True, text=True).stdout)
+    sqlite = next(Path(package["manifest_path"]).parent / "sqlite3" for package in metadata["packages"]
+                  if package["name"] == "libsqlite3-sys")
+    config = (ROOT / ".cargo" / "config.toml").read_text()
+    flags = next(line.split("=", 1)[1].strip().strip('"') for line in config.splitlines()
+                 if line.startswith("LIBSQLITE3_FLAGS")).split()
+    program = ROOT / "target" / "bench" / "sqlite_floor"
+    # Built once: SQLite takes a minute to compile.
+    if not program.exists() or program.stat().st_mtime < (ROOT / "benches" / "sqlite_floor.c").stat().st_mtime:
+        sh("cc", "-O3", "-static-pie", "-fPIE", f"-I{sqlite}", *flags, "-DSQLITE_OMIT_LOAD_EXTENSION", "-o",
+           program, ROOT / "benches" / "sqlite_floor.c", sqlite / "sqlite3.c", "-lm")
+    built.append(program)
     return built
 
 
@@ -382,20 +397,29 @@ def postgres_rows(table, runs, work, quick):
 # ---- the rows -----------------------------------------------------------------
 
 
-def process_rows(table, runs, work, env, floor, guarded, bkt):
-    """The single-process paths, measured in one hyperfine run."""
+def process_rows(table, runs, work, env, floor, guarded, sqlite_floor, bkt):
+    """The single-process paths, measured in one hyperfine run. Returns the
+    first run's timing."""
     lock = work / "lock"
     lock.touch()
     sh(IDEM, "run", "--key", "bench", "--", "true", env=env)
+    sh(IDEM, "run", "--key", "bench-{date}", "--", "true", env=env)
+    # SQLite's floors work on a copy of the same ledger, its WAL as it is.
+    ledger = Path(env["IDEM_DB"])
+    copy = work / "sqlite-floor" / "ledger.db"
+    copy.parent.mkdir()
+    for suffix in ["", "-wal"]:
+        shutil.copy2(f"{ledger}{suffix}", f"{copy}{suffix}")
     commands = {
         "floor": f"{floor} {work / 'floor-record'} true",
         "guarded": f"{guarded} {work / 'guarded-record'} true",
+        "sqlite skip": f"{sqlite_floor} skip {copy} bench",
+        "sqlite first": f"{sqlite_floor} first {copy} true",
         "flock": f"flock {lock} true",
         "skip": f"{IDEM} run --key bench -- true",
         "dated skip": f"{IDEM} run --key bench-{{date}} -- true",
         "first": f"{IDEM} run --key first --force -- true",
     }
-    sh(IDEM, "run", "--key", "bench-{date}", "--", "true", env=env)
     if bkt:
         cache = work / "bkt"
         sh(bkt, "--ttl", "1h", "--cache-dir", cache, "--", "true", env=env)
@@ -411,20 +435,31 @@ def process_rows(table, runs, work, env, floor, guarded, bkt):
               guarded_time.detail(), f"floor {floor_time}", ratio(guarded_time.median, floor_time.median), "—", None)
     table.add("reference: first run / the guarded floor", str(first), f"guarded {guarded_time}",
               ratio(first.median, guarded_time.median), "—", None)
+    sqlite_skip, sqlite_first = timings["sqlite skip"], timings["sqlite first"]
+    table.add("reference: SQLite's first-run floor (benches/sqlite_floor.c: the floor on idem's ledger, its two "
+              "commits synced by SQLite) / floor", sqlite_first.detail(), f"floor {floor_time}",
+              ratio(sqlite_first.median, floor_time.median), "—", None)
+    table.add("reference: first run / SQLite's first-run floor", str(first), f"SQLite's floor {sqlite_first}",
+              ratio(first.median, sqlite_first.median), "—", None)
     table.add("skip: `idem run --key K -- true`, K succeeded / `flock L true`", skip.detail(),
               f"flock {flock_time.detail()}", ratio(skip.median, flock_time.median), "<= 0.7x",
               skip.median <= 0.7 * flock_time.median)
     dated = timings["dated skip"]
     table.add("reference: skip of a key with `{date}` (a crontab line's) / skip", str(dated), f"skip {skip}",
               ratio(dated.median, skip.median), "—", None)
+    table.add("reference: skip / SQLite's skip floor (benches/sqlite_floor.c: open the ledger, read the key's head)",
+              str(skip), f"SQLite's floor {sqlite_skip.detail()}", ratio(skip.median, sqlite_skip.median), "—", None)
     if bkt:
         hit, miss = timings["bkt hit"], timings["bkt miss"]
         table.add("skip / bkt's cache hit", str(skip), f"bkt hit {hit.detail()}", ratio(skip.median, hit.median),
                   "<= 1.0x", skip.median <= hit.median)
+        table.add("reference: SQLite's skip floor / bkt's cache hit", str(sqlite_skip), f"bkt hit {hit}",
+                  ratio(sqlite_skip.median, hit.median), "—", None)
         table.add("reference: bkt's cache hit / flock", str(hit), f"flock {flock_time}",
                   ratio(hit.median, flock_time.median), "—", None)
         table.add("reference: bkt's cache miss (`--force`) / floor", miss.detail(), f"floor {floor_time}",
                   ratio(miss.median, floor_time.median), "—", None)
+    return first
 
 
 def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
@@ -470,8 +505,10 @@ def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
     return import_kib, size
 
 
-def race_rows(table, work, floor, rounds, trials):
-    """200 runs of distinct keys started at once, against 200 floors."""
+def race_rows(table, work, floor, first, rounds, trials):
+    """200 runs of distinct keys started at once, against 200 floors; and
+    the CPU a first run takes (`first`, all its processes) against what
+    the goal's rate leaves a run on this machine's cores."""
     rates, floor_rates, errors = [], [], 0
     for round in range(rounds):
         fresh = idem_env(work, work / f"race-{round}" / "ledger.db")
@@ -486,6 +523,10 @@ def race_rows(table, work, floor, rounds, trials):
     table.add(f"200 concurrent first runs of distinct keys, fresh ledger (median of {rounds})",
               f"{rate:.0f} runs/s, {errors} errors", f"200 floors at once: {floor_rate:.0f} runs/s",
               f"{rate / floor_rate:.2f}x", ">= 800 runs/s, 0 errors", rate >= 800 and errors == 0)
+    cpu, budget = first.user + first.system, os.cpu_count() / 800
+    table.add("reference: CPU of one first run, all its processes (user + system) / the CPU a run may take at "
+              f"800 runs/s on {os.cpu_count()} cores", f"{cpu * 1000:.2f} ms", f"{budget * 1000:.2f} ms",
+              ratio(cpu, budget), "—", None)
 
     good = 0
     for trial in range(trials):
@@ -561,7 +602,7 @@ def main():
     IDEM.parent.mkdir(parents=True, exist_ok=True)
     IDEM.unlink(missing_ok=True)
     shutil.copy2(BUILT, IDEM)
-    floor, guarded = build_floors()
+    floor, guarded, sqlite_floor = build_floors()
     bkt = find_bkt(quick)
     runs = 30 if quick else 300
     big_runs = 20_000 if quick else 1_000_000
@@ -581,11 +622,11 @@ def main():
             sh(IDEM, "--db", sixty, "run", "--key", f"job-{key}", "--", "true", env=env)
 
         print("floor, flock, bkt and idem's skip and first run", flush=True)
-        process_rows(table, runs, work, env, floor, guarded, bkt)
+        first = process_rows(table, runs, work, env, floor, guarded, sqlite_floor, bkt)
         print(f"ledger import of {big_runs:,} runs, then the same commands on it and on 10 runs", flush=True)
         import_kib, history = big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs)
         print("200 concurrent runs", flush=True)
-        race_rows(table, work, floor, 1 if quick else 5, 2 if quick else 20)
+        race_rows(table, work, floor, first, 1 if quick else 5, 2 if quick else 20)
         print("PostgreSQL through a proxy adding 1 ms each way", flush=True)
         postgres_rows(table, runs, work, quick)
         print("storage per run", flush=True)
