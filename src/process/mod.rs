@@ -351,6 +351,17 @@ impl Supervisor {
             err,
             stdin,
         } = fork(spec, &prepared, hold)?;
+        // Recorded at once, while the guardian starts on another CPU, and
+        // before this attempt's threads start: idem's writes after the fork
+        // copy pages it shares with the guardian, and while another thread
+        // of idem runs, each copy also interrupts that thread's CPU to
+        // flush its TLB.
+        if let Err(error) = started(pid as u32) {
+            // The guardian reads end of file and leaves, running nothing.
+            drop(gate);
+            reap(pid);
+            return Err(AttemptError::Unrecorded(error));
+        }
         let capture = spec.capture;
         let gone = AtomicBool::new(false);
         let fed = AtomicBool::new(false);
@@ -365,7 +376,7 @@ impl Supervisor {
             let err = err.map(|err| {
                 scope.spawn(move || pump(File::from(err), stderr.writer(), capture, gone))
             });
-            let followed = self.admit_and_follow(spec, gate, pid, started, waiting);
+            let followed = self.admit_and_follow(spec, gate, pid, waiting);
             let join = |handle: std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>| {
                 handle.join().unwrap_or_default()
             };
@@ -400,10 +411,9 @@ impl Supervisor {
         spec: &Spec<'_>,
         mut gate: UnixStream,
         pid: i32,
-        started: &mut dyn FnMut(u32) -> Result<()>,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Followed, AttemptError> {
-        match self.admit(&mut gate, pid, spec.kill_after, started) {
+        match self.admit(&mut gate, spec.kill_after) {
             Err(error) => {
                 // The guardian reads end of file and leaves, running nothing.
                 drop(gate);
@@ -428,22 +438,15 @@ impl Supervisor {
         }
     }
 
-    /// The gate: has `started` record the guardian's pid (its process
-    /// group), hears from the guardian, and lets the command in, unless the
-    /// lease already ran out. Then waits to hear whether it could be
-    /// executed: the command's pid (0: unknown, the guardian died at once),
-    /// and `Some(errno)` if it was not.
+    /// The gate, once the attempt is recorded: hears from the guardian,
+    /// and lets the command in, unless the lease already ran out. Then
+    /// waits to hear whether it could be executed: the command's pid (0:
+    /// unknown, the guardian died at once), and `Some(errno)` if it was not.
     fn admit(
         &self,
         gate: &mut UnixStream,
-        guardian: i32,
         kill_after: Duration,
-        started: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<(i32, Option<i32>), AttemptError> {
-        // Recorded before the guardian is heard from: the record (and, on
-        // a local ledger, the claim's sync) goes on while the guardian
-        // starts on another CPU, rather than after it.
-        started(guardian as u32).map_err(AttemptError::Unrecorded)?;
         read_report(gate)
             .filter(|report| report.kind == guardian::RUNNING)
             .context("the command's guardian did not start")?;
