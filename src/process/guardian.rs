@@ -1,6 +1,9 @@
 //! The guardian: one small process per attempt that holds the run together.
 //!
-//! idem forks it; it forks the command. It is a child subreaper, so every
+//! idem forks it; it forks the command's process at once, which waits at a
+//! gate before its exec until idem has recorded the attempt and lets it in
+//! (so the fork is made while idem writes the ledger, not after). It is a
+//! child subreaper, so every
 //! process the command starts stays its descendant however it detaches (a
 //! new group, a new session, a double fork), and it exits only when all of
 //! them are gone: that exit is the end of the attempt. It carries the run's
@@ -229,24 +232,29 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
             3,
             [Some(door), hold, foreground.map(|(terminal, _)| terminal)],
         );
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        let me = libc::getpid();
+        let terminal = foreground.map(|(tty, _)| tty);
+        // The command's process is forked now, while idem records the
+        // attempt and syncs the ledger, and waits at a gate of its own:
+        // leave lets it exec at once.
+        let ahead = fork_ahead(prepared, door, hold, me, terminal);
         // The gate: tell idem our pid, wait for leave to start the command
         // (given once the ledger knows it). End of file: idem is gone or
         // could not record the attempt; nothing runs.
-        let me = libc::getpid();
         let mut frame = [0u8; FROM_GUARDIAN];
         put(&mut frame, RUNNING, me, 0);
         if !send(door, &frame) {
-            libc::_exit(125);
+            turn_away(ahead);
         }
         let Some((GO, deadline, grace)) = receive(door) else {
-            libc::_exit(125);
+            turn_away(ahead);
         };
         if deadline != 0 && monotonic_ms() >= deadline {
             // The lease ran out before the command could start.
-            libc::_exit(125);
+            turn_away(ahead);
         }
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        let command = spawn(prepared, door, hold, me, foreground.map(|(tty, _)| tty));
+        let command = ahead.and_then(|ahead| let_in(ahead, terminal));
         // Our copies of the output pipes and stdin must not keep the
         // command's readers waiting.
         libc::close(0);
@@ -312,42 +320,98 @@ unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
     }
 }
 
-/// Forks and executes the command in a process group of its own; the pid,
-/// or the errno of a failed exec.
-unsafe fn spawn(
+/// The command's process, forked before idem lets it in: its pid, and
+/// the guardian's ends of its gate and of its exec report.
+#[derive(Clone, Copy)]
+struct Ahead {
+    pid: pid_t,
+    gate: RawFd,
+    report: RawFd,
+}
+
+/// Forks the command's process, which waits at its gate for one byte (end
+/// of file: nothing runs) and then executes the command in a process group
+/// of its own; the errno of a failed fork.
+unsafe fn fork_ahead(
     prepared: &Prepared,
     door: RawFd,
     hold: Option<RawFd>,
     me: pid_t,
     terminal: Option<RawFd>,
-) -> Result<pid_t, i32> {
+) -> Result<Ahead, i32> {
     unsafe {
         let mut report = [0 as c_int; 2];
+        let mut gate = [0 as c_int; 2];
         if libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return Err(errno());
         }
-        let [read_end, write_end] = report;
+        if libc::pipe2(gate.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            let error = errno();
+            libc::close(report[0]);
+            libc::close(report[1]);
+            return Err(error);
+        }
+        let ([read_end, write_end], [wait_end, leave_end]) = (report, gate);
         match libc::fork() {
             -1 => {
                 let error = errno();
-                libc::close(read_end);
-                libc::close(write_end);
+                for fd in [read_end, write_end, wait_end, leave_end] {
+                    libc::close(fd);
+                }
                 Err(error)
             }
             0 => {
                 libc::close(read_end);
+                libc::close(leave_end);
                 libc::close(door);
+                // Its group and the terminal come after leave (see
+                // `let_in`): nothing takes the terminal before the command
+                // may run.
+                let mut leave = [0u8; 1];
+                if read_full(wait_end, &mut leave) < 1 {
+                    libc::_exit(125);
+                }
+                libc::close(wait_end);
                 execute(prepared, hold, me, terminal, write_end)
             }
             pid => {
                 libc::close(write_end);
-                if let Some(terminal) = terminal {
-                    // Both sides, so neither waits on the other's timing.
-                    libc::tcsetpgrp(terminal, pid);
-                }
-                executed(pid, read_end)
+                libc::close(wait_end);
+                Ok(Ahead {
+                    pid,
+                    gate: leave_end,
+                    report: read_end,
+                })
             }
         }
+    }
+}
+
+/// No leave came: the command's process is told at its gate that nothing
+/// runs, and waited for, so nothing of the attempt outlives the guardian.
+unsafe fn turn_away(ahead: Result<Ahead, i32>) -> ! {
+    unsafe {
+        if let Ok(ahead) = ahead {
+            libc::close(ahead.gate);
+            let mut status = 0;
+            libc::waitpid(ahead.pid, &mut status, 0);
+        }
+        libc::_exit(125);
+    }
+}
+
+/// Lets the command's process through its gate: its pid, or the errno of
+/// a failed exec.
+unsafe fn let_in(ahead: Ahead, terminal: Option<RawFd>) -> Result<pid_t, i32> {
+    unsafe {
+        if let Some(terminal) = terminal {
+            // Both sides, so neither waits on the other's timing.
+            libc::setpgid(ahead.pid, ahead.pid);
+            libc::tcsetpgrp(terminal, ahead.pid);
+        }
+        libc::write(ahead.gate, [1u8].as_ptr().cast(), 1);
+        libc::close(ahead.gate);
+        executed(ahead.pid, ahead.report)
     }
 }
 
