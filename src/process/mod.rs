@@ -356,12 +356,18 @@ impl Supervisor {
         // copy pages it shares with the guardian, and while another thread
         // of idem runs, each copy also interrupts that thread's CPU to
         // flush its TLB.
-        if let Err(error) = started(pid as u32) {
+        let mut gate = gate;
+        let admitted = started(pid as u32)
+            .map_err(AttemptError::Unrecorded)
+            .and_then(|()| self.admit(&mut gate, spec.kill_after));
+        if let Err(error) = admitted {
             // The guardian reads end of file and leaves, running nothing.
             drop(gate);
             reap(pid);
-            return Err(AttemptError::Unrecorded(error));
+            return Err(error);
         }
+        // The threads start once the command is let in, while it execs on
+        // another CPU: what it writes meanwhile waits in its pipes.
         let capture = spec.capture;
         let gone = AtomicBool::new(false);
         let fed = AtomicBool::new(false);
@@ -376,7 +382,7 @@ impl Supervisor {
             let err = err.map(|err| {
                 scope.spawn(move || pump(File::from(err), stderr.writer(), capture, gone))
             });
-            let followed = self.admit_and_follow(spec, gate, pid, waiting);
+            let followed = self.follow_admitted(spec, gate, pid, waiting);
             let join = |handle: std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>| {
                 handle.join().unwrap_or_default()
             };
@@ -404,27 +410,21 @@ impl Supervisor {
         })
     }
 
-    /// Lets the forked command in (see [`Supervisor::admit`]) and follows
-    /// it to its end; a guardian that ran nothing is reaped at once.
-    fn admit_and_follow(
+    /// Follows a command let in (see [`Supervisor::admit`]) to its end; a
+    /// guardian that ran nothing is reaped at once.
+    fn follow_admitted(
         &self,
         spec: &Spec<'_>,
         mut gate: UnixStream,
         pid: i32,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Followed, AttemptError> {
-        match self.admit(&mut gate, spec.kill_after) {
-            Err(error) => {
-                // The guardian reads end of file and leaves, running nothing.
-                drop(gate);
-                reap(pid);
-                Err(error)
-            }
-            Ok((_, Some(errno))) => {
+        match executed(&mut gate) {
+            (_, Some(errno)) => {
                 reap(pid);
                 Ok(Followed::NotExecuted(errno))
             }
-            Ok((command, None)) => {
+            (command, None) => {
                 let reader = gate.try_clone().context("could not watch the command")?;
                 let mut watched = Watched::new(reader, pid);
                 Ok(Followed::Ended(self.follow(
@@ -439,14 +439,8 @@ impl Supervisor {
     }
 
     /// The gate, once the attempt is recorded: hears from the guardian,
-    /// and lets the command in, unless the lease already ran out. Then
-    /// waits to hear whether it could be executed: the command's pid (0:
-    /// unknown, the guardian died at once), and `Some(errno)` if it was not.
-    fn admit(
-        &self,
-        gate: &mut UnixStream,
-        kill_after: Duration,
-    ) -> Result<(i32, Option<i32>), AttemptError> {
+    /// and lets the command in, unless the lease already ran out.
+    fn admit(&self, gate: &mut UnixStream, kill_after: Duration) -> Result<(), AttemptError> {
         read_report(gate)
             .filter(|report| report.kind == guardian::RUNNING)
             .context("the command's guardian did not start")?;
@@ -465,13 +459,7 @@ impl Supervisor {
         let grace = kill_after.as_millis() as i64;
         gate.write_all(&guardian::encode_to(guardian::GO, deadline, grace))
             .context("could not start the command: its guardian is gone")?;
-        // No answer: the guardian was killed as the command started, or
-        // found the lease run out; what it ran, if anything, is waited for.
-        Ok(match read_report(gate) {
-            Some(report) if report.kind == guardian::NOT_EXECUTED => (0, Some(report.a)),
-            Some(report) if report.kind == guardian::RUNNING => (report.a, None),
-            _ => (0, None),
-        })
+        Ok(())
     }
 
     /// Follows an admitted command (see [`Supervisor::admit`]) to its end,
@@ -716,6 +704,18 @@ fn fork(spec: &Spec<'_>, prepared: &guardian::Prepared, hold: Option<OwnedFd>) -
         err: err_read,
         stdin: stdin_write,
     })
+}
+
+/// Whether the command let in could be executed, as its guardian tells:
+/// the command's pid (0: unknown), and `Some(errno)` if it was not. No
+/// answer: the guardian was killed as the command started, or found the
+/// lease run out; what it ran, if anything, is waited for.
+fn executed(gate: &mut UnixStream) -> (i32, Option<i32>) {
+    match read_report(gate) {
+        Some(report) if report.kind == guardian::NOT_EXECUTED => (0, Some(report.a)),
+        Some(report) if report.kind == guardian::RUNNING => (report.a, None),
+        _ => (0, None),
+    }
 }
 
 /// An attempt whose command could not be executed: 126 or 127, said.
