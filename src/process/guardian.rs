@@ -3,12 +3,12 @@
 //! idem forks it; it forks the command's process at once, which waits at a
 //! gate before its exec until idem has recorded the attempt and lets it in
 //! (so the fork is made while idem writes the ledger, not after). It is a
-//! child subreaper, so every
-//! process the command starts stays its descendant however it detaches (a
-//! new group, a new session, a double fork), and it exits only when all of
-//! them are gone: that exit is the end of the attempt. It carries the run's
-//! kernel lock (see `ledger::runlock`) until then, so the key stays
-//! `running` while anything of the run lives, even after idem's death.
+//! child subreaper, so every process the command starts stays its
+//! descendant however it detaches (a new group, a new session, a double
+//! fork), and it exits only when all of them are gone: that exit is the
+//! end of the attempt. It carries the run's kernel lock (see
+//! `ledger::runlock`) until then, so the key stays `running` while anything
+//! of the run lives, even after idem's death.
 //!
 //! It outlives idem on purpose. When idem dies (its end of the control
 //! socket closes) or stops renewing a shared ledger's lease (the deadline

@@ -346,7 +346,7 @@ impl Supervisor {
         };
         let Forked {
             pid,
-            gate,
+            mut gate,
             out,
             err,
             stdin,
@@ -356,7 +356,6 @@ impl Supervisor {
         // copy pages it shares with the guardian, and while another thread
         // of idem runs, each copy also interrupts that thread's CPU to
         // flush its TLB.
-        let mut gate = gate;
         let admitted = started(pid as u32)
             .map_err(AttemptError::Unrecorded)
             .and_then(|()| self.admit(&mut gate, spec.kill_after));
