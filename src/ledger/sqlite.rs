@@ -66,7 +66,7 @@ pub struct SqliteLedger {
     /// Whether the connection's `synchronous` is FULL (else NORMAL).
     full: bool,
     /// The WAL as idem opened it, to sync what SQLite committed unsynced
-    /// ([`Sync::AfterRelease`]). SQLite keeps no POSIX lock on the WAL, so
+    /// ([`Sync::LetsIn`]). SQLite keeps no POSIX lock on the WAL, so
     /// this descriptor's close drops none of them.
     wal: Option<File>,
     /// Whether this process has synced the ledger's folder, which it does
@@ -86,18 +86,19 @@ enum Sync {
     /// outcome: no one may read a success that a power cut could take back
     /// (a skip standing on it would be reported, then lost).
     InCommit,
-    /// Committed unsynced (`synchronous=NORMAL`), then synced once the
-    /// writers' lock is released, before the write returns, with any claim
-    /// still owed: the next writer's transaction goes on while this one
-    /// waits for the disk.
-    AfterRelease,
-    /// Committed unsynced, and owed to the disk before its command starts:
-    /// the attempt's start, the write that lets the command in, syncs it
-    /// ([`Sync::AfterRelease`]), while the guardian forked in between
-    /// starts on another CPU, and one sync covers both. A claim: others
-    /// may see it before it is durable, which costs them only a refusal
-    /// (the key is busy), and one lost to a power cut ran nothing.
+    /// Committed unsynced (`synchronous=NORMAL`), and owed to the disk
+    /// before its command starts: the write that lets the command in
+    /// ([`Sync::LetsIn`]) pays it, while the guardian forked in between
+    /// starts on another CPU. A claim: others may see it before it is
+    /// durable, which costs them only a refusal (the key is busy), and one
+    /// lost to a power cut ran nothing.
     Owed,
+    /// The write that lets a command in (an attempt's start): committed
+    /// unsynced and, when a claim is owed, synced with it once the writers'
+    /// lock is released, before the write returns (one sync for both; the
+    /// next writer's transaction goes on while this one waits for the
+    /// disk). Otherwise as [`Sync::Later`].
+    LetsIn,
     /// With the next synced commit, whoever makes it: bookkeeping that
     /// matters only while the host stays up. NORMAL, not OFF: OFF also
     /// drops the syncs of a checkpoint the commit may run, which would copy
@@ -412,7 +413,7 @@ impl SqliteLedger {
         let wrote = self.conn.total_changes() != changes;
         let wal = match sync {
             Sync::InCommit if wrote => false,
-            Sync::AfterRelease if wrote || self.owed => true,
+            Sync::LetsIn if self.owed => true,
             Sync::Owed => {
                 self.owed |= wrote;
                 return Ok(value);
@@ -577,16 +578,9 @@ impl Ledger for SqliteLedger {
     }
 
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
-        // The first attempt's start lets the command in: the claim it
-        // follows is synced with it. A later one's need not be durable.
-        let sync = if self.owed {
-            Sync::AfterRelease
-        } else {
-            Sync::Later
-        };
         // Not cached (nor prepared ahead): a statement kept for the rest
         // of the run costs an uncontended one more than it saves.
-        self.write("record an attempt in", sync, &[], |tx| {
+        self.write("record an attempt in", Sync::LetsIn, &[], |tx| {
             tx.conn.execute(
                 "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
                 params![claim.token, number, millis(Timestamp::now())],

@@ -322,7 +322,6 @@ unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
 
 /// The command's process, forked before idem lets it in: its pid, and
 /// the guardian's ends of its gate and of its exec report.
-#[derive(Clone, Copy)]
 struct Ahead {
     pid: pid_t,
     gate: RawFd,

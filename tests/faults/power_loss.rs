@@ -181,12 +181,11 @@ fn the_command_runs_only_once_its_group_is_recorded() {
         2,
         "not the claim's and the attempt's write transactions before the command:\n{trace}"
     );
-    let wal_write = |(_, call): &&(&str, &str)| {
-        (call.starts_with("pwrite64(") || call.starts_with("write(")) && call.contains(WAL)
-    };
     let written = before
         .iter()
-        .rposition(|line| wal_write(&line))
+        .rposition(|(_, call)| {
+            (call.starts_with("pwrite64(") || call.starts_with("write(")) && call.contains(WAL)
+        })
         .filter(|&at| at > transactions[1])
         .unwrap_or_else(|| {
             panic!("the command ran before its process group was written:\n{trace}")
