@@ -4,8 +4,8 @@
 //! clocks that lie, and idem's own lines under concurrency.
 //!
 //! Several cases need root (to hand a file to another user, to make a
-//! device node, to run idem as `nobody`). Without it they say they did not run,
-//! except under CI (`CI` set), where they fail with the reason.
+//! device node, to run idem as `nobody`). Without it they fail, naming what
+//! is missing.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -15,16 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{assert_code, listing, max_rss_kib, sqlite, text, Env};
+use crate::util::{assert_code, listing, max_rss_kib, require, sqlite, text, Env};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
-
-/// Whether a test that needs `what` may run; under CI a missing `what`
-/// fails the test instead of skipping it.
-fn can(available: bool, what: &str) -> bool {
-    crate::util::require(available, what)
-}
 
 fn root() -> bool {
     nix::unistd::geteuid().is_root()
@@ -157,7 +151,7 @@ fn a_linked_wal_or_shm_file_is_refused() {
 
 #[test]
 fn a_ledger_file_of_another_user_is_refused_and_left_alone() {
-    if !can(root(), "root (to hand a file to another user)") {
+    if !require(root(), "root (to hand a file to another user)") {
         return;
     }
     let env = Env::new();
@@ -217,7 +211,7 @@ fn a_folder_others_can_write_or_another_user_owns_is_refused() {
     assert_code(&with_db(&env, &db, &["run", "--key", "k", "--", "true"]), 0);
     assert_eq!(fs::metadata(&db).unwrap().mode() & 0o777, 0o600);
 
-    if !can(root(), "root (to hand a folder to another user)") {
+    if !require(root(), "root (to hand a folder to another user)") {
         return;
     }
     let theirs = env.path("theirs");
@@ -241,7 +235,7 @@ fn a_fifo_a_device_or_a_folder_is_not_a_regular_file() {
     let folder = env.path("folder");
     fs::create_dir(&folder).unwrap();
     let mut paths = vec![fifo, folder];
-    if can(root(), "root (to make a character device)") {
+    if require(root(), "root (to make a character device)") {
         // What /dev/null is, in a folder of the test's own.
         let null = env.path("null");
         nix::sys::stat::mknod(
@@ -273,7 +267,7 @@ fn a_fifo_a_device_or_a_folder_is_not_a_regular_file() {
 
 /// Runs idem as `nobody` (uid 65534) from a copy of the binary it can reach.
 fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
-    if !can(root(), "root (to run idem as nobody)") {
+    if !require(root(), "root (to run idem as nobody)") {
         return None;
     }
     chmod(env.dir.path(), 0o755);
@@ -302,7 +296,7 @@ fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
     match output {
         Ok(output) => Some(output),
         Err(error) => {
-            can(false, &format!("setpriv ({error})"));
+            require(false, &format!("setpriv ({error})"));
             None
         }
     }
@@ -739,7 +733,7 @@ fn traced(env: &Env, trace: &Path, db: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn each_idem_line_is_one_write() {
-    if !can(Command::new("strace").arg("-V").output().is_ok(), "strace") {
+    if !require(Command::new("strace").arg("-V").output().is_ok(), "strace") {
         return;
     }
     let env = Env::new();

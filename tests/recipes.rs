@@ -6,8 +6,8 @@
 //! once, against a real ledger) to show the work happens exactly once.
 //!
 //! YAML is read by Debian's python3 with its yaml and jsonschema modules.
-//! Where a tool is missing the test says it is skipped; under CI (`CI`
-//! set) it fails instead, since `.ci/run` installs them.
+//! Where a tool is missing the test fails, naming it (`scripts/test`
+//! installs them).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -32,7 +32,7 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
-/// Says why `test` cannot run; under CI that is a failure.
+/// Fails `test`, saying why it cannot run.
 fn missing<T>(test: &str, what: &str) -> Option<T> {
     crate::util::require(false, &format!("{test}: {what}"));
     None

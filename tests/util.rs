@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
 use crate::pg::Server;
 
 pub struct Env {
@@ -21,6 +23,7 @@ pub struct Env {
 
 impl Env {
     pub fn new() -> Env {
+        default_signals_for_children();
         Env {
             dir: tempfile::tempdir().expect("a tempdir"),
             ledger: None,
@@ -542,8 +545,8 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// PostgreSQL on a fresh server, or `None` (and a note) where no
-    /// server is installed; under CI that fails instead (see `pg.rs`).
+    /// PostgreSQL on a fresh server; where no server is installed the test
+    /// fails, naming it (see `pg.rs`).
     pub fn postgres(test: &str) -> Option<Backend> {
         Server::start(test).map(Backend::Postgres)
     }
@@ -617,19 +620,66 @@ pub fn wrapped(template: &Command, prefix: &[&str]) -> Command {
     command
 }
 
-/// Fails under CI, and says why outside it, when `ok` is false: a test
-/// that did not run did not pass.
+/// Fails the test, naming what is missing, when `ok` is false: a test that
+/// did not run did not pass. `scripts/test` installs every tool a test
+/// asks for, or stops before the tests and names it.
 pub fn require(ok: bool, what: &str) -> bool {
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("{what} is needed and missing here");
-        }
-        eprintln!("not run: {what} is missing");
-    }
+    assert!(
+        ok,
+        "{what} is needed and missing here (scripts/test installs it)"
+    );
     ok
 }
 
-/// Whether faketime is here (required under CI, as `require` says).
+/// The signals a shell may hand the suite ignored: a non-interactive shell
+/// ignores SIGINT and SIGQUIT for a command it starts with `&`, `nohup`
+/// ignores SIGHUP. An ignored signal stays ignored across exec, so idem
+/// and its commands would start with it ignored and every test of
+/// forwarding would see what the suite's parent chose.
+const INHERITED_IGNORED: [Signal; 5] = [
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGHUP,
+    Signal::SIGTERM,
+    Signal::SIGTSTP,
+];
+
+extern "C" fn ignore(_: nix::libc::c_int) {}
+
+/// Gives each signal the suite started with ignored a handler that does
+/// nothing instead: the suite itself still lives through it, as its
+/// parent asked, while every process it starts begins with the signal's
+/// default (exec resets a handled signal, not an ignored one). A test
+/// that wants a signal ignored sets that itself.
+pub fn default_signals_for_children() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let handler = SigAction::new(
+            SigHandler::Handler(ignore),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        for signal in INHERITED_IGNORED {
+            if ignored(signal) {
+                // SAFETY: `ignore` does nothing, so it is async-signal-safe.
+                unsafe { sigaction(signal, &handler) }.expect("sigaction");
+            }
+        }
+    });
+}
+
+/// Whether `signal` is ignored in the suite's process now.
+fn ignored(signal: Signal) -> bool {
+    // SAFETY: sigaction with no new action only reads the current one into
+    // a zeroed struct that outlives the call.
+    unsafe {
+        let mut old: nix::libc::sigaction = std::mem::zeroed();
+        nix::libc::sigaction(signal as nix::libc::c_int, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == nix::libc::SIG_IGN
+    }
+}
+
+/// Whether faketime is here (required, as `require` says).
 pub fn have_faketime() -> bool {
     let found = Command::new("faketime")
         .arg("--version")
