@@ -7,6 +7,9 @@
 
 pub mod usage;
 
+#[cfg(test)]
+mod contract;
+
 use std::fmt;
 
 /// The command succeeded, or the key had already succeeded (skipped).

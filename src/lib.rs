@@ -27,8 +27,10 @@ pub fn run(cli: Cli) -> Result<u8> {
     let location = || Location::resolve(global.db.as_deref());
     match command {
         Command::Run(args) => {
-            let reporter = report::Reporter::new(global.quiet, global.verbose, args.progress);
-            run::run(args, &location()?, &reporter)
+            let spinners = args.progress == cli::Progress::Auto;
+            let reporter = report::Reporter::new(global.quiet, global.verbose, spinners);
+            let location = location()?;
+            run::run(&run::Config::from_args(args)?, &location, &reporter)
         }
         Command::Ledger(command) => {
             cmd::ledger::run(command, &location()?, global.quiet, global.color)

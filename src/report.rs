@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::Progress;
 use crate::ledger::Owner;
 
 #[derive(Clone)]
@@ -22,18 +21,15 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn new(quiet: bool, verbose: bool, progress: Progress) -> Reporter {
-        let terminal = match progress {
-            Progress::Never => false,
-            Progress::Auto => std::io::stderr().is_terminal(),
-        };
-        // CI services set CI (to `true`, or `1`); an empty one is unset.
-        let ci = std::env::var_os("CI").is_some_and(|value| !value.is_empty());
+    /// `spinners`: whether waits may show a spinner when stderr is a
+    /// terminal (`--progress auto`), rather than plain lines only.
+    pub fn new(quiet: bool, verbose: bool, spinners: bool) -> Reporter {
+        let terminal = spinners && std::io::stderr().is_terminal();
         Reporter {
             quiet,
             verbose,
             terminal,
-            ci,
+            ci: under_ci(),
         }
     }
 
@@ -111,6 +107,15 @@ pub fn holder(owner: &Owner) -> String {
 }
 
 pub use crate::render::human_duration as short;
+
+/// Whether idem runs under CI: CI services set `CI` (to `true`, or `1`),
+/// and a job turns it off with an empty value, `0` or `false`.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| {
+        let value = value.trim();
+        !(value.is_empty() || value == "0" || value.eq_ignore_ascii_case("false"))
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -74,6 +74,21 @@ fn leave_to_the_exit(command: clap::Command, matches: clap::ArgMatches) {
     std::mem::forget(command);
 }
 
+/// The ledger's status for a `--status` value: the ledger does not know
+/// clap.
+impl From<crate::cli::StatusArg> for crate::ledger::Status {
+    fn from(status: crate::cli::StatusArg) -> crate::ledger::Status {
+        use crate::cli::StatusArg;
+        use crate::ledger::Status;
+        match status {
+            StatusArg::Running => Status::Running,
+            StatusArg::Succeeded => Status::Succeeded,
+            StatusArg::Failed => Status::Failed,
+            StatusArg::Abandoned => Status::Abandoned,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

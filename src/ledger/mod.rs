@@ -60,17 +60,6 @@ pub enum Status {
     Abandoned,
 }
 
-impl From<crate::cli::StatusArg> for Status {
-    fn from(status: crate::cli::StatusArg) -> Status {
-        use crate::cli::StatusArg;
-        match status {
-            StatusArg::Running => Status::Running,
-            StatusArg::Succeeded => Status::Succeeded,
-            StatusArg::Failed => Status::Failed,
-            StatusArg::Abandoned => Status::Abandoned,
-        }
-    }
-}
 use crate::exit::Failure;
 pub(crate) use inspect::{Inspect, Schema};
 pub(crate) use postgres::client::Client as PostgresClient;

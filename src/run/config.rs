@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::Result;
 use jiff::Timestamp;
 
-use super::decide::Rules;
+use super::decide::{OnAbandoned, Rules};
 use crate::alert;
-use crate::cli::{OnAbandoned, RunArgs};
+use crate::cli::{self, RunArgs};
 use crate::exit::{self, Failure};
 use crate::key::{self, Period, Template};
 use crate::ledger::JobInfo;
@@ -88,7 +88,10 @@ impl Config {
             shell: args.shell,
             force: args.force,
             ttl: args.ttl.map(Into::into),
-            on_abandoned: args.on_abandoned,
+            on_abandoned: match args.on_abandoned {
+                cli::OnAbandoned::Rerun => OnAbandoned::Rerun,
+                cli::OnAbandoned::Fail => OnAbandoned::Fail,
+            },
             retry: RetryPolicy::new(args),
             timeout: args.timeout.map(Into::into),
             kill_after: args.kill_after.into(),

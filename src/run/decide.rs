@@ -6,8 +6,17 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::cli::OnAbandoned;
 use crate::ledger::{Head, Owner, Status};
+
+/// What a run does when its key's last run died without an outcome
+/// (`--on-abandoned`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAbandoned {
+    /// Run again, telling the command (`IDEM_RECOVERED=1`).
+    Rerun,
+    /// Refuse (exit 69) and leave the key for a person.
+    Fail,
+}
 
 /// Everything the decision depends on besides the head.
 pub struct Rules {

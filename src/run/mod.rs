@@ -39,24 +39,24 @@ use anyhow::Result;
 use jiff::Timestamp;
 
 use crate::alert::Alerts;
-use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::ledger::{self, Ledger, Location};
 use crate::process::Supervisor;
 use crate::report::{self, Reporter};
 use acquire::{acquire, Acquired};
-use config::Config;
+pub use config::Config;
 use execute::Run;
 use streams::Streams;
 
 /// How often a waiter looks at the ledger again.
 const WAIT_POLL: Duration = Duration::from_millis(100);
 
-pub fn run(args: &RunArgs, location: &Location, reporter: &Reporter) -> Result<u8> {
-    let config = Config::from_args(args)?;
+/// `idem run` with its options made a [`Config`] (`Config::from_args`,
+/// at the edge, where clap's types end).
+pub fn run(config: &Config, location: &Location, reporter: &Reporter) -> Result<u8> {
     match config.catch_up {
-        Some((period, periods)) => catchup::run(&config, period, periods, location, reporter),
-        None => run_key(&config, &config.key, None, location, reporter),
+        Some((period, periods)) => catchup::run(config, period, periods, location, reporter),
+        None => run_key(config, &config.key, None, location, reporter),
     }
 }
 
