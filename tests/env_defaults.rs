@@ -280,3 +280,54 @@ fn help_never_prints_a_variables_value() {
     assert!(help.contains("[env: IDEM_DB]"), "{help}");
     assert!(help.contains("[env: IDEM_RETRIES]"), "{help}");
 }
+
+#[test]
+fn a_nested_idem_inherits_the_defaults_not_the_outer_jobs_identity() {
+    let env = Env::new();
+    let idem = env!("CARGO_BIN_EXE_idem");
+    let hooks = env.path("hooks");
+    let seen = env.path("seen");
+    // What makes the outer run's identity and its notifications.
+    let header = [
+        ("IDEM_LOCK", "db"),
+        ("IDEM_ALERT_AFTER", "1"),
+        ("IDEM_WARN_AFTER", "1h"),
+        ("IDEM_PING_URL", "http://127.0.0.1:9/ping/outer"),
+        ("IDEM_ON_RECOVERY", "true"),
+    ];
+    let on_failure = format!("echo \"$IDEM_KEY\" >> '{}'", hooks.display());
+    let mut vars = header.to_vec();
+    vars.push(("IDEM_ON_FAILURE", &on_failure));
+    vars.push(("IDEM_RETRIES", "0"));
+    // The job's command runs an idem of its own, whose command fails.
+    let inner = format!(
+        "env | grep ^IDEM_ | sort > '{}'; {idem} run --key inner -- sh -c '{}; exit 3'; echo inner=$?",
+        seen.display(),
+        env.count_cmd("inner"),
+    );
+    let output = cron(
+        &env,
+        &vars,
+        &["run", "-k", "outer", "--shell", "--", &inner],
+    );
+    assert_code(&output, 0);
+    let stdout = text(&output.stdout);
+    assert_eq!(env.count("inner"), 1, "the inner run was let in: {stdout}");
+    assert!(stdout.contains("inner=3"), "{stdout}");
+    assert!(
+        !hooks.exists(),
+        "the inner failure ran the outer job's hook: {}",
+        std::fs::read_to_string(&hooks).unwrap_or_default()
+    );
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    for (name, _) in header {
+        assert!(
+            !seen.contains(&format!("{name}=")),
+            "{name} passed on: {seen}"
+        );
+    }
+    assert!(!seen.contains("IDEM_ON_FAILURE="), "{seen}");
+    for passed in ["IDEM_RETRIES=0", "IDEM_DB="] {
+        assert!(seen.contains(passed), "{passed} not passed on: {seen}");
+    }
+}

@@ -123,6 +123,14 @@ fn a_skip_is_told_when_ci_is_set() {
         .output()
         .unwrap();
     assert_eq!(text(&quiet.stderr), "", "-q wins over CI");
+    // A job turns CI off as CI services document it: empty, 0 or false.
+    for off in ["", "0", "false", "FALSE"] {
+        let skipped = env
+            .cmd(["run", "--key", "k", "--", "true"])
+            .env("CI", off)
+            .expect_code(0);
+        assert_eq!(skipped.stderr(), "", "CI={off:?} is not CI");
+    }
 }
 
 #[test]

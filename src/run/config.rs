@@ -17,6 +17,21 @@ use crate::exit::{self, Failure};
 use crate::key::{self, Period, Template};
 use crate::ledger::JobInfo;
 
+/// The environment twins that make a run's identity or its notifications:
+/// the command does not inherit them, so an idem inside the job is a job of
+/// its own (it does not wait for the outer run's lock, nor ping and alert
+/// as the outer job). The twins that are defaults (`IDEM_DB`, retries,
+/// backoff, timeouts, output) pass on, as a crontab's header means them.
+pub const NOT_INHERITED: [&str; 7] = [
+    "IDEM_LOCK",
+    "IDEM_PING_URL",
+    "IDEM_ON_FAILURE",
+    "IDEM_ON_RECOVERY",
+    "IDEM_ALERT_AFTER",
+    "IDEM_WARN_AFTER",
+    "IDEM_CATCH_UP",
+];
+
 /// The shortest `--lease`: shorter, and one slow round trip to a shared
 /// ledger would stop the command.
 const MIN_LEASE: Duration = Duration::from_secs(1);
@@ -317,6 +332,21 @@ impl Codes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_command_does_not_inherit_are_twins_of_run_options() {
+        use clap::CommandFactory;
+        let command = crate::cli::Cli::command();
+        let run = command.find_subcommand("run").expect("idem run");
+        let twins: Vec<String> = run
+            .get_arguments()
+            .filter_map(|arg| arg.get_env())
+            .map(|name| name.to_string_lossy().into_owned())
+            .collect();
+        for name in NOT_INHERITED {
+            assert!(twins.iter().any(|twin| twin == name), "{name} is no twin");
+        }
+    }
 
     fn policy(retries: u32, retry_on: Option<&[RangeInclusive<u8>]>) -> RetryPolicy {
         RetryPolicy {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::config::{Config, Retry, RetryPolicy};
+use super::config::{Config, Retry, RetryPolicy, NOT_INHERITED};
 use super::streams::Output;
 use crate::alert::Alerts;
 use crate::exit::{self, Failure};
@@ -186,7 +186,7 @@ impl Run<'_> {
             ),
             ("IDEM_FENCE", claim.fence.to_string().into()),
         ];
-        let mut remove = Vec::new();
+        let mut remove = NOT_INHERITED.to_vec();
         if self.recovered {
             env.push(("IDEM_RECOVERED", "1".into()));
         } else {
