@@ -216,8 +216,7 @@ fn what_a_command_leaves_running_is_part_of_its_attempt() {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|count| count.parse::<u32>().ok());
     assert!(
-        left.is_some_and(|count| count >= 1)
-            && stderr.contains("process(es) it left running"),
+        left.is_some_and(|count| count >= 1) && stderr.contains("process(es) it left running"),
         "{stderr}"
     );
     // A success that leaves a process behind is over only when it is gone,

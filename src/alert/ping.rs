@@ -40,7 +40,9 @@ pub struct Ping {
     spent: Arc<Mutex<Duration>>,
 }
 
-/// Checks a `--ping` URL without printing it.
+/// Checks a `--ping` URL without printing it: a typo (a `\\` for a `/`, a
+/// `/` missing after the port) would otherwise reach the monitor's host
+/// name, and every line that names the URL, with its secret inside.
 pub fn check(url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err("--ping needs a URL like https://hc-ping.com/UUID (no scheme found)".into());
@@ -53,25 +55,75 @@ pub fn check(url: &str) -> Result<(), String> {
     if rest.is_empty() || rest.starts_with('/') {
         return Err("--ping names no host; give a URL like https://hc-ping.com/UUID".into());
     }
+    if shown_host(authority(rest)).is_none() {
+        return Err(format!(
+            "--ping's host is not a host name ({}); check the URL for a \\ instead of a / \
+             or a / missing after the host or port",
+            mask(url)
+        ));
+    }
     Ok(())
 }
 
-/// `url` with everything after its host replaced by `***` (and any user
-/// and password dropped).
+/// `url` with everything after its host replaced by `***`, any user and
+/// password dropped, and the host itself hidden when it does not look like
+/// one a person typed (it may hold the secret a typo ran into it).
 pub fn mask(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "***".to_owned();
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    if end == rest.len() {
+    let authority = authority(rest);
+    let Some(host) = shown_host(authority) else {
+        return format!("{scheme}://***");
+    };
+    if authority.len() == rest.len() {
         format!("{scheme}://{host}")
     } else {
         format!("{scheme}://{host}/***")
     }
+}
+
+/// The authority of what follows `scheme://`: up to its path, query or
+/// fragment.
+fn authority(rest: &str) -> &str {
+    &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())]
+}
+
+/// The `host[:port]` of an authority, without its user and password, when
+/// it is a host name, an IPv4 or a bracketed IPv6 address with a port that
+/// fits, and no label is long or hex enough to be a secret run into it.
+fn shown_host(authority: &str) -> Option<&str> {
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && !port.contains(']') => (host, Some(port)),
+        _ => (host_port, None),
+    };
+    if port.is_some_and(|port| port.parse::<u16>().is_err()) {
+        return None;
+    }
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    let named = !host.is_empty()
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 24
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !hex_run(label, 8)
+        });
+    let address = bracketed
+        && host[1..host.len() - 1]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+    (named || address).then_some(host_port)
+}
+
+/// Whether `text` holds `n` hexadecimal digits in a row with a letter among
+/// them, as a token's UUID does and a host name's label rarely does.
+fn hex_run(text: &str, n: usize) -> bool {
+    text.as_bytes()
+        .split(|b| !b.is_ascii_hexdigit())
+        .any(|run| run.len() >= n && run.iter().any(u8::is_ascii_alphabetic))
 }
 
 impl Ping {
@@ -245,6 +297,35 @@ mod tests {
         );
         assert_eq!(mask("https://hc.example"), "https://hc.example");
         assert_eq!(mask("nonsense"), "***");
+        assert_eq!(mask("http://[::1]:8000/ping/x"), "http://[::1]:8000/***");
+    }
+
+    /// The shapes a mistyped ping URL takes: none prints its secret, and
+    /// each is refused before anything runs, or is masked as a whole.
+    #[test]
+    fn a_mistyped_url_never_shows_its_secret() {
+        let secret = "5d1fa0b2-7c3e-4f6a-9b8d-0e1f2a3b4c5d";
+        let typos = [
+            format!("https://hc-ping.com\\{secret}"),
+            format!("http://127.0.0.1:8000{secret}"),
+            format!("https://hc-ping.com{secret}"),
+            format!("https:/hc-ping.com/{secret}"),
+            format!("https//hc-ping.com/{secret}"),
+            format!("hc-ping.com/{secret}"),
+            format!("https://hc-ping.com/{secret}"),
+            format!("https://{secret}@hc-ping.com/x"),
+        ];
+        for url in &typos {
+            let masked = mask(url);
+            assert!(!masked.contains("5d1fa0b2"), "{url}: {masked}");
+            if let Err(said) = check(url) {
+                assert!(!said.contains("5d1fa0b2"), "{url}: {said}");
+            }
+        }
+        for typo in &typos[..3] {
+            assert!(check(typo).is_err(), "{typo} was taken");
+        }
+        assert!(check(&typos[6]).is_ok());
     }
 
     #[test]
