@@ -771,3 +771,42 @@ fn jobs_on_a_shared_ledger() {
             .success()
     });
 }
+
+#[test]
+fn catch_up_judges_past_periods_in_the_zone_their_keys_were_made_in() {
+    if !have_faketime() {
+        return;
+    }
+    let env = Env::new();
+    let script = format!("echo \"$IDEM_KEY\" >> '{}'", env.path("log").display());
+    let hourly = |when: &str, zone: &str| {
+        let args = [
+            "run",
+            "-k",
+            "h-{hour}",
+            "--catch-up",
+            "5",
+            "--shell",
+            "--",
+            &script,
+        ];
+        let output = at_with(&env, None, when, &args)
+            .env("TZ", zone)
+            .output()
+            .expect("idem runs");
+        assert_code(&output, 0);
+    };
+    for hour in 10..=13 {
+        hourly(&format!("2026-03-01 {hour}:05:00"), "UTC");
+    }
+    assert_eq!(log(&env).len(), 4, "{:?}", log(&env));
+    // The host moves to UTC+4 (faketime reads the time in the new zone:
+    // 14:05 UTC): the hours that succeeded are still the hours of the keys
+    // made in UTC, and only this hour's key runs.
+    hourly("2026-03-01 18:05:00", "Asia/Dubai");
+    assert_eq!(
+        log(&env)[4..],
+        ["h-2026-03-01T18"],
+        "a period that succeeded ran again after the zone changed"
+    );
+}

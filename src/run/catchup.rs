@@ -97,11 +97,18 @@ fn missed(
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return Ok(Vec::new());
     };
-    let first_run =
-        ledger::job_state(ledger.as_mut(), &config.job.name)?.and_then(|state| state.first_run);
+    let state = ledger::job_state(ledger.as_mut(), &config.job.name)?;
     // A new job does not replay history.
-    let Some(first_run) = first_run else {
+    let Some((first_run, zone)) = state.and_then(|state| Some((state.first_run?, state.zone)))
+    else {
         return Ok(Vec::new());
+    };
+    // Past periods are those of the zone the job's keys were made in: after
+    // a change of TZ the same hours have other names, and judged in the new
+    // zone the periods that succeeded would look missed.
+    let now = &match zone.as_deref().and_then(crate::host::zone_named) {
+        Some(zone) => now.with_time_zone(zone),
+        None => now.clone(),
     };
     let oldest = period.start(&first_run.to_zoned(now.time_zone().clone()));
     let rules = config.rules(Timestamp::now());
