@@ -124,6 +124,7 @@ impl Pipes {
 /// real terminal does that for what idem copies to it.
 fn pseudo_terminal() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::termios::{tcgetattr, OutputFlags};
+    // SAFETY: winsize is plain integers, for which all zeroes is valid.
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: TIOCGWINSZ writes a winsize into the struct we own.
     let sized = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &raw mut size) } == 0;

@@ -15,6 +15,12 @@ use super::wire::{
 /// Reaps everything, tells idem how the command ended and what it left,
 /// passes signals on, stops the run when idem goes away or its deadline
 /// passes; exits when no process of the run is left.
+///
+/// # Safety
+/// Only in the guardian's process, after its fork, with SIGCHLD blocked:
+/// `door` is -1 or its own open end of the control socket, and the
+/// terminal in `foreground` is open. It never returns: the guardian exits
+/// from here.
 pub unsafe fn watch(
     door: RawFd,
     command: pid_t,
@@ -40,49 +46,34 @@ pub unsafe fn watch(
         suspended: false,
         frame: [0u8; FROM_GUARDIAN],
     };
-    unsafe {
+    // SAFETY: sigemptyset and sigaddset fill a sigset_t we own (all zeroes
+    // is a valid one to start from); signalfd reads it and makes a new
+    // descriptor. SIGCHLD is blocked (the caller's contract), so it queues.
+    let children = unsafe {
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
-        let children = libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
-        loop {
-            watch.reap();
-            watch.tell_what_is_left();
-            let now = monotonic_ms();
-            watch.on_time(now);
-            let wake = earliest(earliest(watch.deadline, watch.kill_at), watch.again_at);
-            let timeout = if wake == 0 {
-                -1
-            } else {
-                (wake - now).clamp(1, 60_000) as c_int
-            };
-            let mut polled = [
-                libc::pollfd {
-                    fd: watch.door,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: children,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            libc::poll(polled.as_mut_ptr(), 2, timeout);
-            if polled[1].revents != 0 {
-                let mut info = [0u8; 128];
-                while libc::read(children, info.as_mut_ptr().cast(), info.len()) > 0 {}
-            }
-            if watch.door >= 0 && polled[0].revents != 0 {
-                watch.on_message(receive(watch.door));
-            }
-        }
+        libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
+    };
+    loop {
+        watch.reap();
+        watch.tell_what_is_left();
+        let now = monotonic_ms();
+        watch.on_time(now);
+        let wake = earliest(earliest(watch.deadline, watch.kill_at), watch.again_at);
+        let timeout = if wake == 0 {
+            -1
+        } else {
+            (wake - now).clamp(1, 60_000) as c_int
+        };
+        watch.wait(children, timeout);
     }
 }
 
 /// What the guardian keeps track of while the run goes on.
 struct Watch {
-    /// Its end of the control socket; -1 once idem is gone.
+    /// Its end of the control socket, open and its own; -1 once idem is
+    /// gone (closed then).
     door: RawFd,
     /// The command's main process (and group); 0 if it never ran.
     command: pid_t,
@@ -107,8 +98,40 @@ struct Watch {
 }
 
 impl Watch {
+    /// Waits for a message from idem, a process's end (`children`, a
+    /// signalfd for SIGCHLD) or `timeout` ms, and takes in what came.
+    fn wait(&mut self, children: RawFd, timeout: c_int) {
+        let mut polled = [
+            libc::pollfd {
+                fd: self.door,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: children,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll writes the `revents` of the two pollfds we own; a
+        // negative fd (idem gone) is skipped by the kernel.
+        unsafe { libc::poll(polled.as_mut_ptr(), 2, timeout) };
+        if polled[1].revents != 0 {
+            let mut info = [0u8; 128];
+            // SAFETY: each read writes at most `info.len()` bytes into
+            // `info`; `children` is the signalfd made above.
+            while unsafe { libc::read(children, info.as_mut_ptr().cast(), info.len()) } > 0 {}
+        }
+        if self.door >= 0 && polled[0].revents != 0 {
+            // SAFETY: `door` is the guardian's open socket end while
+            // it is not -1 (see `door`).
+            self.on_message(unsafe { receive(self.door) });
+        }
+    }
+
     fn tell(&mut self, kind: u8, a: i32) {
         put(&mut self.frame, kind, a, 0);
+        // SAFETY: `door` is -1 or the guardian's open socket end.
         unsafe { send(self.door, &self.frame) };
     }
 
@@ -117,6 +140,8 @@ impl Watch {
     /// shell.
     fn give_back(&self) {
         if let Some((terminal, group)) = self.foreground {
+            // SAFETY: tcsetpgrp takes integers; `terminal` is the guardian's
+            // own copy of the terminal, open for its life.
             unsafe { libc::tcsetpgrp(terminal, group) };
         }
     }
@@ -125,11 +150,14 @@ impl Watch {
     fn reap(&mut self) {
         loop {
             let mut status = 0;
+            // SAFETY: waitpid writes the status into the integer we own.
             let reaped = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
             if reaped > 0 && libc::WIFSTOPPED(status) {
                 // Ctrl-Z at the terminal: stop idem too, so that its shell
                 // sees the job stopped and takes the terminal.
                 if let (true, Some((terminal, group))) = (reaped == self.command, self.foreground) {
+                    // SAFETY: tcsetpgrp and kill take integers; `terminal`
+                    // is the guardian's own open copy of the terminal.
                     unsafe {
                         libc::tcsetpgrp(terminal, group);
                         libc::kill(-group, libc::SIGTSTP);
@@ -147,6 +175,8 @@ impl Watch {
             } else if errno() != libc::EINTR {
                 // ECHILD: nothing of the run is left.
                 self.give_back();
+                // SAFETY: _exit ends the guardian without running anything
+                // of the parent's (no atexit handlers, no flush).
                 unsafe { libc::_exit(0) };
             }
         }
@@ -159,7 +189,7 @@ impl Watch {
         }
         self.told_left = true;
         let mut pids = [0 as pid_t; 8];
-        let count = unsafe { walk(0, &mut pids) };
+        let count = walk(0, &mut pids);
         if count == 0 {
             return;
         }
@@ -170,12 +200,13 @@ impl Watch {
                 slot.copy_from_slice(&pid.to_le_bytes());
             }
         }
+        // SAFETY: `door` is the guardian's open socket end (checked above).
         unsafe { send(self.door, &self.frame) };
     }
 
     /// Stops the run: SIGTERM to all of it, SIGKILL `grace` ms later.
     fn stop(&mut self, now: i64, grace: i64) {
-        unsafe { signal_run(self.command, libc::SIGTERM, true, &mut self.seen) };
+        signal_run(self.command, libc::SIGTERM, true, &mut self.seen);
         self.kill_at = earliest(self.kill_at, now + grace);
         self.again_at = now + 200;
     }
@@ -187,11 +218,11 @@ impl Watch {
             self.stop(now, self.lease_grace);
         }
         if self.again_at != 0 && now >= self.again_at {
-            unsafe { signal_the_missed(&mut self.seen) };
+            signal_the_missed(&mut self.seen);
             self.again_at = now + 200;
         }
         if self.kill_at != 0 && now >= self.kill_at {
-            unsafe { signal_run(self.command, libc::SIGKILL, false, &mut self.seen) };
+            signal_run(self.command, libc::SIGKILL, false, &mut self.seen);
             // Again soon: a process may have forked meanwhile.
             self.kill_at = now + 100;
         }
@@ -200,7 +231,7 @@ impl Watch {
     fn on_message(&mut self, message: Option<(u8, i64, i64)>) {
         match message {
             Some((SIGNAL, signal, cont)) => {
-                unsafe { signal_run(self.command, signal as c_int, cont == 1, &mut self.seen) };
+                signal_run(self.command, signal as c_int, cont == 1, &mut self.seen);
                 if signal == i64::from(libc::SIGTERM) && cont == 1 {
                     self.again_at = monotonic_ms() + 200;
                 }
@@ -209,6 +240,8 @@ impl Watch {
                 // After Ctrl-Z, idem was continued (`fg`): so is the
                 // command, in the terminal's foreground.
                 if let (true, Some((terminal, _))) = (self.suspended, self.foreground) {
+                    // SAFETY: tcsetpgrp and kill take integers; `terminal`
+                    // is the guardian's own open copy of the terminal.
                     unsafe {
                         libc::tcsetpgrp(terminal, self.command);
                         libc::kill(-self.command, libc::SIGCONT);
@@ -223,6 +256,8 @@ impl Watch {
             Some(_) => {}
             None => {
                 // idem is gone: the run must not go on unowned.
+                // SAFETY: the door is the guardian's own, and is not used
+                // again: -1 from here on.
                 unsafe { libc::close(self.door) };
                 self.door = -1;
                 self.stop(monotonic_ms(), self.grace);

@@ -82,17 +82,27 @@ pub fn put(frame: &mut [u8; FROM_GUARDIAN], kind: u8, a: i32, b: i32) {
 }
 
 /// Sends a frame to idem; false when idem is gone.
+///
+/// # Safety
+/// `door` is -1 or the guardian's own end of the control socket, open.
 pub unsafe fn send(door: RawFd, frame: &[u8; FROM_GUARDIAN]) -> bool {
     if door < 0 {
         return false;
     }
+    // SAFETY: `door` is open (the caller's contract); send reads the
+    // frame's bytes, which live on this stack, and MSG_NOSIGNAL keeps a
+    // closed peer from raising SIGPIPE.
     let sent = unsafe { libc::send(door, frame.as_ptr().cast(), frame.len(), libc::MSG_NOSIGNAL) };
     sent == frame.len() as isize
 }
 
 /// Reads one frame from idem; `None` at end of file or on an error.
+///
+/// # Safety
+/// `door` is the guardian's own end of the control socket, open.
 pub unsafe fn receive(door: RawFd) -> Option<(u8, i64, i64)> {
     let mut frame = [0u8; TO_GUARDIAN];
+    // SAFETY: `door` is open (the caller's contract).
     if unsafe { read_full(door, &mut frame) } < TO_GUARDIAN {
         return None;
     }
@@ -106,10 +116,15 @@ pub unsafe fn receive(door: RawFd) -> Option<(u8, i64, i64)> {
 /// Reads into all of `buffer` unless end of file or an error comes first
 /// (an interrupted read is read again); how many bytes it got. No
 /// allocation: the guardian calls it after fork.
+///
+/// # Safety
+/// `fd` is an open descriptor of this process that nothing else reads
+/// meanwhile.
 pub unsafe fn read_full(fd: RawFd, buffer: &mut [u8]) -> usize {
     let mut got = 0usize;
     while got < buffer.len() {
-        // SAFETY: the rest of `buffer` is ours to write.
+        // SAFETY: `fd` is open (the caller's contract); read writes at most
+        // `buffer.len() - got` bytes, from `got` on, inside `buffer`.
         let read =
             unsafe { libc::read(fd, buffer.as_mut_ptr().add(got).cast(), buffer.len() - got) };
         if read > 0 {
@@ -125,6 +140,7 @@ pub unsafe fn read_full(fd: RawFd, buffer: &mut [u8]) -> usize {
 
 /// The monotonic clock in ms, shared by idem and the guardian.
 pub fn monotonic_ms() -> i64 {
+    // SAFETY: timespec is plain integers, for which all zeroes is valid.
     let mut now: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
