@@ -11,7 +11,9 @@ use nix::libc;
 
 /// Call first thing in `main`.
 pub fn start() {
-    // SAFETY: fcntl and open on descriptor numbers; nothing else runs yet.
+    // SAFETY: fcntl takes integers and open a NUL-terminated literal; no
+    // other thread exists yet, so no Rust object owns a descriptor that
+    // the open could take the number of.
     unsafe {
         // Descriptors 0 to 2 open, as Rust's runtime makes sure: were one
         // closed, the next file idem opens would take its number, and
@@ -38,7 +40,8 @@ pub fn start() {
 /// a first run's 370, and 10% less of its CPU time (`perf stat`).
 #[cfg(target_env = "gnu")]
 fn one_malloc_arena() {
-    // SAFETY: a malloc setting, made before any thread exists.
+    // SAFETY: mallopt changes a malloc setting and takes integers; made
+    // before any thread exists, so no allocation runs concurrently.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }

@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -19,16 +18,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use nix::libc;
 use nix::sys::wait::WaitStatus;
-use signal_hook::consts::{SIGCONT, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::SIGCONT;
 
-use super::guardian;
+use super::signals::{self, CAUGHT};
+use super::wire::{self, Report};
 
 /// Something the supervisor waits for.
 pub enum Event {
     /// The guardian exited: every process of the attempt is gone.
     Ended(WaitStatus),
-    /// The guardian told something (see `guardian`).
-    Told(guardian::Report),
+    /// The guardian told something (see `wire`).
+    Told(Report),
     Signal(i32),
     /// idem was continued after a stop (Ctrl-Z, then `fg`).
     Continued,
@@ -37,45 +37,6 @@ pub enum Event {
         reason: String,
         grace: Duration,
     },
-}
-
-/// The signals idem takes as events (the rest keep their default action),
-/// but for those it was started with ignored (see [`ignored_at_start`]).
-pub const CAUGHT: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGCONT];
-
-/// Bit N: signal N was ignored when idem installed its handlers (SIGPIPE:
-/// when idem started), and so was left ignored. Set before the first fork.
-static IGNORED: AtomicU64 = AtomicU64::new(0);
-
-/// Whether idem was started with `signal` ignored, and left it so: `nohup`
-/// ignores SIGHUP, and a shell without job control SIGINT for a command
-/// it starts with `&`. Like a shell, idem keeps them ignored (its command
-/// too), so that a wrapped command hears what it would without idem.
-/// Async-signal-safe: a forked child asks it.
-pub fn ignored_at_start(signal: i32) -> bool {
-    IGNORED.load(Ordering::Relaxed) & (1 << signal) != 0
-}
-
-/// Ignores SIGPIPE, so that a write to a closed pipe fails (EPIPE) and
-/// idem says so or stops quietly instead of being killed, and notes
-/// whether idem was started with it ignored: its command then gets it
-/// ignored too, as from a shell after `trap '' PIPE`, and otherwise the
-/// default. Called first thing, before any thread.
-pub fn ignore_sigpipe() {
-    // SAFETY: signal(2) on SIGPIPE; nothing else runs yet.
-    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_IGN {
-        IGNORED.fetch_or(1 << libc::SIGPIPE, Ordering::Relaxed);
-    }
-}
-
-/// Whether `signal` is ignored now.
-fn ignored_now(signal: i32) -> bool {
-    // SAFETY: sigaction only reads the disposition into a zeroed struct.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == libc::SIG_IGN
-    }
 }
 
 /// The byte that says a request waits in the queue.
@@ -94,8 +55,7 @@ fn self_pipe() -> io::Result<(RawFd, RawFd)> {
         for signal in CAUGHT {
             // SIGCONT is only watched for: ignoring it never stops a
             // continue, so there is nothing to keep.
-            if signal != SIGCONT && ignored_now(signal) {
-                IGNORED.fetch_or(1 << signal, Ordering::Relaxed);
+            if signal != SIGCONT && signals::keep_if_ignored(signal) {
                 continue;
             }
             let write = ends.1;
@@ -244,11 +204,11 @@ impl Events {
         let Some(reader) = watched.reader.as_mut() else {
             return;
         };
-        let event = match super::read_report(reader) {
+        let event = match wire::read_report(reader) {
             Some(report) => Event::Told(report),
             None => {
                 watched.reader = None;
-                Event::Ended(super::reap(watched.pid))
+                Event::Ended(super::spawn::reap(watched.pid))
             }
         };
         self.queue.borrow_mut().push_back(event);

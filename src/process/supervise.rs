@@ -1,0 +1,521 @@
+//! The supervisor: idem's side of an attempt. It records the attempt, lets
+//! the command in, then follows it to its end through one event loop:
+//! signals passed on, the timeout, a [`Stopper`]'s request, the guardian's
+//! reports.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use jiff::Timestamp;
+use nix::libc;
+use nix::sys::wait::WaitStatus;
+
+use super::events::{Event, Events, Requester, Watched};
+use super::prepare::Prepared;
+use super::spawn::{
+    command_line, executed, fork, not_started, reap, take_the_terminal_back, Forked,
+};
+use super::tee::{pump, Sink};
+use super::wire::{self, monotonic_ms, read_report};
+use super::{AttemptEnd, AttemptError, End, Notice, Spec};
+use crate::exit;
+
+/// The current attempt's guardian, and the lease deadline it must enforce.
+#[derive(Default)]
+struct Link {
+    guardian: Option<UnixStream>,
+    /// Monotonic ms to stop the run at, and the grace before SIGKILL.
+    deadline: Option<(i64, i64)>,
+}
+
+impl Link {
+    fn tell(&mut self, kind: u8, a: i64, b: i64) {
+        if let Some(guardian) = &mut self.guardian {
+            // A guardian that is gone has nothing left to stop.
+            let _ = guardian.write_all(&wire::encode_to(kind, a, b));
+        }
+    }
+}
+
+/// Lets another thread stop the running command: SIGTERM to its group,
+/// SIGKILL after `grace` (at most `--kill-after`). Used when a shared
+/// ledger's lease cannot be renewed; and it tells the guardian of each
+/// renewal, so that the guardian stops the run by itself should idem be
+/// frozen or killed before the lease runs out.
+#[derive(Clone)]
+pub struct Stopper {
+    requests: Requester,
+    link: Arc<Mutex<Link>>,
+}
+
+impl Stopper {
+    pub fn stop(&self, reason: String, grace: Duration) {
+        self.requests.send(Event::Stop { reason, grace });
+    }
+
+    /// The lease holds until monotonic ms `until`; past it the guardian
+    /// stops the run, and SIGKILLs it `grace` later.
+    pub fn renewed(&self, until: i64, grace: Duration) {
+        let grace = grace.as_millis() as i64;
+        if let Ok(mut link) = self.link.lock() {
+            link.deadline = Some((until, grace));
+            link.tell(wire::DEADLINE, until, grace);
+        }
+    }
+}
+
+/// Owns the signal handlers and the event queue for one `idem run`.
+pub struct Supervisor {
+    events: Events,
+    /// The first reason a [`Stopper`] gave; no attempt starts after it.
+    stopped: std::cell::RefCell<Option<String>>,
+    link: Arc<Mutex<Link>>,
+}
+
+impl Supervisor {
+    /// Installs handlers for SIGINT, SIGTERM and SIGHUP: from now on they are
+    /// passed to the command instead of ending idem, but for those idem was
+    /// started with ignored, which stay ignored.
+    pub fn new() -> Result<Supervisor> {
+        Ok(Supervisor {
+            events: Events::new()?,
+            stopped: Default::default(),
+            link: Default::default(),
+        })
+    }
+
+    /// Sleeps for `duration`, calling `tick` with the time left every
+    /// `every`; returns early with the signal that interrupted the wait.
+    pub fn sleep(
+        &self,
+        duration: Duration,
+        every: Duration,
+        tick: &mut dyn FnMut(Duration),
+    ) -> Option<i32> {
+        let until = Instant::now() + duration;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            tick(left);
+            match self
+                .events
+                .next(Some(Instant::now() + left.min(every)), None)
+            {
+                Some(Event::Signal(signal)) => return Some(signal),
+                Some(Event::Stop { reason, .. }) => {
+                    self.note_stop(reason);
+                    return None;
+                }
+                Some(_) | None => {}
+            }
+        }
+    }
+
+    /// Takes a signal that arrived while idem was busy elsewhere.
+    pub fn pending_signal(&self) -> Option<i32> {
+        std::iter::from_fn(|| self.events.ready()).find_map(|event| match event {
+            Event::Signal(signal) => Some(signal),
+            Event::Stop { reason, .. } => {
+                self.note_stop(reason);
+                None
+            }
+            _ => None,
+        })
+    }
+
+    /// A handle for another thread to stop the command.
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            requests: self.events.requester(),
+            link: self.link.clone(),
+        }
+    }
+
+    /// Why a [`Stopper`] asked to stop, if one did.
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped.borrow().clone()
+    }
+
+    fn note_stop(&self, reason: String) {
+        self.stopped.borrow_mut().get_or_insert(reason);
+    }
+
+    /// Runs one attempt to its end: until every process it started is gone.
+    /// `started` is told the guardian's pid (the attempt's first process)
+    /// before the command runs, so its owner is recorded first: if that
+    /// fails, the command never starts ([`AttemptError::Unrecorded`]).
+    /// `waiting` is told what a person should hear of meanwhile (see
+    /// [`Notice`]).
+    pub fn attempt(
+        &self,
+        spec: &Spec<'_>,
+        stdout: &mut Sink,
+        stderr: &mut Sink,
+        hold: Option<OwnedFd>,
+        started: &mut dyn FnMut(u32) -> Result<()>,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<AttemptEnd, AttemptError> {
+        let started_at = Timestamp::now();
+        let (argv, env) = command_line(spec);
+        let prepared = match Prepared::new(&argv, &env, &spec.env_remove) {
+            Ok(prepared) => prepared,
+            Err(error) => return Ok(not_started(spec, started_at, &error)),
+        };
+        let mut forked = fork(spec, &prepared, hold)?;
+        let pid = forked.pid;
+        // Recorded at once, while the guardian starts on another CPU, and
+        // before this attempt's threads start: idem's writes after the fork
+        // copy pages it shares with the guardian, and while another thread
+        // of idem runs, each copy also interrupts that thread's CPU to
+        // flush its TLB.
+        let admitted = started(pid as u32)
+            .map_err(AttemptError::Unrecorded)
+            .and_then(|()| self.admit(&mut forked.gate, spec.kill_after));
+        if let Err(error) = admitted {
+            // The guardian reads end of file and leaves, running nothing.
+            drop(forked);
+            reap(pid);
+            return Err(error);
+        }
+        self.pass_through(spec, forked, started_at, stdout, stderr, waiting)
+    }
+
+    /// Follows an admitted command to its end while its output is passed
+    /// through and its stdin fed, each by a thread of its own.
+    fn pass_through(
+        &self,
+        spec: &Spec<'_>,
+        forked: Forked,
+        started_at: Timestamp,
+        stdout: &mut Sink,
+        stderr: &mut Sink,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<AttemptEnd, AttemptError> {
+        let Forked {
+            pid,
+            gate,
+            out,
+            err,
+            stdin,
+        } = forked;
+        // The threads start once the command is let in, while it execs on
+        // another CPU: what it writes meanwhile waits in its pipes.
+        let capture = spec.capture;
+        let gone = AtomicBool::new(false);
+        let fed = AtomicBool::new(false);
+        let (fed, gone) = (&fed, &gone);
+        std::thread::scope(|scope| {
+            // Set as this closure returns, before the scope joins the feeder.
+            let _stop_feeding = RaiseOnDrop(fed);
+            if let (Some(spool), Some(write)) = (spec.stdin, stdin) {
+                scope.spawn(move || spool.feed(File::from(write), fed));
+            }
+            let out = scope.spawn(move || pump(File::from(out), stdout.writer(), capture, gone));
+            let err = err.map(|err| {
+                scope.spawn(move || pump(File::from(err), stderr.writer(), capture, gone))
+            });
+            let followed = self.follow_admitted(spec, gate, pid, waiting);
+            let join = |handle: std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>| {
+                handle.join().unwrap_or_default()
+            };
+            let (stdout_tail, stdout_cut) = join(out);
+            let (stderr_tail, stderr_cut) = err.map(join).unwrap_or_default();
+            let ended = match followed? {
+                Followed::NotExecuted(errno) => {
+                    let error = io::Error::from_raw_os_error(errno);
+                    return Ok(not_started(spec, started_at, &error));
+                }
+                Followed::Ended(ended) => ended,
+            };
+            Ok(AttemptEnd {
+                started_at,
+                stdout_tail,
+                stderr_tail,
+                cut: stdout_cut || stderr_cut,
+                reader_gone: gone.load(Ordering::Relaxed),
+                finished_at: Timestamp::now(),
+                end: ended.end,
+                timed_out: ended.timed_out,
+                interrupted: ended.interrupted,
+                stopped: self.stopped(),
+            })
+        })
+    }
+
+    /// Follows a command let in (see [`Supervisor::admit`]) to its end; a
+    /// guardian that ran nothing is reaped at once.
+    fn follow_admitted(
+        &self,
+        spec: &Spec<'_>,
+        mut gate: UnixStream,
+        pid: i32,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<Followed, AttemptError> {
+        match executed(&mut gate) {
+            (_, Some(errno)) => {
+                reap(pid);
+                Ok(Followed::NotExecuted(errno))
+            }
+            (command, None) => {
+                let reader = gate.try_clone().context("could not watch the command")?;
+                let mut watched = Watched::new(reader, pid);
+                Ok(Followed::Ended(self.follow(
+                    spec,
+                    gate,
+                    &mut watched,
+                    command,
+                    waiting,
+                )?))
+            }
+        }
+    }
+
+    /// The gate, once the attempt is recorded: hears from the guardian,
+    /// and lets the command in, unless the lease already ran out.
+    fn admit(&self, gate: &mut UnixStream, kill_after: Duration) -> Result<(), AttemptError> {
+        read_report(gate)
+            .filter(|report| report.kind == wire::RUNNING)
+            .context("the command's guardian did not start")?;
+        let deadline = self
+            .link
+            .lock()
+            .ok()
+            .and_then(|link| link.deadline)
+            .map_or(0, |(until, _)| until);
+        if deadline != 0 && monotonic_ms() >= deadline {
+            return Err(anyhow::anyhow!(
+                "the claim's lease ran out before the command could start"
+            )
+            .into());
+        }
+        let grace = kill_after.as_millis() as i64;
+        gate.write_all(&wire::encode_to(wire::GO, deadline, grace))
+            .context("could not start the command: its guardian is gone")?;
+        Ok(())
+    }
+
+    /// Follows an admitted command (see [`Supervisor::admit`]) to its end,
+    /// its guardian linked for the while, so that a [`Stopper`] reaches it.
+    fn follow(
+        &self,
+        spec: &Spec<'_>,
+        gate: UnixStream,
+        watched: &mut Watched,
+        command: i32,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<Supervised> {
+        if let Ok(mut link) = self.link.lock() {
+            link.guardian = Some(gate);
+        }
+        let ended = self.supervise(spec, watched, command, waiting);
+        if let Ok(mut link) = self.link.lock() {
+            link.guardian = None;
+        }
+        if spec.terminal {
+            take_the_terminal_back();
+        }
+        ended
+    }
+
+    /// Waits for the guardian to end (every process of the attempt gone)
+    /// while enforcing the timeout and passing signals on to all of them.
+    fn supervise(
+        &self,
+        spec: &Spec<'_>,
+        watched: &mut Watched,
+        command: i32,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) -> Result<Supervised> {
+        let held = || spec.still_held.is_some_and(|held| held());
+        let mut watch = Supervision {
+            command,
+            deadline: spec.timeout.map(|timeout| Instant::now() + timeout),
+            ..Supervision::default()
+        };
+        let guardian = loop {
+            match self.events.next(watch.next_look(), Some(watched)) {
+                Some(Event::Ended(status)) => {
+                    // A guardian that ended while processes of the attempt
+                    // still hold the run's lock was killed: the attempt is
+                    // over only once nothing of it holds the lock.
+                    if !held() {
+                        break status;
+                    }
+                    watch.guardian_gone = Some(status);
+                }
+                None if watch.guardian_gone.is_some() && !held() => {
+                    if let Some(status) = watch.guardian_gone {
+                        break status;
+                    }
+                }
+                Some(Event::Told(report)) => self.on_report(&report, &mut watch.main, waiting),
+                Some(Event::Continued) => self.tell(wire::RESUME, 0, 0),
+                Some(Event::Stop { reason, grace }) => {
+                    self.on_stop(&mut watch, reason, grace.min(spec.kill_after));
+                }
+                Some(Event::Signal(signal)) => self.on_signal(&mut watch, signal, waiting),
+                None => self.on_time(&mut watch, spec),
+            }
+        };
+        Ok(Supervised {
+            end: end_of(watch.main, guardian),
+            timed_out: watch.timed_out,
+            interrupted: watch.interrupted,
+        })
+    }
+
+    /// A [`Stopper`] asks to stop the command: SIGTERM, SIGKILL `grace`
+    /// later; the first reason is the one told.
+    fn on_stop(&self, watch: &mut Supervision, reason: String, grace: Duration) {
+        if self.stopped().is_none() {
+            self.note_stop(reason);
+            self.signal_attempt(watch, libc::SIGTERM, true);
+            watch.kill_at = Some(Instant::now() + grace);
+            watch.deadline = None;
+        }
+    }
+
+    /// idem was sent `signal`: passed on, and a second one kills.
+    fn on_signal(&self, watch: &mut Supervision, signal: i32, waiting: &mut dyn FnMut(Notice<'_>)) {
+        if watch.interrupted.is_some() {
+            // A second signal: the operator means it.
+            self.signal_attempt(watch, libc::SIGKILL, false);
+        } else {
+            watch.interrupted = Some(signal);
+            self.signal_attempt(watch, signal, false);
+            waiting(Notice::Interrupted(signal));
+        }
+        watch.deadline = None;
+    }
+
+    /// The timeout ran out, or it is time to SIGKILL.
+    fn on_time(&self, watch: &mut Supervision, spec: &Spec<'_>) {
+        let now = Instant::now();
+        if watch.deadline.is_some_and(|at| at <= now) {
+            watch.timed_out = true;
+            watch.deadline = None;
+            self.signal_attempt(watch, spec.timeout_signal, true);
+            watch.kill_at = Some(now + spec.kill_after);
+        } else if watch.kill_at.is_some_and(|at| at <= now) {
+            self.signal_attempt(watch, libc::SIGKILL, false);
+            // Again soon, for what forked meanwhile.
+            watch.kill_at = Some(now + Duration::from_millis(100));
+        }
+    }
+
+    /// Tells the current attempt's guardian, if it still listens.
+    fn tell(&self, kind: u8, a: i64, b: i64) {
+        if let Ok(mut link) = self.link.lock() {
+            link.tell(kind, a, b);
+        }
+    }
+
+    /// Sends `signal` (and SIGCONT after it, with `cont`) to every process
+    /// of the attempt, through its guardian; without it (killed), only the
+    /// command's group is reached.
+    fn signal_attempt(&self, watch: &Supervision, signal: i32, cont: bool) {
+        if watch.guardian_gone.is_none() {
+            self.tell(wire::SIGNAL, signal.into(), cont.into());
+        } else if watch.command > 0 {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(-watch.command, signal) };
+        }
+    }
+
+    fn on_report(
+        &self,
+        report: &wire::Report,
+        main: &mut Option<i32>,
+        waiting: &mut dyn FnMut(Notice<'_>),
+    ) {
+        match report.kind {
+            wire::EXITED => *main = Some(report.a),
+            wire::LEFT_RUNNING => waiting(Notice::LeftRunning {
+                count: report.a,
+                pids: &report.pids,
+            }),
+            wire::LEASE_RAN_OUT => self.note_stop(
+                "the lease was not renewed in time (idem was frozen or cut off from the ledger), so the command's guardian stopped it so that it does not run unowned"
+                    .to_owned(),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// What supervising an attempt keeps track of.
+#[derive(Default)]
+struct Supervision {
+    /// The command's process group (0: unknown).
+    command: i32,
+    /// `--timeout` runs out then.
+    deadline: Option<Instant>,
+    /// SIGKILL then.
+    kill_at: Option<Instant>,
+    timed_out: bool,
+    /// The signal idem received and passed on.
+    interrupted: Option<i32>,
+    /// The main process's wait status, as the guardian told it.
+    main: Option<i32>,
+    /// The guardian's end, when it ended while processes of the attempt
+    /// still held the run's lock (it was killed).
+    guardian_gone: Option<WaitStatus>,
+}
+
+impl Supervision {
+    /// When to look again without an event: at the timeout, at the
+    /// SIGKILL, and now and then at the lock once the guardian is gone.
+    fn next_look(&self) -> Option<Instant> {
+        let look = self
+            .guardian_gone
+            .map(|_| Instant::now() + Duration::from_millis(50));
+        [self.deadline, self.kill_at, look]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// How a supervised attempt ended.
+struct Supervised {
+    end: End,
+    timed_out: bool,
+    interrupted: Option<i32>,
+}
+
+/// What came of an admitted command.
+enum Followed {
+    /// It could not be executed (the errno).
+    NotExecuted(i32),
+    Ended(Supervised),
+}
+
+/// The main process's status (`main`, as the guardian told it), as a shell
+/// reports it; if the guardian itself was killed before it could tell, its
+/// own death stands in.
+fn end_of(main: Option<i32>, guardian: WaitStatus) -> End {
+    match (main, guardian) {
+        (Some(status), _) if libc::WIFSIGNALED(status) => End::Signaled(libc::WTERMSIG(status)),
+        (Some(status), _) => End::Exited(libc::WEXITSTATUS(status)),
+        (None, WaitStatus::Signaled(_, signal, _)) => End::Signaled(signal as i32),
+        (None, WaitStatus::Exited(_, code)) => End::Exited(code),
+        (None, _) => End::Exited(exit::IDEM_FAILED.into()),
+    }
+}
+
+/// Raises its flag when dropped.
+struct RaiseOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,166 @@
+//! The output tee: each stream of the command's output passed on as it
+//! comes (or held for later) while its tail is kept for the ledger.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Context, Result};
+
+/// Where a stream of the command's output goes.
+pub enum Sink {
+    /// Straight through to idem's own stdout or stderr.
+    Live(File),
+    /// Held in a temporary file, shown only if the run fails (`--quiet-success`).
+    Held(File),
+    /// Another handle on a held file, sharing its offset: what goes here
+    /// lands in order with what goes there, and is released with it.
+    Alias(File),
+}
+
+impl Sink {
+    /// idem's own stdout or stderr; /dev/null where that stream is closed.
+    pub fn live(stream: impl AsFd) -> Result<Sink> {
+        let file = match stream.as_fd().try_clone_to_owned() {
+            Ok(fd) => File::from(fd),
+            Err(_) => File::options()
+                .write(true)
+                .open("/dev/null")
+                .context("could not open /dev/null for a closed output stream")?,
+        };
+        Ok(Sink::Live(file))
+    }
+
+    /// A second handle on this sink's file (one open file, one offset).
+    pub fn alias(&self) -> Result<Sink> {
+        let (Sink::Live(file) | Sink::Held(file) | Sink::Alias(file)) = self;
+        Ok(Sink::Alias(
+            file.try_clone()
+                .context("could not share the held output file")?,
+        ))
+    }
+
+    pub fn held() -> Result<Sink> {
+        Ok(Sink::Held(tempfile::tempfile().context(
+            "could not create a temporary file to hold the output",
+        )?))
+    }
+
+    pub fn writer(&mut self) -> &mut File {
+        match self {
+            Sink::Live(file) | Sink::Held(file) | Sink::Alias(file) => file,
+        }
+    }
+
+    /// Sends held output on to `target` (after a failed run).
+    pub fn release(&mut self, target: &mut dyn Write) -> io::Result<()> {
+        if let Sink::Held(file) = self {
+            file.rewind()?;
+            io::copy(file, target)?;
+            target.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether two streams are one open file or pipe (`cmd >log 2>&1`, `2>&1 |`).
+pub fn same_file(a: &impl AsFd, b: &impl AsFd) -> bool {
+    use nix::sys::stat::fstat;
+    match (fstat(a.as_fd()), fstat(b.as_fd())) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
+}
+
+/// The most one read of the command's output takes.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The first read's buffer. Most commands print little or nothing, and a
+/// buffer of [`READ_CHUNK`] from the start was zeroed and faulted in for
+/// each stream of every run (16 pages each, 4% of a first run's
+/// instructions); a read that fills this one grows it.
+const FIRST_READ: usize = 4096;
+
+/// Copies a pipe to `to` as it comes, keeping the last `capture` bytes.
+/// Memory stays bounded: one read buffer plus the capture.
+pub fn pump(
+    mut from: impl Read,
+    to: &mut File,
+    capture: usize,
+    gone: &AtomicBool,
+) -> (Vec<u8>, bool) {
+    let mut buffer = vec![0u8; FIRST_READ];
+    let mut tail = Tail::new(capture);
+    loop {
+        let read = match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        tail.push(&buffer[..read]);
+        if to.write_all(&buffer[..read]).is_err() {
+            // Our reader went away (EPIPE): close the pipe so the command
+            // learns it too, as it would writing to that reader directly.
+            gone.store(true, Ordering::Relaxed);
+            break;
+        }
+        if read == buffer.len() && read < READ_CHUNK {
+            buffer.resize(READ_CHUNK, 0);
+        }
+    }
+    tail.into_bytes()
+}
+
+/// The last `capacity` bytes of a stream, in a ring of that size.
+struct Tail {
+    capacity: usize,
+    bytes: VecDeque<u8>,
+    /// Bytes were dropped from the front.
+    cut: bool,
+}
+
+impl Tail {
+    fn new(capacity: usize) -> Tail {
+        // Sized once: pages that a short output never reaches stay unmapped.
+        Tail {
+            capacity,
+            bytes: VecDeque::with_capacity(capacity),
+            cut: false,
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.cut |= self.bytes.len() + chunk.len() > self.capacity;
+        let chunk = &chunk[chunk.len().saturating_sub(self.capacity)..];
+        let excess = (self.bytes.len() + chunk.len()).saturating_sub(self.capacity);
+        self.bytes.drain(..excess);
+        self.bytes.extend(chunk);
+    }
+
+    fn into_bytes(self) -> (Vec<u8>, bool) {
+        (self.bytes.into(), self.cut)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tail;
+
+    #[test]
+    fn tail_keeps_the_last_bytes() {
+        let mut tail = Tail::new(4);
+        for chunk in [&b"abc"[..], b"defgh", b"ij", b"klmnopqrstu"] {
+            tail.push(chunk);
+        }
+        assert_eq!(tail.into_bytes(), (b"rstu".to_vec(), true));
+        let mut none = Tail::new(0);
+        none.push(b"abc");
+        assert_eq!(none.into_bytes(), (Vec::new(), true));
+        let mut whole = Tail::new(8);
+        whole.push(b"12345678");
+        assert_eq!(whole.into_bytes(), (b"12345678".to_vec(), false));
+    }
+}
