@@ -58,7 +58,7 @@ use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;
 pub use inspect::PostgresInspector;
 use migrate::session_settings;
-use rows::query_head;
+use rows::{query_head, time};
 use tx::Tx;
 
 pub struct PostgresLedger {
@@ -212,7 +212,7 @@ impl Ledger for PostgresLedger {
     }
 
     fn now(&mut self) -> Result<Timestamp> {
-        self.retrying(|client| client.query_typed_one("SELECT now()", &[])?.try_get(0))
+        self.retrying(|client| time(&client.query_typed_one("SELECT now() AS now", &[])?, "now"))
             .map_err(|error| self.fail("read the clock of", &error))
     }
 

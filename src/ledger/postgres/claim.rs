@@ -90,7 +90,7 @@ pub(super) fn attempt_started(
              SELECT id, $4, now() FROM r
              ON CONFLICT (run, n) DO NOTHING
          )
-         SELECT (SELECT count(*) FROM r),
+         SELECT (SELECT count(*) FROM r) AS started,
                 set_config('synchronous_commit', 'off', true)",
         typed![
             &claim.key => TEXT,
@@ -99,7 +99,7 @@ pub(super) fn attempt_started(
             &(number as i32) => INT4,
         ],
     )?;
-    Ok(row.try_get::<_, i64>(0)? == 1)
+    Ok(row.try_get::<_, i64>("started")? == 1)
 }
 
 /// Starts the new run of `key` (its row locked) and makes it the key's
@@ -153,5 +153,5 @@ async fn start_run(
             ],
         )
         .await?;
-    row.try_get(0)
+    row.try_get("epoch")
 }

@@ -30,7 +30,7 @@ impl PostgresLedger {
     /// The schema's version; 0 when there is no schema yet.
     pub(super) fn version(client: &mut Client) -> Result<i32, tokio_postgres::Error> {
         match client.query_typed("SELECT version FROM idem.version", &[]) {
-            Ok(rows) => rows.first().map_or(Ok(0), |row| row.try_get(0)),
+            Ok(rows) => rows.first().map_or(Ok(0), |row| row.try_get("version")),
             Err(error)
                 if error.code() == Some(&SqlState::UNDEFINED_TABLE)
                     || error.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
@@ -58,7 +58,7 @@ impl PostgresLedger {
             Ok(messages) => Ok(messages
                 .iter()
                 .find_map(|message| match message {
-                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get("version"),
                     _ => None,
                 })
                 .and_then(|version| version.parse().ok())

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::super::{Attempt, Claim, HookRun, Outcome};
 use super::begin;
 use super::client::{Client, Transaction, READ_COMMITTED};
-use super::tx::{job_after, job_of_run, release_locks, save_job, JOB_OF_RUN_COUNT, RELEASE_OWNER};
+use super::tx::{job_after, job_of_run, release_locks, save_job, RELEASE_OWNER};
 
 /// Records a non-final attempt; false when the claim's epoch no longer
 /// holds the key.
@@ -183,14 +183,13 @@ async fn record_outcome(
             ],
         )
         .await?;
-    let at = JOB_OF_RUN_COUNT;
-    if !row.try_get::<_, bool>(at + 1)? {
+    if !row.try_get::<_, bool>("held")? {
         return Ok(None);
     }
     Ok(Some(Recorded {
-        recorded: row.try_get(at + 2)?,
-        ended: row.try_get(at + 3)?,
-        job: row.try_get::<_, bool>(at)?.then_some(row),
+        recorded: row.try_get("recorded")?,
+        ended: row.try_get("ended")?,
+        job: row.try_get::<_, bool>("has_job")?.then_some(row),
     }))
 }
 
@@ -198,30 +197,31 @@ async fn record_outcome(
 fn record_outcome_sql() -> String {
     format!(
         "WITH k AS (
-         SELECT 1 FROM idem.keys WHERE key = $6 AND epoch = $15 FOR UPDATE
-     ), a AS (
-         INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
-             signal, timed_out, stdout_tail, stderr_tail, cut)
-         SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
-         FROM idem.runs WHERE run_id = $1 AND $13 AND EXISTS (SELECT 1 FROM k)
-         ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
-             signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
-             cut = $14
-     ), r AS (
-         UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
-             finished_at = now(), attempts = greatest(attempts, $5)
-         WHERE run_id = $1 AND status = 'running' AND EXISTS (SELECT 1 FROM k)
-         RETURNING id
-     ), o AS (
-         UPDATE idem.keys SET {RELEASE_OWNER}
-         WHERE key = $6 AND EXISTS (SELECT 1 FROM k)
-     ), j AS ({job})
-     SELECT j.*, j.job IS NOT NULL, EXISTS (SELECT 1 FROM k),
-         (SELECT count(*) FROM r) = 1
-             OR EXISTS (SELECT 1 FROM idem.runs
-                        WHERE run_id = $1 AND status = $2 AND exit_code = $3),
-         (SELECT count(*) FROM r) = 1
-     FROM (SELECT 1) one LEFT JOIN j ON true",
+                 SELECT 1 FROM idem.keys WHERE key = $6 AND epoch = $15 FOR UPDATE
+             ), a AS (
+                 INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
+                     signal, timed_out, stdout_tail, stderr_tail, cut)
+                 SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
+                 FROM idem.runs WHERE run_id = $1 AND $13 AND EXISTS (SELECT 1 FROM k)
+                 ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
+                     signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
+                     cut = $14
+             ), r AS (
+                 UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
+                     finished_at = now(), attempts = greatest(attempts, $5)
+                 WHERE run_id = $1 AND status = 'running' AND EXISTS (SELECT 1 FROM k)
+                 RETURNING id
+             ), o AS (
+                 UPDATE idem.keys SET {RELEASE_OWNER}
+                 WHERE key = $6 AND EXISTS (SELECT 1 FROM k)
+             ), j AS ({job})
+             SELECT j.*, j.job IS NOT NULL AS has_job, EXISTS (SELECT 1 FROM k) AS held,
+                 (SELECT count(*) FROM r) = 1
+                     OR EXISTS (SELECT 1 FROM idem.runs
+                                WHERE run_id = $1 AND status = $2 AND exit_code = $3)
+                     AS recorded,
+                 (SELECT count(*) FROM r) = 1 AS ended
+             FROM (SELECT 1) one LEFT JOIN j ON true",
         job = job_of_run("AND EXISTS (SELECT 1 FROM k)")
     )
 }

@@ -10,7 +10,7 @@ use super::super::columns::{attempt_list, JobCol};
 use super::super::{Attempt, HookRun, JobState, ListFilter, Run, RunAttempts, Tails};
 use super::client::Client;
 use super::glob::glob_to_regex;
-use super::rows::{attempt_from_row, job_from_row, run_from_row, RunCol};
+use super::rows::{attempt_from_row, job_from_row, run_from_row, time, unsigned, RunCol};
 
 /// Runs chosen by `filter`, newest first.
 pub(super) fn list(
@@ -65,9 +65,10 @@ pub(super) fn history(
     key: &str,
     limit: u32,
 ) -> Result<(Vec<RunAttempts>, u64), tokio_postgres::Error> {
-    let total: i64 = client
-        .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[&key])?
-        .try_get(0)?;
+    let total = client.query_one(
+        "SELECT count(*) AS runs FROM idem.runs WHERE key = $1",
+        &[&key],
+    )?;
     let runs = client.query(
         &format!(
             "SELECT {} FROM idem.runs r WHERE r.key = $1
@@ -99,7 +100,7 @@ pub(super) fn history(
         let (id, run) = run_from_row(row)?;
         history.push((run, by_run.remove(&id).unwrap_or_default()));
     }
-    Ok((history, total.max(0) as u64))
+    Ok((history, unsigned(&total, "runs")?))
 }
 
 /// The output tails of attempt `number` of run `run_id`, or of its last.
@@ -118,9 +119,13 @@ pub(super) fn output(
     )?;
     row.map(|row| {
         Ok(Tails {
-            stdout: row.try_get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
-            stderr: row.try_get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
-            cut: row.try_get(2)?,
+            stdout: row
+                .try_get::<_, Option<Vec<u8>>>("stdout_tail")?
+                .unwrap_or_default(),
+            stderr: row
+                .try_get::<_, Option<Vec<u8>>>("stderr_tail")?
+                .unwrap_or_default(),
+            cut: row.try_get("cut")?,
         })
     })
     .transpose()
@@ -139,9 +144,9 @@ pub(super) fn hooks(
     rows.iter()
         .map(|row| {
             Ok(HookRun {
-                event: row.try_get(0)?,
-                exit_code: row.try_get(1)?,
-                at: row.try_get(2)?,
+                event: row.try_get("event")?,
+                exit_code: row.try_get("exit_code")?,
+                at: time(row, "at")?,
             })
         })
         .collect()
@@ -166,19 +171,19 @@ pub(super) fn jobs(
         .map(job_from_row)
         .collect::<Result<Vec<_>, _>>()?;
     let live = client.query(
-        "SELECT r.job, count(*) FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+        "SELECT r.job, count(*) AS live FROM idem.keys k JOIN idem.runs r ON r.id = k.head
          WHERE r.status = 'running' AND k.lease_until >= clock_timestamp()
          GROUP BY r.job",
         &[],
     )?;
     for row in &live {
-        let job: Option<String> = row.try_get(0)?;
-        let count: i64 = row.try_get(1)?;
+        let job: Option<String> = row.try_get("job")?;
+        let live = unsigned(row, "live")?;
         if let Some(state) = jobs
             .iter_mut()
             .find(|state| Some(&state.job) == job.as_ref())
         {
-            state.live = count.max(0) as u64;
+            state.live = live;
         }
     }
     Ok(jobs)
@@ -196,6 +201,6 @@ pub(super) fn keys_matching(
             &[&regex],
         )?
         .iter()
-        .map(|row| row.try_get(0))
+        .map(|row| row.try_get("key"))
         .collect()
 }
