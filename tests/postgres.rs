@@ -541,6 +541,39 @@ fn postgres_import_moves_a_sqlite_ledger() {
 }
 
 #[test]
+fn postgres_a_count_below_zero_is_an_error_naming_the_ledger() {
+    let Some(pg) = Pg::new("postgres_a_count_below_zero_is_an_error_naming_the_ledger") else {
+        return;
+    };
+    pg.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    // idem never writes one; a ledger changed by hand may hold one all the
+    // same, and it must not be read as some other count.
+    pg.server.sql("idem", "UPDATE idem.runs SET attempts = -3");
+    for args in [
+        &["ledger", "list"][..],
+        &["ledger", "show", "k"],
+        &["ledger", "export"],
+        &["run", "--key", "k", "--", "true"],
+    ] {
+        pg.env
+            .cmd(args.iter().copied())
+            .db(pg.url())
+            .expect_code(125)
+            .stderr_has("ledger postgresql://")
+            .stderr_has("a stored value cannot be read (the number -3 is out of range)")
+            .stderr_one_line();
+    }
+    pg.server.sql(
+        "idem",
+        "UPDATE idem.runs SET attempts = 1; UPDATE idem.jobs SET failures = -1",
+    );
+    pg.cmd(["status"])
+        .expect_code(125)
+        .stderr_has("a stored value cannot be read (the number -1 is out of range)")
+        .stderr_one_line();
+}
+
+#[test]
 fn postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one() {
     let Some(pg) = Pg::new("postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one")
     else {

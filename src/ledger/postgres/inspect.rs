@@ -7,7 +7,8 @@ use super::client::Client;
 use super::super::inspect::{Inspect, Schema};
 use super::super::Owner;
 use super::rows::running_heads;
-use super::{connect, PostgresLedger, LATEST};
+use super::schema::LATEST;
+use super::{connect, PostgresLedger};
 
 pub struct PostgresInspector {
     client: Client,

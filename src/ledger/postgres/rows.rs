@@ -2,12 +2,13 @@
 //! each column read by its name in one select list, with `try_get`
 //! throughout (a schema changed behind idem's back is an error to report,
 //! never a panic). A stored value that cannot be read (an unknown status,
-//! a time out of range) is an [`Unreadable`] error, which `fail` words as
-//! SQLite's are; never a made-up value in its place.
+//! a time out of range, a count below zero) is an [`Unreadable`] error,
+//! which `fail` words as SQLite's are; never a made-up value in its place.
 
 use std::error::Error;
 
 use jiff::Timestamp;
+use tokio_postgres::row::RowIndex;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::Row;
 
@@ -56,12 +57,59 @@ impl<'a> FromSql<'a> for Stamp {
     }
 }
 
-fn time(row: &Row, at: usize) -> Result<Timestamp, tokio_postgres::Error> {
+/// A stored integer that idem keeps unsigned (a count, a number, a pid),
+/// read as [`Unreadable`] when it does not fit: below zero, or too large.
+struct Unsigned<T>(T);
+
+impl<'a, T: TryFrom<i64>> FromSql<'a> for Unsigned<T> {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Unsigned<T>, FromSqlError> {
+        let value = match *ty {
+            Type::INT2 => i64::from(i16::from_sql(ty, raw)?),
+            Type::INT4 => i64::from(i32::from_sql(ty, raw)?),
+            _ => i64::from_sql(ty, raw)?,
+        };
+        T::try_from(value)
+            .map(Unsigned)
+            .map_err(|_| Unreadable(format!("the number {value} is out of range")).into())
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(*ty, Type::INT2 | Type::INT4 | Type::INT8)
+    }
+}
+
+pub(super) fn time<I>(row: &Row, at: I) -> Result<Timestamp, tokio_postgres::Error>
+where
+    I: RowIndex + std::fmt::Display,
+{
     Ok(row.try_get::<_, Stamp>(at)?.0)
 }
 
-fn maybe_time(row: &Row, at: usize) -> Result<Option<Timestamp>, tokio_postgres::Error> {
+pub(super) fn maybe_time<I>(row: &Row, at: I) -> Result<Option<Timestamp>, tokio_postgres::Error>
+where
+    I: RowIndex + std::fmt::Display,
+{
     Ok(row.try_get::<_, Option<Stamp>>(at)?.map(|stamp| stamp.0))
+}
+
+/// Reads column `at` as an unsigned `T` (see [`Unsigned`]).
+pub(super) fn unsigned<T, I>(row: &Row, at: I) -> Result<T, tokio_postgres::Error>
+where
+    T: TryFrom<i64>,
+    I: RowIndex + std::fmt::Display,
+{
+    Ok(row.try_get::<_, Unsigned<T>>(at)?.0)
+}
+
+/// Reads column `at`, which may be NULL, as an unsigned `T`.
+pub(super) fn maybe_unsigned<T, I>(row: &Row, at: I) -> Result<Option<T>, tokio_postgres::Error>
+where
+    T: TryFrom<i64>,
+    I: RowIndex + std::fmt::Display,
+{
+    Ok(row
+        .try_get::<_, Option<Unsigned<T>>>(at)?
+        .map(|value| value.0))
 }
 
 select_list! {
@@ -103,11 +151,11 @@ pub(super) fn run_from_row(row: &Row) -> Result<(i64, Run), tokio_postgres::Erro
         status: row.try_get(RunCol::Status.at())?,
         exit_code: row.try_get(RunCol::ExitCode.at())?,
         signal: row.try_get(RunCol::Signal.at())?,
-        attempts: row.try_get::<_, i32>(RunCol::Attempts.at())?.max(0) as u32,
+        attempts: unsigned(row, RunCol::Attempts.at())?,
         started_at: time(row, RunCol::StartedAt.at())?,
         finished_at: maybe_time(row, RunCol::FinishedAt.at())?,
         host: row.try_get(RunCol::Host.at())?,
-        pid: row.try_get::<_, i64>(RunCol::Pid.at())? as u32,
+        pid: unsigned(row, RunCol::Pid.at())?,
         command: decode_command(row.try_get::<_, &[u8]>(RunCol::Command.at())?),
         shell: row.try_get(RunCol::Shell.at())?,
         recovered: row.try_get(RunCol::Recovered.at())?,
@@ -125,7 +173,7 @@ pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), tokio_postgr
             .unwrap_or_default())
     };
     let attempt = Attempt {
-        number: row.try_get::<_, i32>(AttemptCol::Number.at())?.max(0) as u32,
+        number: unsigned(row, AttemptCol::Number.at())?,
         started_at: Some(time(row, AttemptCol::StartedAt.at())?),
         finished_at: maybe_time(row, AttemptCol::FinishedAt.at())?,
         exit_code: row.try_get(AttemptCol::ExitCode.at())?,
@@ -148,18 +196,14 @@ pub(super) fn owner_from_row(
     Ok(Owner {
         host: run.host.clone(),
         pid: run.pid,
-        pgid: row
-            .try_get::<_, Option<i64>>(at + OwnerCol::Pgid.at())?
-            .map(|pgid| pgid as u32),
+        pgid: maybe_unsigned(row, at + OwnerCol::Pgid.at())?,
         alive: Some(!expired),
     })
 }
 
 /// Reads a [`JobCol`] list.
 pub(super) fn job_from_row(row: &Row) -> Result<JobState, tokio_postgres::Error> {
-    let count = |col: JobCol| -> Result<u64, tokio_postgres::Error> {
-        Ok(row.try_get::<_, i64>(col.at())?.max(0) as u64)
-    };
+    let count = |col: JobCol| -> Result<u64, tokio_postgres::Error> { unsigned(row, col.at()) };
     Ok(JobState {
         job: row.try_get(JobCol::Job.at())?,
         template: row.try_get(JobCol::Template.at())?,
@@ -189,6 +233,15 @@ pub(super) fn job_from_row(row: &Row) -> Result<JobState, tokio_postgres::Error>
     })
 }
 
+select_list! {
+    /// What a head is read with, after a [`RunCol`] and an [`OwnerCol`]
+    /// list: the database's clock, and when the run's job was last called.
+    pub(super) enum HeadCol {
+        ReadAt = "now()",
+        CheckedAt = "j.checked_at",
+    }
+}
+
 /// The key's head with its row id, its owner judged by its lease on the
 /// database's clock.
 pub(super) async fn query_head(
@@ -198,11 +251,12 @@ pub(super) async fn query_head(
     let row = db
         .query_typed_opt(
             &format!(
-                "SELECT {}, {}, now(), j.checked_at
+                "SELECT {}, {}, {}
              FROM idem.keys k JOIN idem.runs r ON r.id = k.head
              LEFT JOIN idem.jobs j ON j.job = r.job WHERE k.key = $1",
                 RunCol::LIST,
-                OwnerCol::LIST
+                OwnerCol::LIST,
+                HeadCol::LIST
             ),
             &[(&key, Type::TEXT)],
         )
@@ -215,11 +269,11 @@ pub(super) async fn query_head(
         Status::Running => Some(owner_from_row(&row, RunCol::COUNT, &run)?),
         _ => None,
     };
-    let read_at = RunCol::COUNT + OwnerCol::COUNT;
+    let at = RunCol::COUNT + OwnerCol::COUNT;
     let head = Head {
         owner,
-        read_at: Some(time(&row, read_at)?),
-        checked_at: maybe_time(&row, read_at + 1)?,
+        read_at: Some(time(&row, at + HeadCol::ReadAt.at())?),
+        checked_at: maybe_time(&row, at + HeadCol::CheckedAt.at())?,
         run,
     };
     Ok(Some((id, head)))

@@ -13,7 +13,7 @@ use super::super::columns::JobCol;
 use super::super::rules::{self, KeyFigures};
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
 use super::client::Transaction;
-use super::rows::{job_from_row, query_head, run_from_row, RunCol};
+use super::rows::{job_from_row, maybe_time, query_head, run_from_row, time, unsigned, RunCol};
 
 /// Frees a key's owner columns but its lease's end (see [`RELEASE_OWNER`]).
 macro_rules! owner_gone {
@@ -56,7 +56,7 @@ impl rules::Tx for Tx<'_, '_> {
                 &[&keys],
             )?
             .iter()
-            .map(|row| row.try_get(0))
+            .map(|row| row.try_get("key"))
             .collect()
     }
 
@@ -77,11 +77,11 @@ impl rules::Tx for Tx<'_, '_> {
     }
 
     fn count_runs(&mut self, key: &str) -> Result<u64, tokio_postgres::Error> {
-        let runs: i64 = self
-            .tx
-            .query_one("SELECT count(*) FROM idem.runs WHERE key = $1", &[&key])?
-            .try_get(0)?;
-        Ok(runs.max(0) as u64)
+        let row = self.tx.query_one(
+            "SELECT count(*) AS runs FROM idem.runs WHERE key = $1",
+            &[&key],
+        )?;
+        unsigned(&row, "runs")
     }
 
     fn mark_abandoned(&mut self, run: i64) -> Result<(), tokio_postgres::Error> {
@@ -92,7 +92,7 @@ impl rules::Tx for Tx<'_, '_> {
             &[(&run, Type::INT8)],
         )?;
         if let Some(row) = abandoned {
-            let run_id: Uuid = row.try_get(0)?;
+            let run_id: Uuid = row.try_get("run_id")?;
             job_outcome(self.tx, run_id, Status::Abandoned, None)?;
             self.tx
                 .pipeline(async |db| release_locks(db, run_id).await)?;
@@ -143,7 +143,7 @@ impl rules::Tx for Tx<'_, '_> {
                 "SELECT id, status FROM idem.runs WHERE run_id = $1",
                 &[(&run_id, Type::UUID)],
             )?
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .map(|row| Ok((row.try_get("id")?, row.try_get("status")?)))
             .transpose()
     }
 
@@ -172,7 +172,7 @@ impl rules::Tx for Tx<'_, '_> {
                     &run.job,
                 ],
             )?
-            .try_get(0)
+            .try_get("id")
     }
 
     fn replace_outcome(&mut self, id: i64, run: &Run) -> Result<(), tokio_postgres::Error> {
@@ -227,12 +227,13 @@ impl rules::Tx for Tx<'_, '_> {
         id: i64,
     ) -> Result<(Option<Status>, Option<Timestamp>), tokio_postgres::Error> {
         let row = self.tx.query_one(
-            "SELECT (SELECT status FROM idem.runs WHERE id = k.head),
+            "SELECT (SELECT status FROM idem.runs WHERE id = k.head) AS head_status,
                     (SELECT max(started_at) FROM idem.runs WHERE key = k.key AND id <> $2)
+                        AS latest
              FROM idem.keys k WHERE k.key = $1",
             &[&key, &id],
         )?;
-        Ok((row.try_get(0)?, row.try_get(1)?))
+        Ok((row.try_get("head_status")?, maybe_time(&row, "latest")?))
     }
 
     fn adopt_head(&mut self, key: &str, id: i64) -> Result<(), tokio_postgres::Error> {
@@ -254,23 +255,20 @@ impl rules::Tx for Tx<'_, '_> {
                 &[&before],
             )?
             .iter()
-            .map(|row| row.try_get(0))
+            .map(|row| row.try_get("id"))
             .collect::<Result<_, _>>()?;
         Ok(self.marked.len() as u64)
     }
 
     fn marked_output(&mut self) -> Result<(u64, u64), tokio_postgres::Error> {
         let stats = self.tx.query_one(
-            "SELECT count(*),
+            "SELECT count(*) AS attempts,
                     coalesce(sum(octet_length(stdout_tail)), 0)
-                        + coalesce(sum(octet_length(stderr_tail)), 0)
+                        + coalesce(sum(octet_length(stderr_tail)), 0) AS bytes
              FROM idem.attempts WHERE run = ANY($1)",
             &[&self.marked],
         )?;
-        Ok((
-            stats.try_get::<_, i64>(0)?.max(0) as u64,
-            stats.try_get::<_, i64>(1)?.max(0) as u64,
-        ))
+        Ok((unsigned(&stats, "attempts")?, unsigned(&stats, "bytes")?))
     }
 
     fn delete_marked(&mut self) -> Result<(), tokio_postgres::Error> {
@@ -301,13 +299,13 @@ impl rules::Tx for Tx<'_, '_> {
                  SELECT DISTINCT ON (key) key, id FROM idem.runs
                  ORDER BY key, started_at DESC, id DESC
              )
-             SELECT k.key, last.id, ok.finished,
-                 count(*) FILTER (WHERE r.status = 'running'),
-                 count(*) FILTER (WHERE r.status = 'succeeded'),
-                 count(*) FILTER (WHERE r.status = 'failed'),
-                 count(*) FILTER (WHERE r.status = 'abandoned'),
+             SELECT k.key, last.id AS last, ok.finished AS last_success,
+                 count(*) FILTER (WHERE r.status = 'running') AS running,
+                 count(*) FILTER (WHERE r.status = 'succeeded') AS succeeded,
+                 count(*) FILTER (WHERE r.status = 'failed') AS failed,
+                 count(*) FILTER (WHERE r.status = 'abandoned') AS abandoned,
                  count(*) FILTER (WHERE r.status IN ('failed', 'abandoned')
-                     AND r.started_at > coalesce(ok.started, '-infinity'))
+                     AND r.started_at > coalesce(ok.started, '-infinity')) AS failures
              FROM idem.keys k
              JOIN idem.runs r ON r.key = k.key
              JOIN last ON last.key = k.key
@@ -316,22 +314,18 @@ impl rules::Tx for Tx<'_, '_> {
              ORDER BY k.key COLLATE \"C\"",
             &[],
         )?;
-        let count =
-            |row: &tokio_postgres::Row, index: usize| -> Result<u64, tokio_postgres::Error> {
-                Ok(row.try_get::<_, i64>(index)?.max(0) as u64)
-            };
         rows.iter()
             .map(|row| {
                 Ok(KeyFigures {
-                    key: row.try_get(0)?,
-                    last: row.try_get(1)?,
-                    last_success: row.try_get(2)?,
-                    failures: count(row, 7)?,
+                    key: row.try_get("key")?,
+                    last: row.try_get("last")?,
+                    last_success: maybe_time(row, "last_success")?,
+                    failures: unsigned(row, "failures")?,
                     runs: [
-                        count(row, 3)?,
-                        count(row, 4)?,
-                        count(row, 5)?,
-                        count(row, 6)?,
+                        unsigned(row, "running")?,
+                        unsigned(row, "succeeded")?,
+                        unsigned(row, "failed")?,
+                        unsigned(row, "abandoned")?,
                     ],
                 })
             })
@@ -372,22 +366,29 @@ pub(super) fn job_outcome(
     }
 }
 
-/// The job of run `$1` (its figures, locked, at [`JobCol`]'s places), the
-/// database's `now()`, and the run's key and start after them; `also`
-/// narrows the run (`AND ...`).
+select_list! {
+    /// What [`job_of_run`] reads after a job's [`JobCol`] list: the
+    /// database's clock, and the run's key and start.
+    pub(super) enum RunJobCol {
+        Now = "now()",
+        Key = "r.run_key",
+        Started = "r.run_started",
+    }
+}
+
+/// The job of run `$1` (its figures, locked, at [`JobCol`]'s places), then
+/// a [`RunJobCol`] list; `also` narrows the run (`AND ...`).
 pub(super) fn job_of_run(also: &str) -> String {
     format!(
-        "SELECT {}, now(), r.run_key, r.run_started
+        "SELECT {}, {}
          FROM (SELECT job AS run_job, key AS run_key, started_at AS run_started
                FROM idem.runs WHERE run_id = $1 {also}) r
          JOIN idem.jobs ON idem.jobs.job = r.run_job
          FOR UPDATE OF jobs",
-        JobCol::LIST
+        JobCol::LIST,
+        RunJobCol::LIST
     )
 }
-
-/// Columns of [`job_of_run`]'s row.
-pub(super) const JOB_OF_RUN_COUNT: usize = JobCol::COUNT + 3;
 
 /// The figures of a job after its run ended `status`, from the row
 /// [`job_of_run`] read; [`save_job`] writes them.
@@ -397,15 +398,17 @@ pub(super) fn job_after(
     exit: Option<i32>,
 ) -> Result<JobState, tokio_postgres::Error> {
     let mut state = job_from_row(row)?;
-    let now = row.try_get(JobCol::COUNT)?;
-    let key: String = row.try_get(JobCol::COUNT + 1)?;
+    let at = |col: RunJobCol| JobCol::COUNT + col.at();
+    let now = time(row, at(RunJobCol::Now))?;
+    let key: String = row.try_get(at(RunJobCol::Key))?;
     state.runs[0] = state.runs[0].saturating_sub(1);
     let index = Status::ALL
         .iter()
         .position(|each| *each == status)
         .unwrap_or(0);
     state.runs[index] += 1;
-    state.outcome(&key, status, row.try_get(JobCol::COUNT + 2)?, exit, now);
+    let started = time(row, at(RunJobCol::Started))?;
+    state.outcome(&key, status, started, exit, now);
     Ok(state)
 }
 
@@ -430,12 +433,12 @@ fn load_job(
 ) -> Result<(JobState, Timestamp), tokio_postgres::Error> {
     let row = tx.query_typed_one(
         &format!(
-            "SELECT {}, now() FROM idem.jobs WHERE job = $1 FOR UPDATE",
+            "SELECT {}, now() AS now FROM idem.jobs WHERE job = $1 FOR UPDATE",
             JobCol::LIST
         ),
         typed![&job => TEXT],
     )?;
-    Ok((job_from_row(&row)?, row.try_get(JobCol::COUNT)?))
+    Ok((job_from_row(&row)?, time(&row, "now")?))
 }
 
 pub(super) async fn save_job(

@@ -1,0 +1,157 @@
+//! A claim of a key, in one short transaction: the key's row locked (made
+//! if need be), its head read, the run logic's plan applied, and the new
+//! run started under a new epoch and lease; then the record of each
+//! attempt's start, fenced by that epoch.
+
+use futures_util::future::{try_join, try_join3};
+
+use super::super::rules;
+use super::super::{encode_command, Claim, Head, NewRun, Plan};
+use super::client::{Client, Transaction, READ_COMMITTED};
+use super::interval;
+use super::rows::query_head;
+use super::tx::{owner_gone, Tx};
+
+/// Claims `key` if `plan` asks for it, having seen its head.
+pub(super) fn claim(
+    client: &mut Client,
+    key: &str,
+    plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
+) -> Result<Option<Claim>, tokio_postgres::Error> {
+    // Begins; creates the key's row, or locks it without writing (a
+    // conflicting row is locked even when WHERE is false); reads the
+    // head: one round trip. Every claimer of the key queues at the
+    // lock. The server runs a pipeline's statements one after the
+    // other, so the head's statement starts after the lock is taken
+    // and sees the last commit.
+    let mut tx = Transaction::pipelined(client);
+    let head = tx.pipeline(async |db| {
+        let ((), _, head) = try_join3(
+            db.batch_execute(READ_COMMITTED),
+            db.execute_typed(
+                "INSERT INTO idem.keys (key) VALUES ($1)
+                 ON CONFLICT (key) DO UPDATE SET epoch = idem.keys.epoch WHERE false",
+                typed![&key => TEXT],
+            ),
+            query_head(db, key),
+        )
+        .await?;
+        Ok(head)
+    })?;
+    // A shared ledger's liveness is the lease alone: nothing lingers.
+    let plan = plan(head.as_ref().map(|(_, head)| head), false);
+    if let (true, Some((id, _))) = (plan.abandon_head, &head) {
+        rules::Tx::mark_abandoned(&mut Tx::new(&mut tx), *id)?;
+    }
+    let Some(new) = plan.claim else {
+        tx.commit()?;
+        return Ok(None);
+    };
+    // The run and the commit: one round trip.
+    let epoch = tx.pipeline(async |db| {
+        let (epoch, ()) = try_join(start_run(db, key, &new), db.batch_execute("COMMIT")).await?;
+        Ok(epoch)
+    })?;
+    tx.committed();
+    Ok(Some(Claim {
+        key: key.to_owned(),
+        run_id: new.run_id,
+        token: epoch,
+        fence: epoch,
+        hold: None,
+        locks: Vec::new(),
+    }))
+}
+
+/// Records that attempt `number` of the claimed run starts, its command in
+/// process group `pgid`; false when the claim's epoch no longer holds the
+/// key.
+pub(super) fn attempt_started(
+    client: &mut Client,
+    claim: &Claim,
+    number: u32,
+    pgid: u32,
+) -> Result<bool, tokio_postgres::Error> {
+    // One statement, fenced by the epoch: the key's row is updated
+    // (and locked) only while the claim is still this run's. It is
+    // bookkeeping that matters only while this host stays up, so
+    // its commit does not wait for the server's disk.
+    let row = client.query_typed_one(
+        "WITH k AS (
+             UPDATE idem.keys SET owner_pgid = $3
+             WHERE key = $1 AND epoch = $2
+             RETURNING head
+         ), r AS (
+             UPDATE idem.runs SET attempts = $4
+             WHERE id = (SELECT head FROM k) AND status = 'running'
+             RETURNING id
+         ), a AS (
+             INSERT INTO idem.attempts (run, n, started_at)
+             SELECT id, $4, now() FROM r
+             ON CONFLICT (run, n) DO NOTHING
+         )
+         SELECT (SELECT count(*) FROM r) AS started,
+                set_config('synchronous_commit', 'off', true)",
+        typed![
+            &claim.key => TEXT,
+            &claim.token => INT8,
+            &i64::from(pgid) => INT8,
+            &(number as i32) => INT4,
+        ],
+    )?;
+    Ok(row.try_get::<_, i64>("started")? == 1)
+}
+
+/// Starts the new run of `key` (its row locked) and makes it the key's
+/// head under a new epoch and lease: the epoch.
+async fn start_run(
+    db: &tokio_postgres::Client,
+    key: &str,
+    new: &NewRun,
+) -> Result<i64, tokio_postgres::Error> {
+    // One statement, one round trip. The key's row is locked already, so
+    // the job's row is the only lock it takes: every writer takes them in
+    // that order (key, then job), so none waits on another in a circle.
+    let row = db
+        .query_typed_one(
+            concat!(
+                "WITH job AS (
+                 INSERT INTO idem.jobs (job, template, zone, host, command, shell, first_run,
+                     last_run, last_status, checked_at, running)
+                 VALUES ($9, $10, $11, $3, $5, $6, now(), now(), 'running', now(), 1)
+                 ON CONFLICT (job) DO UPDATE SET template = excluded.template,
+                     zone = excluded.zone, host = excluded.host, command = excluded.command,
+                     shell = excluded.shell,
+                     first_run = coalesce(idem.jobs.first_run, now()), last_run = now(),
+                     last_status = 'running', last_exit = NULL, checked_at = now(),
+                     running = idem.jobs.running + 1
+             ), run AS (
+                 INSERT INTO idem.runs (run_id, key, status, started_at, host, pid,
+                     command, shell, recovered, job)
+                 VALUES ($2, $1, 'running', now(), $3, $4, $5, $6, $7, $9)
+                 RETURNING id
+             )
+             UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'), ",
+                owner_gone!(),
+                ", lease = $8::text::interval,
+                 lease_until = clock_timestamp() + $8::text::interval
+             FROM run WHERE idem.keys.key = $1
+             RETURNING idem.keys.epoch"
+            ),
+            typed![
+                &key => TEXT,
+                &new.run_id => UUID,
+                &new.host => TEXT,
+                &i64::from(new.pid) => INT8,
+                &encode_command(&new.command) => BYTEA,
+                &new.shell => BOOL,
+                &new.recovered => BOOL,
+                &interval(new.lease) => TEXT,
+                &new.job.name => TEXT,
+                &new.job.template => TEXT,
+                &new.job.zone => TEXT,
+            ],
+        )
+        .await?;
+    row.try_get("epoch")
+}
