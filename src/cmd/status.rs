@@ -60,6 +60,7 @@ impl State {
 pub struct JobStatus {
     /// The job's name (`--job`, else the key as typed).
     pub job: String,
+    /// `failing`, `overdue`, `running` or `ok`.
     pub state: State,
     /// The template's finest placeholder (`date`, `hour`...), or null.
     pub period: Option<&'static str>,
@@ -80,8 +81,11 @@ pub struct JobStatus {
     pub missed: Option<u64>,
     /// Its latest outcomes, oldest first, then `running` when one goes on.
     pub strip: Vec<&'static str>,
+    /// Its latest run's argv, lossy where an argument is not UTF-8.
     pub command: Vec<String>,
+    /// That argv ran as one `/bin/sh -c` script.
     pub shell: bool,
+    /// The argv as bytes, for the table.
     #[serde(skip)]
     argv: Vec<OsString>,
 }
@@ -174,9 +178,9 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
         period: period.map(Period::name),
         template: job.template.clone(),
         zone: job.zone.clone(),
-        last_run: job.last_run.map(render::rfc3339),
-        last_success: job.last_success.map(render::rfc3339),
-        last_called: job.checked_at.map(render::rfc3339),
+        last_run: job.last_run.map(render::json::rfc3339),
+        last_success: job.last_success.map(render::json::rfc3339),
+        last_called: job.checked_at.map(render::json::rfc3339),
         failures: job.failures,
         missed,
         strip,

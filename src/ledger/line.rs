@@ -12,7 +12,6 @@
 //! keeps is cut to its end while it is read (see [`Cutter`]). So memory
 //! holds one attempt, whatever the line holds.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::{BufRead, Read};
@@ -27,69 +26,49 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{Attempt, ExportedRun, ImportSink, Run, Status};
+use crate::render::json::{AttemptJson, RunJson};
 
 /// The longest line `import` reads: room for a run of several attempts
 /// with the largest `--capture` of output, while a line of any length in
 /// the input costs no more memory than this.
 pub const MAX_LINE: usize = 16 << 20;
 
-/// The most output of one stream a run keeps (the largest `--capture`).
-const MAX_TAIL: usize = crate::cli::MAX_CAPTURE as usize;
+/// The most output of one stream a run keeps: the largest `--capture`, and
+/// the longest tail `import` takes.
+pub const MAX_CAPTURE: u64 = 1 << 20;
+
+/// [`MAX_CAPTURE`] as a length.
+const MAX_TAIL: usize = MAX_CAPTURE as usize;
 
 // ---- export ------------------------------------------------------------
 
-/// One line of `ledger export`: the run's `list --json` fields, whether it
-/// is its key's head, and its attempts (as in `show --json`).
+/// One line of `ledger export`: the run's `list --json` fields (`head`:
+/// whether it is its key's head in this ledger), then its attempts (as in
+/// `show --json`).
 #[derive(Serialize)]
 struct RunLine<'a> {
-    key: &'a str,
-    job: &'a str,
-    /// The run decides its key.
-    head: bool,
-    run_id: String,
-    status: &'static str,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    attempts: u32,
-    /// RFC 3339 UTC, with milliseconds.
-    started_at: String,
-    finished_at: Option<String>,
-    duration_ms: Option<i64>,
-    host: &'a str,
-    pid: u32,
-    /// argv, lossy where an argument is not UTF-8...
-    command: Vec<Cow<'a, str>>,
-    shell: bool,
-    recovered: bool,
-    /// ...and then every argument base64-encoded.
+    #[serde(flatten)]
+    run: RunJson<'a>,
+    /// When an argument is not UTF-8, every argument base64-encoded: the
+    /// bytes `command` renders lossily.
     #[serde(skip_serializing_if = "Option::is_none")]
     command_base64: Option<Vec<String>>,
+    /// The run's attempts, last in the line so that import can take the
+    /// run before them.
     attempts_detail: Vec<AttemptLine<'a>>,
 }
 
 /// An attempt within a [`RunLine`].
 #[derive(Serialize)]
 struct AttemptLine<'a> {
-    attempt: u32,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    timed_out: bool,
-    /// The output was longer than its tails: they lack its start.
-    output_cut: bool,
-    started_at: Option<String>,
-    finished_at: Option<String>,
-    /// Output, lossy where it is not UTF-8 (JSON strings are Unicode)...
-    stdout_tail: Cow<'a, str>,
-    stderr_tail: Cow<'a, str>,
-    /// ...and then its bytes, base64-encoded.
+    #[serde(flatten)]
+    attempt: AttemptJson<'a>,
+    /// When stdout is not UTF-8, its bytes base64-encoded.
     #[serde(skip_serializing_if = "Option::is_none")]
     stdout_tail_base64: Option<String>,
+    /// When stderr is not UTF-8, its bytes base64-encoded.
     #[serde(skip_serializing_if = "Option::is_none")]
     stderr_tail_base64: Option<String>,
-}
-
-fn rfc3339(time: Timestamp) -> String {
-    format!("{time:.3}")
 }
 
 /// `bytes` base64-encoded when they are not UTF-8.
@@ -107,28 +86,10 @@ pub fn export_line(exported: &ExportedRun) -> serde_json::Result<Vec<u8>> {
         .iter()
         .any(|arg| std::str::from_utf8(arg.as_bytes()).is_err());
     let line = RunLine {
-        key: &run.key,
-        job: &run.job,
-        head: exported.head,
-        run_id: run.run_id.to_string(),
-        status: run.status.as_str(),
-        exit_code: run.exit_code,
-        signal: run.signal,
-        attempts: run.attempts,
-        started_at: rfc3339(run.started_at),
-        finished_at: run.finished_at.map(rfc3339),
-        duration_ms: run
-            .finished_at
-            .map(|end| end.as_millisecond() - run.started_at.as_millisecond()),
-        host: &run.host,
-        pid: run.pid,
-        command: run
-            .command
-            .iter()
-            .map(|arg| String::from_utf8_lossy(arg.as_bytes()))
-            .collect(),
-        shell: run.shell,
-        recovered: run.recovered,
+        run: RunJson {
+            head: exported.head,
+            ..RunJson::from(run)
+        },
         command_base64: binary.then(|| {
             run.command
                 .iter()
@@ -144,15 +105,7 @@ pub fn export_line(exported: &ExportedRun) -> serde_json::Result<Vec<u8>> {
 
 fn attempt_line(attempt: &Attempt) -> AttemptLine<'_> {
     AttemptLine {
-        attempt: attempt.number,
-        exit_code: attempt.exit_code,
-        signal: attempt.signal,
-        timed_out: attempt.timed_out,
-        output_cut: attempt.cut,
-        started_at: attempt.started_at.map(rfc3339),
-        finished_at: attempt.finished_at.map(rfc3339),
-        stdout_tail: String::from_utf8_lossy(&attempt.stdout_tail),
-        stderr_tail: String::from_utf8_lossy(&attempt.stderr_tail),
+        attempt: AttemptJson::from(attempt),
         stdout_tail_base64: base64_unless_text(&attempt.stdout_tail),
         stderr_tail_base64: base64_unless_text(&attempt.stderr_tail),
     }

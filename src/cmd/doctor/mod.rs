@@ -8,13 +8,16 @@ mod sqlite;
 use std::io::Write;
 
 use anyhow::Result;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cli::DoctorArgs;
 use crate::exit;
 use crate::ledger::{Inspect, Location, Owner, Schema};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// How a check stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Level {
     Ok,
     Warn,
@@ -31,12 +34,35 @@ impl Level {
     }
 }
 
-/// One finding: what was checked, how it stands, and what to do.
+/// One finding: what was checked, how it stands, and what to do; as
+/// `doctor --json` prints it.
+#[derive(Serialize)]
 struct Check {
+    /// What was checked (`schema`, `running keys`...).
+    #[serde(rename = "check")]
     name: &'static str,
+    /// `ok`, `warn` or `problem`.
+    #[serde(rename = "status")]
     level: Level,
+    /// How it stands, in words.
     message: String,
+    /// What to do about it; null when nothing is to be done.
     fix: Option<String>,
+}
+
+/// What `doctor --json` prints.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    /// The ledger checked, as `ledger path` prints it.
+    ledger: String,
+    /// No check found a problem.
+    healthy: bool,
+    /// Every check, in the order it was made.
+    checks: &'a [Check],
+    /// What the checks learnt of the ledger on the way (`schema_version`,
+    /// `stuck_keys`, `role`...), each as its own field.
+    #[serde(flatten)]
+    facts: &'a serde_json::Map<String, Value>,
 }
 
 #[derive(Default)]
@@ -79,19 +105,12 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
     };
     let mut out = std::io::stdout().lock();
     if args.json {
-        let mut object = json!({
-            "ledger": location.display(),
-            "healthy": report.healthy(),
-            "checks": report.checks.iter().map(|check| json!({
-                "check": check.name,
-                "status": check.level.as_str(),
-                "message": check.message,
-                "fix": check.fix,
-            })).collect::<Vec<_>>(),
-        });
-        for (name, value) in &report.facts {
-            object[name] = value.clone();
-        }
+        let object = ReportJson {
+            ledger: location.display(),
+            healthy: report.healthy(),
+            checks: &report.checks,
+            facts: &report.facts,
+        };
         writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
     } else {
         writeln!(out, "ledger {}", location.display())?;
