@@ -1,7 +1,9 @@
 //! Runs and attempts for people (tables) and for scripts (JSON).
 
+pub mod doctor;
 pub mod json;
 pub mod show;
+pub mod status;
 pub mod summary;
 
 use std::borrow::Cow;

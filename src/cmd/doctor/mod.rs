@@ -5,66 +5,16 @@
 mod postgres;
 mod sqlite;
 
-use std::io::Write;
-
 use anyhow::Result;
-use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cli::DoctorArgs;
 use crate::exit;
 use crate::ledger::{Inspect, Location, Owner, Schema};
+use crate::render;
+use crate::render::doctor::{Check, Findings, Level};
 
-/// How a check stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum Level {
-    Ok,
-    Warn,
-    Problem,
-}
-
-impl Level {
-    fn as_str(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Problem => "problem",
-        }
-    }
-}
-
-/// One finding: what was checked, how it stands, and what to do; as
-/// `doctor --json` prints it.
-#[derive(Serialize)]
-struct Check {
-    /// What was checked (`schema`, `running keys`...).
-    #[serde(rename = "check")]
-    name: &'static str,
-    /// `ok`, `warn` or `problem`.
-    #[serde(rename = "status")]
-    level: Level,
-    /// How it stands, in words.
-    message: String,
-    /// What to do about it; null when nothing is to be done.
-    fix: Option<String>,
-}
-
-/// What `doctor --json` prints.
-#[derive(Serialize)]
-struct ReportJson<'a> {
-    /// The ledger checked, as `ledger path` prints it.
-    ledger: String,
-    /// No check found a problem.
-    healthy: bool,
-    /// Every check, in the order it was made.
-    checks: &'a [Check],
-    /// What the checks learnt of the ledger on the way (`schema_version`,
-    /// `stuck_keys`, `role`...), each as its own field.
-    #[serde(flatten)]
-    facts: &'a serde_json::Map<String, Value>,
-}
-
+/// The checks made so far, and what they learnt of the ledger.
 #[derive(Default)]
 struct Report {
     checks: Vec<Check>,
@@ -103,40 +53,17 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
         Location::Sqlite(path) => sqlite::examine(path),
         Location::Postgres(url) => postgres::examine(url, &location.display()),
     };
+    let findings = Findings {
+        ledger: location.display(),
+        healthy: report.healthy(),
+        checks: &report.checks,
+        facts: &report.facts,
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
-        let object = ReportJson {
-            ledger: location.display(),
-            healthy: report.healthy(),
-            checks: &report.checks,
-            facts: &report.facts,
-        };
-        writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
+        render::doctor::json(&mut out, &findings)?;
     } else {
-        writeln!(out, "ledger {}", location.display())?;
-        for check in &report.checks {
-            let fix = check
-                .fix
-                .as_ref()
-                .map_or(String::new(), |fix| format!("; {fix}"));
-            writeln!(
-                out,
-                "  {:<8} {}: {}{fix}",
-                check.level.as_str(),
-                check.name,
-                check.message
-            )?;
-        }
-        let problems = report
-            .checks
-            .iter()
-            .filter(|check| check.level == Level::Problem)
-            .count();
-        match problems {
-            0 => writeln!(out, "healthy")?,
-            1 => writeln!(out, "1 problem")?,
-            n => writeln!(out, "{n} problems")?,
-        }
+        render::doctor::text(&mut out, &findings)?;
     }
     Ok(if report.healthy() {
         exit::SUCCESS
