@@ -1,6 +1,9 @@
 //! Runs and attempts for people (tables) and for scripts (JSON).
 
+pub mod doctor;
+pub mod json;
 pub mod show;
+pub mod status;
 pub mod summary;
 
 use std::borrow::Cow;
@@ -11,9 +14,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use comfy_table::{presets, Cell, Color, ContentArrangement, Row, Table};
 use jiff::Timestamp;
-use serde_json::{json, Value};
 
-use crate::ledger::{Attempt, JobState, KeyMetrics, Run, Status};
+use crate::ledger::{JobState, KeyMetrics, Run, Status};
 
 /// Text for a person's terminal: every character that would act on the
 /// terminal or on the text around it rather than be seen (escape
@@ -48,11 +50,6 @@ fn escape_hidden(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// A timestamp as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(time: Timestamp) -> String {
-    format!("{time:.3}")
-}
-
 /// Argv for display: lossy where an argument is not UTF-8.
 pub fn command_words(run: &Run) -> Vec<String> {
     lossy_words(&run.command)
@@ -69,53 +66,6 @@ pub fn lossy_words(words: &[OsString]) -> Vec<String> {
 pub fn duration_ms(run: &Run) -> Option<i64> {
     run.finished_at
         .map(|end| end.as_millisecond() - run.started_at.as_millisecond())
-}
-
-/// The SPEC's fields of a run.
-pub fn run_json(run: &Run) -> Value {
-    json!({
-        "key": run.key,
-        "job": run.job,
-        "head": run.head,
-        "run_id": run.run_id.to_string(),
-        "status": run.status.as_str(),
-        "exit_code": run.exit_code,
-        "signal": run.signal,
-        "attempts": run.attempts,
-        "started_at": rfc3339(run.started_at),
-        "finished_at": run.finished_at.map(rfc3339),
-        "duration_ms": duration_ms(run),
-        "host": run.host,
-        "pid": run.pid,
-        "command": command_words(run),
-        "shell": run.shell,
-        "recovered": run.recovered,
-    })
-}
-
-/// A hook that ran, for `show --json`.
-pub fn hook_json(hook: &crate::ledger::HookRun) -> Value {
-    json!({
-        "event": hook.event,
-        "exit_code": hook.exit_code,
-        "at": rfc3339(hook.at),
-    })
-}
-
-pub fn attempt_json(attempt: &Attempt) -> Value {
-    json!({
-        "attempt": attempt.number,
-        "exit_code": attempt.exit_code,
-        "signal": attempt.signal,
-        "timed_out": attempt.timed_out,
-        "output_cut": attempt.cut,
-        "started_at": attempt.started_at.map(rfc3339),
-        "finished_at": attempt.finished_at.map(rfc3339),
-        // Output is bytes; JSON strings must be Unicode, so invalid
-        // sequences become U+FFFD.
-        "stdout_tail": String::from_utf8_lossy(&attempt.stdout_tail),
-        "stderr_tail": String::from_utf8_lossy(&attempt.stderr_tail),
-    })
 }
 
 /// A word as a POSIX shell would need it: quoted when it holds anything

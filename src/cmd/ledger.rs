@@ -86,7 +86,7 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
     }
     let mut out = std::io::stdout().lock();
     if args.json {
-        let array: Vec<_> = runs.iter().map(render::run_json).collect();
+        let array: Vec<_> = runs.iter().map(render::json::RunJson::from).collect();
         writeln!(out, "{}", serde_json::to_string_pretty(&array)?)?;
     } else if !runs.is_empty() {
         let table = render::runs_table(&runs, render::Style::for_stdout(colour));

@@ -8,9 +8,9 @@ use std::io::Write;
 use anyhow::Result;
 use jiff::tz::TimeZone;
 use serde::Serialize;
-use serde_json::{Map, Value};
 
-use super::{exit_text, local, printable, printable_output, run_json};
+use super::json::{AttemptJson, HookJson, RunJson};
+use super::{exit_text, local, printable, printable_output};
 use crate::ledger::{Attempt, Head, HookRun, Ledger, Run, RunAttempts, Status, Tails};
 
 /// What `show` prints of a key.
@@ -128,31 +128,33 @@ pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
     let (latest, attempts) = shown.latest;
     let hooks = ledger.hooks(latest.run_id)?;
     let object = ShowJson {
-        run: match run_json(latest) {
-            Value::Object(fields) => fields,
-            _ => Map::new(),
-        },
+        run: RunJson::from(latest),
         attempts_detail: AttemptsDetail {
             ledger: RefCell::new(ledger),
             run_id: latest.run_id,
             attempts,
         },
-        hooks: hooks.iter().map(super::hook_json).collect(),
-        history: shown.earlier.iter().map(|(run, _)| run_json(run)).collect(),
+        hooks: hooks.iter().map(HookJson::from).collect(),
+        history: shown.earlier.iter().map(|(run, _)| run.into()).collect(),
     };
     serde_json::to_writer_pretty(&mut *out, &object)?;
     writeln!(out)?;
     Ok(())
 }
 
+/// What `show --json` prints: the latest run, then its attempts and hooks,
+/// then the key's earlier runs.
 #[derive(Serialize)]
 struct ShowJson<'a> {
+    /// The latest run's fields.
     #[serde(flatten)]
-    run: Map<String, Value>,
+    run: RunJson<'a>,
+    /// Its attempts, with their output.
     attempts_detail: AttemptsDetail<'a>,
     /// The hooks that ran for the latest run.
-    hooks: Vec<Value>,
-    history: Vec<Value>,
+    hooks: Vec<HookJson<'a>>,
+    /// The earlier runs, newest first, as many as `--limit` lets through.
+    history: Vec<RunJson<'a>>,
 }
 
 /// Attempts whose output is read from the ledger as each is written out.
@@ -183,7 +185,7 @@ impl Serialize for AttemptsDetail<'_> {
                 cut,
                 ..attempt.clone()
             };
-            seq.serialize_element(&super::attempt_json(&attempt))?;
+            seq.serialize_element(&AttemptJson::from(&attempt))?;
         }
         seq.end()
     }

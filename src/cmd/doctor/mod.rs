@@ -5,40 +5,16 @@
 mod postgres;
 mod sqlite;
 
-use std::io::Write;
-
 use anyhow::Result;
 use serde_json::{json, Value};
 
 use crate::cli::DoctorArgs;
 use crate::exit;
 use crate::ledger::{Inspect, Location, Owner, Schema};
+use crate::render;
+use crate::render::doctor::{Check, Findings, Level};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Level {
-    Ok,
-    Warn,
-    Problem,
-}
-
-impl Level {
-    fn as_str(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Problem => "problem",
-        }
-    }
-}
-
-/// One finding: what was checked, how it stands, and what to do.
-struct Check {
-    name: &'static str,
-    level: Level,
-    message: String,
-    fix: Option<String>,
-}
-
+/// The checks made so far, and what they learnt of the ledger.
 #[derive(Default)]
 struct Report {
     checks: Vec<Check>,
@@ -77,47 +53,17 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
         Location::Sqlite(path) => sqlite::examine(path),
         Location::Postgres(url) => postgres::examine(url, &location.display()),
     };
+    let findings = Findings {
+        ledger: location.display(),
+        healthy: report.healthy(),
+        checks: &report.checks,
+        facts: &report.facts,
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
-        let mut object = json!({
-            "ledger": location.display(),
-            "healthy": report.healthy(),
-            "checks": report.checks.iter().map(|check| json!({
-                "check": check.name,
-                "status": check.level.as_str(),
-                "message": check.message,
-                "fix": check.fix,
-            })).collect::<Vec<_>>(),
-        });
-        for (name, value) in &report.facts {
-            object[name] = value.clone();
-        }
-        writeln!(out, "{}", serde_json::to_string_pretty(&object)?)?;
+        render::doctor::json(&mut out, &findings)?;
     } else {
-        writeln!(out, "ledger {}", location.display())?;
-        for check in &report.checks {
-            let fix = check
-                .fix
-                .as_ref()
-                .map_or(String::new(), |fix| format!("; {fix}"));
-            writeln!(
-                out,
-                "  {:<8} {}: {}{fix}",
-                check.level.as_str(),
-                check.name,
-                check.message
-            )?;
-        }
-        let problems = report
-            .checks
-            .iter()
-            .filter(|check| check.level == Level::Problem)
-            .count();
-        match problems {
-            0 => writeln!(out, "healthy")?,
-            1 => writeln!(out, "1 problem")?,
-            n => writeln!(out, "{n} problems")?,
-        }
+        render::doctor::text(&mut out, &findings)?;
     }
     Ok(if report.healthy() {
         exit::SUCCESS
