@@ -43,8 +43,9 @@ use durability::{Sync, LOCK_WAIT};
 pub use inspect::SqliteInspector;
 use path::disk_full;
 use rows::{
-    attempt_from_row, by_the_kernel, job_from_row, lock_file_error, lock_file_fault, millis,
-    query_head, run_from_row, running_heads, timestamp, unlocked_owner, RunCol, StatusCode, RUNS,
+    attempt_from_row, by_the_kernel, get, hook_from_row, job_from_row, lock_file_error,
+    lock_file_fault, millis, query_head, run_from_row, running_heads, tails_from_row,
+    unlocked_owner, HookCol, RunCol, StatusCode, TailCol, TimeOutOfRange, RUNS,
 };
 use statements::{list_query, start_run, Ahead, END_RUN, KEY_ID, NEW_KEY};
 use tx::{count_outcome, upsert_attempt, Tx, END_ATTEMPT};
@@ -78,9 +79,17 @@ pub struct SqliteLedger {
 fn describe(error: &rusqlite::Error, path: &Path) -> Why {
     match error {
         rusqlite::Error::FromSqlConversionFailure(_, _, why) => {
-            return Why::Unreadable(why.to_string())
+            return match why.downcast_ref::<TimeOutOfRange>() {
+                Some(TimeOutOfRange(ms)) => Why::UnreadableTime(*ms),
+                None => Why::Unreadable(why.to_string()),
+            };
         }
-        rusqlite::Error::IntegralValueOutOfRange(_, value) => return Why::UnreadableTime(*value),
+        rusqlite::Error::IntegralValueOutOfRange(at, value) => {
+            return Why::Unreadable(format!("{value} out of range in column {at}"))
+        }
+        rusqlite::Error::InvalidColumnType(_, name, kind) => {
+            return Why::Unreadable(format!("column {name} holds {kind}"))
+        }
         _ => {}
     }
     match error.sqlite_error_code() {
@@ -238,7 +247,7 @@ impl Ledger for SqliteLedger {
                         millis(Timestamp::now()),
                         last.map_or(0, |attempt| attempt.number)
                     ],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
+                    |row| Ok((get(row, "job_id")?, get(row, "started_at")?)),
                 )
                 .optional()?;
             rules::Tx::release_owner(tx, claim.token)?;
@@ -306,17 +315,14 @@ impl Ledger for SqliteLedger {
     fn output(&mut self, run_id: Uuid, number: Option<u32>) -> Result<Option<Tails>> {
         self.conn
             .query_row(
-                "SELECT a.stdout_tail, a.stderr_tail, a.cut FROM attempts a JOIN runs r ON r.id = a.run
-                 WHERE r.run_id = ?1 AND (?2 IS NULL OR a.n = ?2)
-                 ORDER BY a.n DESC LIMIT 1",
+                &format!(
+                    "SELECT {} FROM attempts a JOIN runs r ON r.id = a.run
+                     WHERE r.run_id = ?1 AND (?2 IS NULL OR a.n = ?2)
+                     ORDER BY a.n DESC LIMIT 1",
+                    TailCol::LIST
+                ),
                 params![run_id.as_bytes().as_slice(), number],
-                |row| {
-                    Ok(Tails {
-                        stdout: row.get::<_, Option<Vec<u8>>>(0)?.unwrap_or_default(),
-                        stderr: row.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
-                        cut: row.get(2)?,
-                    })
-                },
+                tails_from_row,
             )
             .optional()
             .map_err(|error| self.fail("read", &error))
@@ -342,17 +348,12 @@ impl Ledger for SqliteLedger {
 
     fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
         let read = || -> rusqlite::Result<Vec<HookRun>> {
-            let mut statement = self.conn.prepare_cached(
-                "SELECT h.event, h.exit_code, h.at FROM hooks h JOIN runs r ON r.id = h.run
+            let mut statement = self.conn.prepare_cached(&format!(
+                "SELECT {} FROM hooks h JOIN runs r ON r.id = h.run
                  WHERE r.run_id = ?1 ORDER BY h.at, h.rowid",
-            )?;
-            let rows = statement.query_map([run_id.as_bytes().as_slice()], |row| {
-                Ok(HookRun {
-                    event: row.get(0)?,
-                    exit_code: row.get(1)?,
-                    at: timestamp(row.get(2)?)?,
-                })
-            })?;
+                HookCol::LIST
+            ))?;
+            let rows = statement.query_map([run_id.as_bytes().as_slice()], hook_from_row)?;
             rows.collect()
         };
         read().map_err(|error| self.fail("read", &error))

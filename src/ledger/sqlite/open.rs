@@ -15,7 +15,7 @@ use super::super::runlock::RunLocks;
 use super::super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::durability::LOCK_WAIT;
 use super::path::{check_side_files, open_file, prepare_folder, read_only_uri};
-use super::rows::lock_file_fault;
+use super::rows::{get, lock_file_fault};
 use super::{describe, SqliteLedger};
 
 /// WAL pages after which a commit checkpoints (a run writes about ten).
@@ -129,12 +129,12 @@ impl SqliteLedger {
         let running: Vec<(i64, String)> = self
             .conn
             .prepare(
-                "SELECT k.id, k.key FROM keys k JOIN runs r ON r.id = k.head
+                "SELECT k.id AS id, k.key AS key FROM keys k JOIN runs r ON r.id = k.head
                  WHERE r.status = 'running' ORDER BY k.key",
             )
             .and_then(|mut statement| {
                 statement
-                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .query_map([], |row| Ok((get(row, "id")?, get(row, "key")?)))?
                     .collect()
             })
             .map_err(read)?;
