@@ -911,3 +911,28 @@ fn a_replay_of_an_output_longer_than_was_kept_says_its_start_is_cut() {
     let export = env.run(["ledger", "export"]);
     assert!(text(&export.stdout).contains("\"output_cut\":true"));
 }
+
+/// A count or a number out of its range, in a ledger edited by hand, is an
+/// error naming the ledger and the column: never a zero that looks like a
+/// job that never failed, nor words about a time.
+#[test]
+fn a_negative_count_or_an_out_of_range_number_is_an_error_naming_the_ledger() {
+    let env = Env::new();
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    let ledger = env.db().display().to_string();
+    sqlite(&env.db(), "UPDATE jobs SET failures = -1;");
+    env.cmd(["status"])
+        .expect_code(125)
+        .stderr_has(&ledger)
+        .stderr_has("a stored value cannot be read (a negative count (-1) in column failures)")
+        .stderr_one_line();
+    sqlite(
+        &env.db(),
+        "UPDATE jobs SET failures = 0; UPDATE runs SET pid = -1;",
+    );
+    env.cmd(["ledger", "list"])
+        .expect_code(125)
+        .stderr_has(&ledger)
+        .stderr_has("a stored value cannot be read (-1 is out of range in column pid)")
+        .stderr_one_line();
+}

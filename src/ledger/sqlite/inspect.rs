@@ -13,9 +13,10 @@ use rusqlite::{Connection, OpenFlags};
 use super::super::inspect::{Inspect, Schema};
 use super::super::runlock::RunLocks;
 use super::super::Owner;
+use super::durability::LOCK_WAIT;
+use super::open::{schema_state, versions};
 use super::path::{read_only_uri, side_file};
 use super::rows::running_heads;
-use super::{schema_state, versions, LOCK_WAIT};
 use crate::exit::io_words;
 
 pub struct SqliteInspector {

@@ -6,13 +6,13 @@
 
 use jiff::Timestamp;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
-use rusqlite::{Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row, RowIndex};
 use uuid::Uuid;
 
 use super::super::columns::{AttemptCol, JobCol};
 use super::super::error::LedgerError;
 use super::super::runlock::RunLocks;
-use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
+use super::super::{decode_command, Attempt, Head, HookRun, JobState, Owner, Run, Status, Tails};
 use crate::exit::io_words;
 
 /// Runs with their keys and jobs, for [`RunCol`].
@@ -51,17 +51,85 @@ select_list! {
     }
 }
 
+select_list! {
+    /// An attempt's kept output (`a`: the attempts table).
+    pub(super) enum TailCol {
+        Stdout = "a.stdout_tail",
+        Stderr = "a.stderr_tail",
+        Cut = "a.cut",
+    }
+}
+
+select_list! {
+    /// A hook that ran (`h`: the hooks table).
+    pub(super) enum HookCol {
+        Event = "h.event",
+        ExitCode = "h.exit_code",
+        At = "h.at",
+    }
+}
+
 pub(super) fn millis(time: Timestamp) -> i64 {
     time.as_millisecond()
 }
 
-/// A stored time; one out of range cannot be read.
-pub(super) fn timestamp(ms: i64) -> rusqlite::Result<Timestamp> {
-    Timestamp::from_millisecond(ms).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, ms))
+/// A stored time out of range, in Unix milliseconds: `describe` words it
+/// apart from other values that cannot be read.
+#[derive(Debug)]
+pub(super) struct TimeOutOfRange(pub i64);
+
+impl std::fmt::Display for TimeOutOfRange {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(out, "a time out of range ({})", self.0)
+    }
 }
 
-fn time_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Timestamp>> {
-    row.get::<_, Option<i64>>(at)?.map(timestamp).transpose()
+impl std::error::Error for TimeOutOfRange {}
+
+/// A stored time; one out of range cannot be read.
+pub(super) fn timestamp(ms: i64) -> rusqlite::Result<Timestamp> {
+    Timestamp::from_millisecond(ms).map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Integer,
+            Box::new(TimeOutOfRange(ms)),
+        )
+    })
+}
+
+/// The value at column `at`; one out of the range of `T`, or of another
+/// type, cannot be read, said with the column's name.
+pub(super) fn get<T: FromSql>(row: &Row<'_>, at: impl RowIndex) -> rusqlite::Result<T> {
+    row.get(at).map_err(|error| match error {
+        rusqlite::Error::IntegralValueOutOfRange(at, value) => {
+            let name = row.as_ref().column_name(at).unwrap_or("?").to_owned();
+            rusqlite::Error::FromSqlConversionFailure(
+                at,
+                rusqlite::types::Type::Integer,
+                format!("{value} is out of range in column {name}").into(),
+            )
+        }
+        error => error,
+    })
+}
+
+/// A count at column `at`: a negative one cannot be read, and NULL (which
+/// the schema keeps out) is no zero either.
+pub(super) fn count_at(row: &Row<'_>, at: impl RowIndex) -> rusqlite::Result<u64> {
+    let at = at.idx(row.as_ref())?;
+    let value: i64 = get(row, at)?;
+    u64::try_from(value).map_err(|_| {
+        let name = row.as_ref().column_name(at).unwrap_or("?").to_owned();
+        rusqlite::Error::FromSqlConversionFailure(
+            at,
+            rusqlite::types::Type::Integer,
+            format!("a negative count ({value}) in column {name}").into(),
+        )
+    })
+}
+
+pub(super) fn time_at(row: &Row<'_>, at: impl RowIndex) -> rusqlite::Result<Option<Timestamp>> {
+    get::<Option<i64>>(row, at)?.map(timestamp).transpose()
 }
 
 /// `jobs.last_status`: a status by its name.
@@ -127,7 +195,7 @@ fn unknown_status(shown: impl std::fmt::Display) -> FromSqlError {
 
 /// A run id stored as 16 bytes.
 fn uuid_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Uuid> {
-    let bytes: Vec<u8> = row.get(at)?;
+    let bytes: Vec<u8> = get(row, at)?;
     Uuid::from_slice(&bytes).map_err(|error| {
         rusqlite::Error::FromSqlConversionFailure(at, rusqlite::types::Type::Blob, error.into())
     })
@@ -136,69 +204,82 @@ fn uuid_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Uuid> {
 /// Reads a [`RunCol`] list: the run's row id and the run.
 pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Run)> {
     let run = Run {
-        key: row.get(RunCol::Key.at())?,
+        key: get(row, RunCol::Key.at())?,
         run_id: uuid_at(row, RunCol::RunId.at())?,
-        status: row.get::<_, StatusCode>(RunCol::Status.at())?.0,
-        exit_code: row.get(RunCol::ExitCode.at())?,
-        signal: row.get(RunCol::Signal.at())?,
-        attempts: row.get(RunCol::Attempts.at())?,
-        started_at: timestamp(row.get(RunCol::StartedAt.at())?)?,
+        status: get::<StatusCode>(row, RunCol::Status.at())?.0,
+        exit_code: get(row, RunCol::ExitCode.at())?,
+        signal: get(row, RunCol::Signal.at())?,
+        attempts: get(row, RunCol::Attempts.at())?,
+        started_at: timestamp(get(row, RunCol::StartedAt.at())?)?,
         finished_at: time_at(row, RunCol::FinishedAt.at())?,
-        host: row.get(RunCol::Host.at())?,
-        pid: row.get(RunCol::Pid.at())?,
-        command: decode_command(&row.get::<_, Vec<u8>>(RunCol::Command.at())?),
-        shell: row.get(RunCol::Shell.at())?,
-        recovered: row.get(RunCol::Recovered.at())?,
-        job: row.get(RunCol::Job.at())?,
-        head: row.get(RunCol::Head.at())?,
+        host: get(row, RunCol::Host.at())?,
+        pid: get(row, RunCol::Pid.at())?,
+        command: decode_command(&get::<Vec<u8>>(row, RunCol::Command.at())?),
+        shell: get(row, RunCol::Shell.at())?,
+        recovered: get(row, RunCol::Recovered.at())?,
+        job: get(row, RunCol::Job.at())?,
+        head: get(row, RunCol::Head.at())?,
     };
-    Ok((row.get(RunCol::RowId.at())?, run))
+    Ok((get(row, RunCol::RowId.at())?, run))
 }
 
 /// Reads an [`AttemptCol`] list; a tail read as NULL is empty.
 pub(super) fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Attempt> {
     let tail = |col: AttemptCol| -> rusqlite::Result<Vec<u8>> {
-        Ok(row.get::<_, Option<Vec<u8>>>(col.at())?.unwrap_or_default())
+        Ok(get::<Option<Vec<u8>>>(row, col.at())?.unwrap_or_default())
     };
     Ok(Attempt {
-        number: row.get(AttemptCol::Number.at())?,
-        started_at: Some(timestamp(row.get(AttemptCol::StartedAt.at())?)?),
+        number: get(row, AttemptCol::Number.at())?,
+        started_at: Some(timestamp(get(row, AttemptCol::StartedAt.at())?)?),
         finished_at: time_at(row, AttemptCol::FinishedAt.at())?,
-        exit_code: row.get(AttemptCol::ExitCode.at())?,
-        signal: row.get(AttemptCol::Signal.at())?,
-        timed_out: row.get(AttemptCol::TimedOut.at())?,
+        exit_code: get(row, AttemptCol::ExitCode.at())?,
+        signal: get(row, AttemptCol::Signal.at())?,
+        timed_out: get(row, AttemptCol::TimedOut.at())?,
         stdout_tail: tail(AttemptCol::Stdout)?,
         stderr_tail: tail(AttemptCol::Stderr)?,
-        cut: row.get(AttemptCol::Cut.at())?,
+        cut: get(row, AttemptCol::Cut.at())?,
+    })
+}
+
+/// Reads a [`TailCol`] list; a tail read as NULL is empty.
+pub(super) fn tails_from_row(row: &Row<'_>) -> rusqlite::Result<Tails> {
+    let tail = |col: TailCol| -> rusqlite::Result<Vec<u8>> {
+        Ok(get::<Option<Vec<u8>>>(row, col.at())?.unwrap_or_default())
+    };
+    Ok(Tails {
+        stdout: tail(TailCol::Stdout)?,
+        stderr: tail(TailCol::Stderr)?,
+        cut: get(row, TailCol::Cut.at())?,
+    })
+}
+
+/// Reads a [`HookCol`] list.
+pub(super) fn hook_from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
+    Ok(HookRun {
+        event: get(row, HookCol::Event.at())?,
+        exit_code: get(row, HookCol::ExitCode.at())?,
+        at: timestamp(get(row, HookCol::At.at())?)?,
     })
 }
 
 /// Reads a [`JobCol`] list starting at column `at`.
 pub(super) fn job_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<JobState> {
     let time = |col: JobCol| time_at(row, at + col.at());
-    let count = |col: JobCol| -> rusqlite::Result<u64> {
-        Ok(row
-            .get::<_, Option<i64>>(at + col.at())?
-            .unwrap_or(0)
-            .max(0) as u64)
-    };
-    let get = |col: JobCol| at + col.at();
+    let count = |col: JobCol| count_at(row, at + col.at());
+    let col = |col: JobCol| at + col.at();
     Ok(JobState {
-        job: row.get(get(JobCol::Job))?,
-        template: row.get(get(JobCol::Template))?,
-        zone: row.get(get(JobCol::Zone))?,
-        host: row.get(get(JobCol::Host))?,
+        job: get(row, col(JobCol::Job))?,
+        template: get(row, col(JobCol::Template))?,
+        zone: get(row, col(JobCol::Zone))?,
+        host: get(row, col(JobCol::Host))?,
         command: decode_command(
-            &row.get::<_, Option<Vec<u8>>>(get(JobCol::Command))?
-                .unwrap_or_default(),
+            &get::<Option<Vec<u8>>>(row, col(JobCol::Command))?.unwrap_or_default(),
         ),
-        shell: row
-            .get::<_, Option<bool>>(get(JobCol::Shell))?
-            .unwrap_or(false),
+        shell: get(row, col(JobCol::Shell))?,
         first_run: time(JobCol::FirstRun)?,
         last_run: time(JobCol::LastRun)?,
-        last_status: row.get(get(JobCol::LastStatus))?,
-        last_exit: row.get(get(JobCol::LastExit))?,
+        last_status: get(row, col(JobCol::LastStatus))?,
+        last_exit: get(row, col(JobCol::LastExit))?,
         last_success: time(JobCol::LastSuccess)?,
         failures: count(JobCol::Failures)?,
         runs: [
@@ -208,8 +289,8 @@ pub(super) fn job_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<JobStat
             count(JobCol::Abandoned)?,
         ],
         checked_at: time(JobCol::CheckedAt)?,
-        strip: row.get(get(JobCol::Strip))?,
-        ok_keys: super::super::decode_keys(&row.get::<_, String>(get(JobCol::OkKeys))?),
+        strip: get(row, col(JobCol::Strip))?,
+        ok_keys: super::super::decode_keys(&get::<String>(row, col(JobCol::OkKeys))?),
         live: 0,
     })
 }
@@ -276,15 +357,17 @@ fn owner_from_row(
     run: &Run,
     judge: &mut Judge<'_>,
 ) -> rusqlite::Result<Owner> {
-    let locked = row
-        .get::<_, Option<bool>>(at + OwnerCol::Locked.at())?
-        .unwrap_or(false);
-    let boot: Option<String> = row.get(at + OwnerCol::Boot.at())?;
+    let locked = get::<Option<bool>>(row, at + OwnerCol::Locked.at())?.unwrap_or(false);
+    let boot: Option<String> = get(row, at + OwnerCol::Boot.at())?;
     Ok(Owner {
         host: run.host.clone(),
         pid: run.pid,
-        pgid: row.get(at + OwnerCol::Pgid.at())?,
-        alive: judge(row.get(at + OwnerCol::KeyId.at())?, locked, boot.as_deref())?,
+        pgid: get(row, at + OwnerCol::Pgid.at())?,
+        alive: judge(
+            get(row, at + OwnerCol::KeyId.at())?,
+            locked,
+            boot.as_deref(),
+        )?,
     })
 }
 
@@ -340,7 +423,7 @@ pub(super) fn running_heads(
     while let Some(row) = rows.next()? {
         let (_, run) = run_from_row(row)?;
         let owner = owner_from_row(row, RunCol::COUNT, &run, &mut judge)?;
-        heads.push((row.get(RunCol::COUNT + OwnerCol::COUNT)?, run, owner));
+        heads.push((get(row, RunCol::COUNT + OwnerCol::COUNT)?, run, owner));
     }
     Ok(heads)
 }

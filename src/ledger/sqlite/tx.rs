@@ -15,8 +15,8 @@ use super::super::rules::{self, KeyFigures};
 use super::super::runlock::RunLocks;
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
 use super::rows::{
-    by_the_kernel, job_from_row, millis, query_head, run_from_row, timestamp, RunCol, StatusCode,
-    ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
+    by_the_kernel, count_at, get, job_from_row, millis, query_head, run_from_row, time_at,
+    timestamp, RunCol, StatusCode, ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
 };
 
 /// Frees a key's owner columns: the run it owned has ended or was judged
@@ -142,7 +142,7 @@ impl rules::Tx for Tx<'_> {
         self.conn
             .prepare_cached("SELECT id, status FROM runs WHERE run_id = ?1")?
             .query_row([run_id.as_bytes().as_slice()], |row| {
-                Ok((row.get(0)?, row.get::<_, StatusCode>(1)?.0))
+                Ok((get(row, "id")?, get::<StatusCode>(row, "status")?.0))
             })
             .optional()
     }
@@ -203,18 +203,19 @@ impl rules::Tx for Tx<'_> {
         key: &str,
         id: i64,
     ) -> rusqlite::Result<(Option<Status>, Option<Timestamp>)> {
-        let (status, latest): (Option<StatusCode>, Option<i64>) = self
-            .conn
+        self.conn
             .prepare_cached(
-                "SELECT (SELECT status FROM runs WHERE id = k.head),
+                "SELECT (SELECT status FROM runs WHERE id = k.head) AS status,
                         (SELECT max(started_at) FROM runs WHERE key_id = k.id AND id != ?2)
+                            AS latest
                  FROM keys k WHERE k.key = ?1",
             )?
-            .query_row(params![key, id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        Ok((
-            status.map(|code| code.0),
-            latest.map(timestamp).transpose()?,
-        ))
+            .query_row(params![key, id], |row| {
+                Ok((
+                    get::<Option<StatusCode>>(row, "status")?.map(|code| code.0),
+                    time_at(row, "latest")?,
+                ))
+            })
     }
 
     fn adopt_head(&mut self, key: &str, id: i64) -> rusqlite::Result<()> {
@@ -245,11 +246,12 @@ impl rules::Tx for Tx<'_> {
 
     fn marked_output(&mut self) -> rusqlite::Result<(u64, u64)> {
         self.conn.query_row(
-            "SELECT count(*),
+            "SELECT count(*) AS attempts,
                  coalesce(sum(length(stdout_tail)), 0) + coalesce(sum(length(stderr_tail)), 0)
+                     AS bytes
              FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
             [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            |row| Ok((count_at(row, "attempts")?, count_at(row, "bytes")?)),
         )
     }
 
@@ -284,21 +286,26 @@ impl rules::Tx for Tx<'_> {
                  SELECT key_id, max(started_at) AS started, max(finished_at) AS finished
                  FROM runs WHERE status = {SUCCEEDED} GROUP BY key_id
              )
-             SELECT k.key, max(r.started_at), r.id, ok.finished,
-                 sum(r.status = {RUNNING}), sum(r.status = {SUCCEEDED}),
-                 sum(r.status = {FAILED}), sum(r.status = {ABANDONED}),
+             SELECT k.key AS key, max(r.started_at), r.id AS last, ok.finished AS last_success,
+                 sum(r.status = {RUNNING}) AS running, sum(r.status = {SUCCEEDED}) AS succeeded,
+                 sum(r.status = {FAILED}) AS failed, sum(r.status = {ABANDONED}) AS abandoned,
                  sum(r.status IN ({FAILED}, {ABANDONED})
-                     AND r.started_at > coalesce(ok.started, -1))
+                     AND r.started_at > coalesce(ok.started, -1)) AS failures
              FROM keys k JOIN runs r ON r.key_id = k.id LEFT JOIN ok ON ok.key_id = k.id
              GROUP BY k.id ORDER BY k.key"
         ))?;
         let rows = statement.query_map([], |row| {
             Ok(KeyFigures {
-                key: row.get(0)?,
-                last: row.get(2)?,
-                last_success: row.get::<_, Option<i64>>(3)?.map(timestamp).transpose()?,
-                failures: row.get(8)?,
-                runs: [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
+                key: get(row, "key")?,
+                last: get(row, "last")?,
+                last_success: time_at(row, "last_success")?,
+                failures: count_at(row, "failures")?,
+                runs: [
+                    count_at(row, "running")?,
+                    count_at(row, "succeeded")?,
+                    count_at(row, "failed")?,
+                    count_at(row, "abandoned")?,
+                ],
             })
         })?;
         rows.collect()
@@ -413,10 +420,16 @@ fn job_outcome(
 ) -> rusqlite::Result<()> {
     let found: Option<(Option<i64>, String, i64)> = tx
         .prepare_cached(
-            "SELECT r.job_id, k.key, r.started_at FROM runs r JOIN keys k ON k.id = r.key_id
-             WHERE r.id = ?1",
+            "SELECT r.job_id AS job_id, k.key AS key, r.started_at AS started_at
+             FROM runs r JOIN keys k ON k.id = r.key_id WHERE r.id = ?1",
         )?
-        .query_row([run], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .query_row([run], |row| {
+            Ok((
+                get(row, "job_id")?,
+                get(row, "key")?,
+                get(row, "started_at")?,
+            ))
+        })
         .optional()?;
     let Some((Some(job_id), key, started)) = found else {
         return Ok(());
