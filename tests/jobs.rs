@@ -127,14 +127,21 @@ fn a_daily_job_fails_two_days_then_succeeds() {
 
     assert_code(&backup(&env, days[2], 0, &[]), 0);
     let (code, status) = status_json(&env, days[2]);
-    assert_eq!(code, 1, "{status:#}");
+    assert_eq!(code, 0, "{status:#}");
     let third = job(&status, "backup-{date}");
     assert_eq!(
-        third["state"], "overdue",
-        "it succeeds again, but yesterday has no success"
+        third["state"], "ok",
+        "a success since the start of yesterday: not overdue, though the \
+         two days before it stay missed"
     );
     assert_eq!(third["failures"], 0);
     assert_eq!(third["missed"], 2);
+    // Nor later that day, nor after midnight: nothing changed.
+    for when in ["2026-03-03 23:30:00", "2026-03-04 00:30:00"] {
+        let (code, status) = status_json(&env, when);
+        assert_eq!(code, 0, "{when}: {status:#}");
+        assert_eq!(job(&status, "backup-{date}")["state"], "ok", "{when}");
+    }
     // Its first success adds the job's last-success series, once.
     assert_eq!(samples(&env, days[2], &[]).len(), series + 1);
     assert_code(&backup(&env, "2026-03-04 02:00:00", 0, &[]), 0);
@@ -809,4 +816,87 @@ fn catch_up_judges_past_periods_in_the_zone_their_keys_were_made_in() {
         ["h-2026-03-01T18"],
         "a period that succeeded ran again after the zone changed"
     );
+}
+
+/// A run of job `slow` under key `key` that waits for the file `go-KEY`,
+/// then exits `code`; started, and waited for until its command runs.
+fn held_run(env: &Env, key: &str, code: i32) -> std::process::Child {
+    let hooks = env.path("hooks");
+    let script = format!(
+        "touch '{started}'; while [ ! -e '{go}' ]; do sleep 0.02; done; exit {code}",
+        started = env.path(&format!("started-{key}")).display(),
+        go = env.path(&format!("go-{key}")).display(),
+    );
+    let on_failure = format!("echo \"$IDEM_KEY $IDEM_FAILURES\" >> '{}'", hooks.display());
+    let on_recovery = format!("echo \"$IDEM_KEY recovered\" >> '{}'", hooks.display());
+    let args = [
+        "run",
+        "--key",
+        key,
+        "--job",
+        "slow",
+        "--retries",
+        "0",
+        "--alert-after",
+        "2",
+        "--on-failure",
+        &on_failure,
+        "--on-recovery",
+        &on_recovery,
+        "--shell",
+        "--",
+        &script,
+    ];
+    let mut child = env
+        .idem(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("idem runs");
+    let started = env.path(&format!("started-{key}"));
+    wait_for_file(&started, Duration::from_secs(10), &mut child);
+    child
+}
+
+/// Lets run `key` of [`held_run`] end, and waits for its idem.
+fn release(env: &Env, key: &str, mut child: std::process::Child) {
+    std::fs::write(env.path(&format!("go-{key}")), "").unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_job_whose_runs_overlap_counts_them_in_the_order_they_finish() {
+    let env = Env::new();
+    // Each run starts before the one before it ends, as a slow {minute}
+    // job's do, and fails: every failure counts, in a row.
+    let a = held_run(&env, "a", 1);
+    let b = held_run(&env, "b", 1);
+    release(&env, "a", a);
+    let c = held_run(&env, "c", 1);
+    release(&env, "b", b);
+    let status = env.cmd(["status", "--json"]).expect_code(1).json();
+    let slow = &status[0];
+    assert_eq!(slow["state"], "failing", "{status:#}");
+    assert_eq!(slow["failures"], 2, "{status:#}");
+    assert_eq!(
+        slow["strip"],
+        serde_json::json!(["failed", "failed", "running"]),
+        "{status:#}"
+    );
+    let metrics = env.cmd(["ledger", "metrics"]).expect_code(0).stdout();
+    assert!(
+        metrics.contains("idem_consecutive_failures{job=\"slow\"} 2"),
+        "{metrics}"
+    );
+    // The second failure in a row is the alert; the success after it, which
+    // finishes after a later run started, is the recovery.
+    let d = held_run(&env, "d", 0);
+    let e = held_run(&env, "e", 1);
+    release(&env, "c", c);
+    release(&env, "d", d);
+    release(&env, "e", e);
+    let hooks = std::fs::read_to_string(env.path("hooks")).unwrap_or_default();
+    assert_eq!(hooks, "b 2\nc 3\nd recovered\n", "the hooks, in order");
+    let status = env.cmd(["status", "--json"]).expect_code(1).json();
+    assert_eq!(status[0]["failures"], 1, "{status:#}");
 }

@@ -79,13 +79,15 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
         }),
         _ => None,
     };
+    // Failing first, even while another run of the job is going: its
+    // latest finished run failed (the figures follow the order in which runs
+    // finished), and a slow job whose runs overlap always has one going.
     let died = job.last_status == Some(Status::Running) && job.live == 0;
-    let failed = matches!(job.last_status, Some(Status::Failed | Status::Abandoned));
     let missed = periodic.as_ref().map(|p| p.missed(job, now));
-    let state = if job.live > 0 {
-        State::Running
-    } else if failed || died {
+    let state = if job.failures > 0 || died {
         State::Failing
+    } else if job.live > 0 {
+        State::Running
     } else if periodic.as_ref().is_some_and(|p| p.overdue(job, now)) {
         State::Overdue
     } else {
@@ -162,8 +164,12 @@ impl Periodic<'_> {
             return false;
         };
         let current = self.period.start(&now);
-        // The last finished period, owed since the job existed then.
-        if previous >= first && !self.succeeded(job, &previous) {
+        // No success since the start of the last finished period, owed since
+        // the job existed then: a success in the current period (a
+        // recovery) pays for the one before.
+        let since =
+            |start: &jiff::Zoned| job.last_success.is_some_and(|at| at >= start.timestamp());
+        if previous >= first && !since(&previous) {
             return true;
         }
         // Nothing called it in this period by the time into the period it

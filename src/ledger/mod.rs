@@ -381,37 +381,17 @@ pub const OK_KEYS: usize = 16;
 pub const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl JobState {
-    /// The job's figures after one more outcome (`key` ran, started at
-    /// `started`), as every backend applies them.
-    pub fn outcome(
-        &mut self,
-        key: &str,
-        status: Status,
-        started: Timestamp,
-        exit: Option<i32>,
-        now: Timestamp,
-    ) {
-        let newest = self.last_run.is_none_or(|last| last <= started);
-        if !newest {
-            // An older run (imported, or outrun by a later one of the job):
-            // it changes no row of "in a row".
-            if status == Status::Succeeded {
-                self.last_success = Some(self.last_success.map_or(now, |last| last.max(now)));
-                if !self.ok_keys.iter().any(|ok| ok == key) && self.ok_keys.len() < OK_KEYS {
-                    self.ok_keys.push(key.to_owned());
-                }
-            }
-            return;
-        }
+    /// The job's figures after one more outcome (`key` ran and ended
+    /// `status`), as every backend applies them. Outcomes count in the order
+    /// runs finish, however the runs overlapped: a slow job whose every run
+    /// is outrun by the next one's start still fails "in a row".
+    pub fn outcome(&mut self, key: &str, status: Status, exit: Option<i32>, now: Timestamp) {
         self.last_status = Some(status);
         self.last_exit = exit;
         match status {
             Status::Succeeded => {
                 self.failures = 0;
-                self.last_success = Some(self.last_success.map_or(now, |last| last.max(now)));
-                self.ok_keys.retain(|ok| ok != key);
-                self.ok_keys.insert(0, key.to_owned());
-                self.ok_keys.truncate(OK_KEYS);
+                self.succeeded(key, now);
             }
             Status::Failed | Status::Abandoned => self.failures += 1,
             Status::Running => {}
@@ -424,6 +404,29 @@ impl JobState {
         });
         let extra = self.strip.chars().count().saturating_sub(STRIP_MARKS);
         self.strip = self.strip.chars().skip(extra).collect();
+    }
+
+    /// A success of `key` recorded at `now`: the newest of the job's
+    /// succeeded keys.
+    fn succeeded(&mut self, key: &str, now: Timestamp) {
+        self.last_success = Some(self.last_success.map_or(now, |last| last.max(now)));
+        self.ok_keys.retain(|ok| ok != key);
+        self.ok_keys.insert(0, key.to_owned());
+        self.ok_keys.truncate(OK_KEYS);
+    }
+
+    /// An imported run older than the job's latest: it changes no row of
+    /// "in a row", but its success counts for its period.
+    fn older_outcome(&mut self, key: &str, status: Status, finished: Timestamp) {
+        if status == Status::Succeeded {
+            self.last_success = Some(
+                self.last_success
+                    .map_or(finished, |last| last.max(finished)),
+            );
+            if !self.ok_keys.iter().any(|ok| ok == key) && self.ok_keys.len() < OK_KEYS {
+                self.ok_keys.push(key.to_owned());
+            }
+        }
     }
 }
 
@@ -446,13 +449,11 @@ impl JobState {
         let newest = self.last_run.is_none_or(|last| last <= run.started_at);
         if run.status != Status::Running {
             let finished = run.finished_at.unwrap_or(run.started_at);
-            self.outcome(
-                &run.key,
-                run.status,
-                run.started_at,
-                run.exit_code,
-                finished,
-            );
+            if newest {
+                self.outcome(&run.key, run.status, run.exit_code, finished);
+            } else {
+                self.older_outcome(&run.key, run.status, finished);
+            }
         }
         if newest {
             self.last_run = Some(run.started_at);

@@ -235,7 +235,7 @@ impl Ledger for SqliteLedger {
                 upsert_attempt(tx.conn, claim.token, attempt)?;
             }
             // What the job's figures need comes back with the update.
-            let ended: Option<(Option<i64>, i64)> = tx
+            let ended: Option<Option<i64>> = tx
                 .conn
                 .prepare_cached(&END_RUN)?
                 .query_row(
@@ -247,16 +247,15 @@ impl Ledger for SqliteLedger {
                         millis(Timestamp::now()),
                         last.map_or(0, |attempt| attempt.number)
                     ],
-                    |row| Ok((get(row, "job_id")?, get(row, "started_at")?)),
+                    |row| get(row, "job_id"),
                 )
                 .optional()?;
             rules::Tx::release_owner(tx, claim.token)?;
-            if let Some((Some(job_id), started)) = ended {
+            if let Some(Some(job_id)) = ended {
                 count_outcome(
                     tx.conn,
                     job_id,
                     &claim.key,
-                    started,
                     outcome.status,
                     Some(outcome.exit_code),
                 )?;

@@ -368,11 +368,10 @@ pub(super) fn job_outcome(
 
 select_list! {
     /// What [`job_of_run`] reads after a job's [`JobCol`] list: the
-    /// database's clock, and the run's key and start.
+    /// database's clock, and the run's key.
     pub(super) enum RunJobCol {
         Now = "now()",
         Key = "r.run_key",
-        Started = "r.run_started",
     }
 }
 
@@ -381,7 +380,7 @@ select_list! {
 pub(super) fn job_of_run(also: &str) -> String {
     format!(
         "SELECT {}, {}
-         FROM (SELECT job AS run_job, key AS run_key, started_at AS run_started
+         FROM (SELECT job AS run_job, key AS run_key
                FROM idem.runs WHERE run_id = $1 {also}) r
          JOIN idem.jobs ON idem.jobs.job = r.run_job
          FOR UPDATE OF jobs",
@@ -407,8 +406,7 @@ pub(super) fn job_after(
         .position(|each| *each == status)
         .unwrap_or(0);
     state.runs[index] += 1;
-    let started = time(row, at(RunJobCol::Started))?;
-    state.outcome(&key, status, started, exit, now);
+    state.outcome(&key, status, exit, now);
     Ok(state)
 }
 

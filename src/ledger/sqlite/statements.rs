@@ -69,7 +69,7 @@ pub(super) static END_RUN: LazyLock<String> = LazyLock::new(|| {
         "UPDATE runs SET status = ?2, exit_code = ?3, signal = ?4, finished_at = ?5,
              attempts = max(attempts, ?6)
          WHERE id = ?1 AND status = {RUNNING}
-         RETURNING job_id, started_at"
+         RETURNING job_id"
     )
 });
 

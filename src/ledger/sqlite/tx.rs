@@ -15,8 +15,8 @@ use super::super::rules::{self, KeyFigures};
 use super::super::runlock::RunLocks;
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
 use super::rows::{
-    by_the_kernel, count_at, get, job_from_row, millis, query_head, run_from_row, time_at,
-    timestamp, RunCol, StatusCode, ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
+    by_the_kernel, count_at, get, job_from_row, millis, query_head, run_from_row, time_at, RunCol,
+    StatusCode, ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
 };
 
 /// Frees a key's owner columns: the run it owned has ended or was judged
@@ -418,39 +418,31 @@ fn job_outcome(
     status: Status,
     exit: Option<i32>,
 ) -> rusqlite::Result<()> {
-    let found: Option<(Option<i64>, String, i64)> = tx
+    let found: Option<(Option<i64>, String)> = tx
         .prepare_cached(
-            "SELECT r.job_id AS job_id, k.key AS key, r.started_at AS started_at
+            "SELECT r.job_id AS job_id, k.key AS key
              FROM runs r JOIN keys k ON k.id = r.key_id WHERE r.id = ?1",
         )?
-        .query_row([run], |row| {
-            Ok((
-                get(row, "job_id")?,
-                get(row, "key")?,
-                get(row, "started_at")?,
-            ))
-        })
+        .query_row([run], |row| Ok((get(row, "job_id")?, get(row, "key")?)))
         .optional()?;
-    let Some((Some(job_id), key, started)) = found else {
+    let Some((Some(job_id), key)) = found else {
         return Ok(());
     };
-    count_outcome(tx, job_id, &key, started, status, exit)
+    count_outcome(tx, job_id, &key, status, exit)
 }
 
-/// Job `job_id` after its running run of `key`, started at `started` (Unix
-/// milliseconds), ended `status`.
+/// Job `job_id` after its running run of `key` ended `status`.
 pub(super) fn count_outcome(
     tx: &Connection,
     job_id: i64,
     key: &str,
-    started: i64,
     status: Status,
     exit: Option<i32>,
 ) -> rusqlite::Result<()> {
     let mut job = load_job(tx, job_id)?;
     job.runs[0] = job.runs[0].saturating_sub(1);
     job.runs[status_index(status)] += 1;
-    job.outcome(key, status, timestamp(started)?, exit, Timestamp::now());
+    job.outcome(key, status, exit, Timestamp::now());
     save_job(tx, job_id, &job)
 }
 
