@@ -94,11 +94,12 @@ pub enum Command {
     ///
     /// A job is what a crontab line is: its runs under every key its
     /// template made (`--job`, else the key as typed). Jobs that need a
-    /// person come first: failing (its latest run failed), overdue (a
-    /// periodic job whose last finished period has no success, or that
-    /// nothing called in its current period by the time it used to be
-    /// called), then running and ok. Exit 0 when every job is ok or
-    /// running, 1 otherwise, so it can serve as a check.
+    /// person come first: failing (its latest finished run failed), overdue
+    /// (a periodic job with no success since its last finished period
+    /// began, or that nothing called in its current period by the time it
+    /// used to be called), then running and ok. Its figures follow the
+    /// order in which its runs finished, however they overlap. Exit 0 when
+    /// every job is ok or running, 1 otherwise, so it can serve as a check.
     #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
     Status(StatusArgs),
     /// Check a ledger for problems without changing anything
@@ -823,6 +824,25 @@ pub const SEE_ALSO_HELP: &str = see_also_help!();
 
 /// The exit codes of `idem status`, shown by `--help` and in the man pages.
 pub const STATUS_EXIT_CODES_HELP: &str = "\
+Columns:
+  JOB           the job: --job, else the key as typed (backup-{date})
+  STATE         failing, overdue, running or ok (above)
+  LAST RUN      when its latest run started
+  LAST SUCCESS  when its latest success was recorded (never: none yet)
+  FAILS         failed and abandoned runs in a row, across its keys, in the order they finished
+  MISSED        of its last 10 finished periods (back to its first run), those with no success;
+                - for a job without a period ({date}, {hour}, ... in its key)
+  RECENT        its latest 10 outcomes, oldest first: + succeeded, x failed, ? abandoned,
+                > running; at a colour terminal dots of the same order (green succeeded,
+                red failed, magenta abandoned, yellow running)
+  COMMAND       what it runs: the program and its last arguments where the width is short
+
+Examples:
+  idem status                       every job, those that need a person first
+  idem status --job 'backup-*'      the backup jobs only
+  idem status --json | jq '.[] | select(.state != \"ok\")'
+  idem status >/dev/null || echo 'a job needs a person'   a check for a monitor
+
 Exit codes:
   0    every job is ok or running (or there are none)
   1    a job is failing or overdue
@@ -833,7 +853,10 @@ Environment:
   IDEM_DB   the ledger, as --db
   TZ        time zone of the times shown
   NO_COLOR  no colour in the strip of latest runs
-  COLUMNS   the width of the table when stdout is not a terminal";
+  COLUMNS   the width of the table when stdout is not a terminal
+
+See also:
+idem-run(1), idem-ledger(1), idem-doctor(1), crontab(5)";
 
 /// The exit codes and environment of `idem ledger`, shown by `--help` and
 /// in the man pages.

@@ -265,6 +265,34 @@ fn man_pages_carry_exit_codes_and_environment() {
 }
 
 #[test]
+fn the_status_page_explains_every_column_and_mark() {
+    let files = expected();
+    let page = String::from_utf8_lossy(&files[Path::new("man/idem-status.1")]).into_owned();
+    for section in [".SH COLUMNS", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+        assert!(page.contains(section), "idem-status.1 lacks {section}");
+    }
+    let columns = [
+        "JOB",
+        "STATE",
+        "LAST RUN",
+        "LAST SUCCESS",
+        "FAILS",
+        "MISSED",
+        "RECENT",
+        "COMMAND",
+    ];
+    for column in columns {
+        assert!(
+            page.contains(column),
+            "idem-status.1 does not explain {column}"
+        );
+    }
+    for mark in ["+ succeeded", "x failed", "? abandoned", "> running"] {
+        assert!(page.contains(mark), "idem-status.1 does not explain {mark}");
+    }
+}
+
+#[test]
 fn idem_completions_prints_the_checked_in_scripts() {
     let env = crate::util::Env::new();
     let files = expected();
