@@ -11,6 +11,7 @@ mod examples;
 mod failures;
 mod faults;
 mod generated;
+mod guardian_steps;
 mod hardening;
 mod jobs;
 mod ledger;

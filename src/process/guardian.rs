@@ -24,12 +24,15 @@ use std::os::fd::RawFd;
 
 use nix::libc::{self, c_int, pid_t};
 
+use super::command;
 use super::prepare::{Fds, Prepared};
-use super::signals::{ignored_at_start, CAUGHT};
+use super::steps::{Failed, Step};
 use super::watch::watch;
 use super::wire::{
-    errno, monotonic_ms, put, read_full, receive, send, FROM_GUARDIAN, GO, NOT_EXECUTED, RUNNING,
+    monotonic_ms, put, read_full, receive, send, FROM_GUARDIAN, GO, NOT_EXECUTED, RUNNING,
+    SETUP_FAILED,
 };
+use crate::exit;
 
 /// Forks the guardian; returns its pid in idem.
 ///
@@ -50,21 +53,43 @@ pub unsafe fn start(prepared: &Prepared, fds: &Fds) -> io::Result<pid_t> {
     }
 }
 
-/// The guardian's life. Never returns.
+/// At a terminal: the terminal, and idem's process group.
+type Foreground = (RawFd, pid_t);
+
+/// What the guardian holds once settled: its own descriptors.
+struct Settled {
+    /// Its end of the control socket.
+    door: RawFd,
+    /// The run's kernel lock, if the ledger has one.
+    hold: Option<RawFd>,
+    foreground: Option<Foreground>,
+    /// A signalfd that reads SIGCHLD.
+    children: RawFd,
+}
+
+/// The guardian's life. Never returns. A step that fails before the
+/// command may run is told to idem (`SETUP_FAILED`), and nothing runs.
 ///
 /// # Safety
 /// Only in the child of [`start`]'s fork, with its arguments.
 unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
+    // Where the control socket is: it moves as the guardian settles.
+    let mut door = fds.door;
     // SAFETY: in the guardian just forked, with `fds` open (our contract).
-    let (door, hold, foreground) = unsafe { settle(fds) };
+    let settled = match unsafe { settle(fds, &mut door) } {
+        Ok(settled) => settled,
+        Err(failed) => give_up(door, failed, None),
+    };
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
-    let terminal = foreground.map(|(tty, _)| tty);
     // The command's process is forked now, while idem records the
     // attempt and syncs the ledger, and waits at a gate of its own:
     // leave lets it exec at once.
     // SAFETY: the guardian's own descriptors, just settled.
-    let ahead = unsafe { fork_ahead(prepared, door, hold, me, terminal) };
+    let ahead = match unsafe { fork_ahead(prepared, &settled, me) } {
+        Ok(ahead) => ahead,
+        Err(failed) => give_up(door, failed, None),
+    };
     // The gate: tell idem our pid, wait for leave to start the command
     // (given once the ledger knows it). End of file: idem is gone or
     // could not record the attempt; nothing runs.
@@ -72,17 +97,36 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
     put(&mut frame, RUNNING, me, 0);
     // SAFETY: `door` is the guardian's open end of the control socket.
     let Some((GO, deadline, grace)) = (unsafe { send(door, &frame) })
+        // SAFETY: as above.
         .then(|| unsafe { receive(door) })
         .flatten()
     else {
-        turn_away(ahead);
+        turn_away(Some(ahead));
     };
     if deadline != 0 && monotonic_ms() >= deadline {
         // The lease ran out before the command could start.
-        turn_away(ahead);
+        turn_away(Some(ahead));
     }
+    let terminal = settled.foreground.map(|(tty, _)| tty);
     // SAFETY: `terminal` is the guardian's open copy, if any.
-    let command = ahead.and_then(|ahead| unsafe { let_in(ahead, terminal) });
+    let command = unsafe { let_in(ahead, terminal) };
+    // SAFETY: the guardian's own descriptors, settled above.
+    unsafe { watch_over(settled, command, deadline, grace) }
+}
+
+/// Tells idem how letting the command in went, then watches the run to
+/// its end.
+///
+/// # Safety
+/// Only in the guardian, with `settled` its own open descriptors and
+/// SIGCHLD blocked (see [`settle`]).
+unsafe fn watch_over(
+    settled: Settled,
+    command: Result<pid_t, Failed>,
+    deadline: i64,
+    grace: i64,
+) -> ! {
+    let mut frame = [0u8; FROM_GUARDIAN];
     // Our copies of the output pipes and stdin must not keep the
     // command's readers waiting.
     // SAFETY: the guardian's own stdio, not used again.
@@ -93,24 +137,67 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
     }
     match command {
         Ok(pid) => put(&mut frame, RUNNING, pid, 0),
-        Err(errno) => put(&mut frame, NOT_EXECUTED, errno, 0),
+        Err(Failed {
+            step: Step::Exec,
+            errno,
+        }) => put(&mut frame, NOT_EXECUTED, errno, 0),
+        Err(failed) => {
+            let (step, errno) = failed.to_numbers();
+            put(&mut frame, SETUP_FAILED, step, errno);
+        }
     }
-    let pid = command.unwrap_or(0);
-    // SAFETY: `door` is the guardian's open socket end; SIGCHLD is blocked
-    // (see `settle`) and `foreground`'s terminal is its open copy.
+    let Settled {
+        door,
+        foreground,
+        children,
+        ..
+    } = settled;
+    // SAFETY: `door` and `children` are the guardian's own open
+    // descriptors, SIGCHLD is blocked (see `settle`) and `foreground`'s
+    // terminal is its open copy.
     unsafe {
         send(door, &frame);
-        watch(door, pid, deadline, grace, foreground)
+        watch(
+            door,
+            command.unwrap_or(0),
+            deadline,
+            grace,
+            foreground,
+            children,
+        )
     }
 }
 
+/// Tells idem which step failed (on `door`, where the control socket is
+/// then) and ends the guardian; the command's process, if forked, is
+/// turned away first.
+fn give_up(door: RawFd, failed: Failed, ahead: Option<Ahead>) -> ! {
+    let mut frame = [0u8; FROM_GUARDIAN];
+    let (step, errno) = failed.to_numbers();
+    put(&mut frame, SETUP_FAILED, step, errno);
+    // SAFETY: `door` is where the guardian's end of the control socket
+    // is, open (the caller follows it as it moves).
+    unsafe { send(door, &frame) };
+    turn_away(ahead)
+}
+
+/// Ends the guardian, or the command's process before its exec, with
+/// idem's own failure code: nothing of the command ran.
+fn exit_unrun() -> ! {
+    // SAFETY: _exit ends this process without running anything of the
+    // parent's (no atexit handlers, no flush).
+    unsafe { libc::_exit(exit::IDEM_FAILED.into()) }
+}
+
 /// The guardian's own setup: its signals blocked, its group, its stdio,
-/// and of idem's descriptors only those it needs, moved out of the way.
+/// of idem's descriptors only those it needs (moved out of the way), the
+/// subreaper's role and a signalfd for its children. `door` follows the
+/// control socket as it moves, so that a failure can still be told.
 ///
 /// # Safety
 /// Only in the guardian just forked, with the descriptors of `fds` open:
 /// it closes every other descriptor, so nothing else may own one.
-unsafe fn settle(fds: &Fds) -> (RawFd, Option<RawFd>, Option<(RawFd, pid_t)>) {
+unsafe fn settle(fds: &Fds, door: &mut RawFd) -> Result<Settled, Failed> {
     // Signals sent to the run must not end the guardian: block them
     // all (the command unblocks them before exec). SIGCHLD is read
     // through a signalfd.
@@ -119,38 +206,77 @@ unsafe fn settle(fds: &Fds) -> (RawFd, Option<RawFd>, Option<(RawFd, pid_t)>) {
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-        libc::setpgid(0, 0);
+        if libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut()) != 0 {
+            return Err(Failed::now(Step::BlockSignals));
+        }
+        if libc::setpgid(0, 0) != 0 {
+            return Err(Failed::now(Step::GuardianGroup));
+        }
     }
-    // SAFETY: dup2 onto the stdio numbers of a process that has no other
-    // thread: no Rust object of this copy owns 0, 1 or 2 any more.
+    // SAFETY: dup2 onto the stdio numbers of a process that has one
+    // thread: no Rust object of this copy uses 0, 1 or 2 any more.
     unsafe {
-        if libc::dup2(fds.stdout, 1) < 0 || libc::dup2(fds.stderr, 2) < 0 {
-            libc::_exit(125);
-        }
-        if let Some(stdin) = fds.stdin {
-            if libc::dup2(stdin, 0) < 0 {
-                libc::_exit(125);
-            }
+        if libc::dup2(fds.stdout, 1) < 0
+            || libc::dup2(fds.stderr, 2) < 0
+            || fds.stdin.is_some_and(|stdin| libc::dup2(stdin, 0) < 0)
+        {
+            return Err(Failed::now(Step::Stdio));
         }
     }
+    // SAFETY: the descriptors of `fds` are open (our contract).
+    let (hold, foreground) = unsafe { keep_own(fds, door)? };
+    // SAFETY: prctl takes integers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(Failed::now(Step::Subreaper));
+    }
+    // SAFETY: sigemptyset and sigaddset fill a sigset_t we own (all zeroes
+    // is a valid start); signalfd reads it and makes a new descriptor.
+    let children = unsafe {
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
+    };
+    if children < 0 {
+        return Err(Failed::now(Step::WatchChildren));
+    }
+    Ok(Settled {
+        door: *door,
+        hold,
+        foreground,
+        children,
+    })
+}
+
+/// Keeps the door, the lock and the terminal, moved above 100, and closes
+/// every other descriptor from 3 up; `door` is moved along.
+///
+/// # Safety
+/// The descriptors of `fds` are open, and nothing else in this process
+/// owns a descriptor from 3 up: only in the guardian just forked.
+unsafe fn keep_own(
+    fds: &Fds,
+    door: &mut RawFd,
+) -> Result<(Option<RawFd>, Option<Foreground>), Failed> {
     // Nothing of idem's stays open here but the door, the lock and the
     // stdio: a copy of idem's ledger lock would keep it held were idem
     // to die while holding it.
-    // SAFETY: the descriptors of `fds` are open (our contract), and no
-    // other code of this process uses any descriptor: it has one thread.
+    // SAFETY: the descriptors are open (our contract).
     unsafe {
-        let door = keep_fd(fds.door, 100);
-        let hold = fds.hold.map(|hold| keep_fd(hold, 101));
-        let foreground = fds
-            .foreground
-            .map(|(terminal, group)| (keep_fd(terminal, 102), group));
+        *door = keep_fd(*door, 100)?;
+        let hold = match fds.hold {
+            Some(hold) => Some(keep_fd(hold, 101)?),
+            None => None,
+        };
+        let foreground = match fds.foreground {
+            Some((terminal, group)) => Some((keep_fd(terminal, 102)?, group)),
+            None => None,
+        };
         close_from(
             3,
-            [Some(door), hold, foreground.map(|(terminal, _)| terminal)],
+            [Some(*door), hold, foreground.map(|(terminal, _)| terminal)],
         );
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        (door, hold, foreground)
+        Ok((hold, foreground))
     }
 }
 
@@ -158,15 +284,11 @@ unsafe fn settle(fds: &Fds) -> (RawFd, Option<RawFd>, Option<(RawFd, pid_t)>) {
 ///
 /// # Safety
 /// `fd` is open; the copy made is the caller's to own.
-unsafe fn keep_fd(fd: RawFd, floor: RawFd) -> RawFd {
-    // SAFETY: F_DUPFD makes a new descriptor and touches no memory; _exit
-    // ends the guardian without running anything of the parent's.
-    unsafe {
-        let moved = libc::fcntl(fd, libc::F_DUPFD, floor);
-        if moved < 0 {
-            libc::_exit(125);
-        }
-        moved
+unsafe fn keep_fd(fd: RawFd, floor: RawFd) -> Result<RawFd, Failed> {
+    // SAFETY: F_DUPFD makes a new descriptor and touches no memory.
+    match unsafe { libc::fcntl(fd, libc::F_DUPFD, floor) } {
+        moved if moved < 0 => Err(Failed::now(Step::KeepFds)),
+        moved => Ok(moved),
     }
 }
 
@@ -232,31 +354,25 @@ struct Ahead {
 
 /// Forks the command's process, which waits at its gate for one byte (end
 /// of file: nothing runs) and then executes the command in a process group
-/// of its own; the errno of a failed fork.
+/// of its own.
 ///
 /// # Safety
-/// Only in the guardian, after [`settle`]: `door`, `hold` and `terminal`
-/// are its own open descriptors, and `prepared` is valid.
-unsafe fn fork_ahead(
-    prepared: &Prepared,
-    door: RawFd,
-    hold: Option<RawFd>,
-    me: pid_t,
-    terminal: Option<RawFd>,
-) -> Result<Ahead, i32> {
+/// Only in the guardian, with `settled` its own open descriptors and
+/// `prepared` valid.
+unsafe fn fork_ahead(prepared: &Prepared, settled: &Settled, me: pid_t) -> Result<Ahead, Failed> {
     let mut report = [0 as c_int; 2];
     let mut gate = [0 as c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array we own; close
     // takes back the two just made.
     unsafe {
         if libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(errno());
+            return Err(Failed::now(Step::ForkCommand));
         }
         if libc::pipe2(gate.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            let error = errno();
+            let failed = Failed::now(Step::ForkCommand);
             libc::close(report[0]);
             libc::close(report[1]);
-            return Err(error);
+            return Err(failed);
         }
     }
     let ([read_end, write_end], [wait_end, leave_end]) = (report, gate);
@@ -264,28 +380,31 @@ unsafe fn fork_ahead(
     // of it; each side closes only the pipe ends it does not use.
     match unsafe { libc::fork() } {
         -1 => {
-            let error = errno();
+            let failed = Failed::now(Step::ForkCommand);
             for fd in [read_end, write_end, wait_end, leave_end] {
                 // SAFETY: the four ends made above, not used again.
                 unsafe { libc::close(fd) };
             }
-            Err(error)
+            Err(failed)
         }
         // SAFETY: in the child just forked, with the ends made above and
-        // our own contract's descriptors.
+        // our own contract's descriptors (the door is not close-on-exec:
+        // the command must not keep it).
         0 => unsafe {
             libc::close(read_end);
             libc::close(leave_end);
-            libc::close(door);
+            libc::close(settled.door);
             // Its group and the terminal come after leave (see
             // `let_in`): nothing takes the terminal before the command
             // may run.
             let mut leave = [0u8; 1];
             if read_full(wait_end, &mut leave) < 1 {
-                libc::_exit(125);
+                // Turned away at the gate.
+                exit_unrun();
             }
             libc::close(wait_end);
-            execute(prepared, hold, me, terminal, write_end)
+            let terminal = settled.foreground.map(|(tty, _)| tty);
+            command::execute(prepared, settled.hold, me, terminal, write_end)
         },
         pid => {
             // SAFETY: the child's ends, not used here.
@@ -304,152 +423,68 @@ unsafe fn fork_ahead(
 
 /// No leave came: the command's process is told at its gate that nothing
 /// runs, and waited for, so nothing of the attempt outlives the guardian.
-fn turn_away(ahead: Result<Ahead, i32>) -> ! {
-    if let Ok(ahead) = ahead {
-        let mut status = 0;
-        // SAFETY: `ahead`'s gate is ours alone (see `Ahead`), closed once;
-        // waitpid writes into the integer we own.
-        unsafe {
-            libc::close(ahead.gate);
-            libc::waitpid(ahead.pid, &mut status, 0);
-        }
+fn turn_away(ahead: Option<Ahead>) -> ! {
+    if let Some(ahead) = ahead {
+        dismiss(ahead);
     }
-    // SAFETY: _exit ends the guardian without running anything of the
-    // parent's (no atexit handlers, no flush).
-    unsafe { libc::_exit(125) }
+    exit_unrun()
 }
 
-/// Lets the command's process through its gate: its pid, or the errno of
-/// a failed exec.
+/// Closes the command's gate (it exits, running nothing) and its report,
+/// and waits for it.
+fn dismiss(ahead: Ahead) {
+    let mut status = 0;
+    // SAFETY: `ahead`'s ends are ours alone (see `Ahead`), closed once;
+    // waitpid writes into the integer we own.
+    unsafe {
+        libc::close(ahead.gate);
+        libc::close(ahead.report);
+        libc::waitpid(ahead.pid, &mut status, 0);
+    }
+}
+
+/// A step of letting the command in failed: it is dismissed.
+fn refuse(ahead: Ahead, failed: Failed) -> Result<pid_t, Failed> {
+    dismiss(ahead);
+    Err(failed)
+}
+
+/// Lets the command's process through its gate: its pid, or the step that
+/// failed (`Step::Exec`: the command could not be executed).
 ///
 /// # Safety
 /// `terminal` is the guardian's own open copy of the terminal, if any.
-unsafe fn let_in(ahead: Ahead, terminal: Option<RawFd>) -> Result<pid_t, i32> {
+unsafe fn let_in(ahead: Ahead, terminal: Option<RawFd>) -> Result<pid_t, Failed> {
     if let Some(terminal) = terminal {
-        // Both sides, so neither waits on the other's timing.
+        // Both sides, so neither waits on the other's timing. The command
+        // waits at its gate, so it has not exec'd: its group can be set.
         // SAFETY: setpgid and tcsetpgrp take integers; `terminal` is open
         // (our contract).
         unsafe {
-            libc::setpgid(ahead.pid, ahead.pid);
-            libc::tcsetpgrp(terminal, ahead.pid);
+            if libc::setpgid(ahead.pid, ahead.pid) != 0 {
+                return refuse(ahead, Failed::now(Step::CommandGroup));
+            }
+            if libc::tcsetpgrp(terminal, ahead.pid) != 0 {
+                return refuse(ahead, Failed::now(Step::Foreground));
+            }
         }
     }
     // SAFETY: write reads one byte of a live array; the gate is ours alone
     // (see `Ahead`), closed once.
     unsafe {
-        libc::write(ahead.gate, [1u8].as_ptr().cast(), 1);
+        if libc::write(ahead.gate, [1u8].as_ptr().cast(), 1) != 1 {
+            return refuse(ahead, Failed::now(Step::LetIn));
+        }
         libc::close(ahead.gate);
     }
     executed(ahead.pid, ahead.report)
 }
 
-/// In the command's process: its group, its terminal, its signals, then
-/// exec; on failure the errno goes to `report` (close-on-exec, so success
-/// closes it).
-///
-/// # Safety
-/// Only in the command's process just forked by [`fork_ahead`]: `hold`,
-/// `terminal` and `report` are its own open descriptors and `prepared` is
-/// valid (its pointers NUL-terminated). It never returns.
-unsafe fn execute(
-    prepared: &Prepared,
-    hold: Option<RawFd>,
-    guardian: pid_t,
-    terminal: Option<RawFd>,
-    report: RawFd,
-) -> ! {
-    // SAFETY: setpgid, tcsetpgrp, prctl, getppid and fcntl take integers;
-    // `terminal` and `hold` are open (our contract), and `terminal` is not
-    // used after it is closed. _exit runs nothing of the parent's.
-    unsafe {
-        libc::setpgid(0, 0);
-        if let Some(terminal) = terminal {
-            // In the terminal's foreground, as a shell puts a job: it reads
-            // the terminal and gets its Ctrl-C. (Signals are still blocked,
-            // so SIGTTOU does not stop this.)
-            libc::tcsetpgrp(terminal, libc::getpid());
-            libc::close(terminal);
-        }
-        // Should the guardian be killed, the command is told to stop.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
-        if libc::getppid() != guardian {
-            libc::_exit(125);
-        }
-        if let Some(hold) = hold {
-            // The command keeps the lock too (as under flock(1)): were the
-            // guardian killed, what the command left running still holds
-            // the key.
-            libc::fcntl(hold, libc::F_SETFD, 0);
-        }
-    }
-    // SAFETY: signal(2) sets a disposition and touches no memory of ours;
-    // sigemptyset fills a sigset_t we own, which sigprocmask reads.
-    unsafe {
-        if !ignored_at_start(libc::SIGPIPE) {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
-        // idem's handlers are still installed here (exec would reset them,
-        // but only after the signals are let in): one running in this
-        // window would write to a descriptor number that may be `report`.
-        for signal in CAUGHT {
-            if !ignored_at_start(signal) {
-                libc::signal(signal, libc::SIG_DFL);
-            }
-        }
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-    }
-    // SAFETY: `prepared` is valid (our contract): its paths are C strings
-    // and its argv and envp arrays end in a null pointer.
-    let failure = unsafe { exec(prepared) };
-    let bytes = failure.to_le_bytes();
-    // SAFETY: write reads the four bytes of a live array; `report` is open
-    // (our contract); _exit runs nothing of the parent's.
-    unsafe {
-        libc::write(report, bytes.as_ptr().cast(), bytes.len());
-        libc::_exit(127)
-    }
-}
-
-/// As execvp: tries each place in turn, and tells "not executable" from
-/// "not found". Returns only on failure: the errno to report.
-///
-/// # Safety
-/// `prepared`'s strings are NUL-terminated and its argv and envp arrays end
-/// in a null pointer, as [`Prepared::new`] makes them.
-unsafe fn exec(prepared: &Prepared) -> i32 {
-    let mut failure = libc::ENOENT;
-    let mut denied = false;
-    for candidate in &prepared.candidates {
-        // SAFETY: our contract; execve returns only on failure.
-        unsafe {
-            libc::execve(
-                candidate.as_ptr(),
-                prepared.argv.as_ptr(),
-                prepared.envp.as_ptr(),
-            )
-        };
-        match errno() {
-            libc::EACCES => denied = true,
-            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ELOOP | libc::ENAMETOOLONG => {}
-            other => {
-                failure = other;
-                break;
-            }
-        }
-    }
-    if denied && failure == libc::ENOENT {
-        failure = libc::EACCES;
-    }
-    failure
-}
-
 /// Whether command `pid` was executed: end of file on `report` says so;
-/// an errno says it was not (it is reaped here then, so that it is not
-/// taken for the command's end). `report` is closed.
-fn executed(pid: pid_t, report: RawFd) -> Result<pid_t, i32> {
-    let mut bytes = [0u8; 4];
+/// a step and errno say it was not (it is reaped here then, so that it is
+/// not taken for the command's end). `report` is closed.
+fn executed(pid: pid_t, report: RawFd) -> Result<pid_t, Failed> {
+    let mut bytes = [0u8; 8];
     // SAFETY: `report` is the read end of the exec report, ours alone
     // (see `Ahead`), closed once.
     let got = unsafe {
@@ -463,5 +498,5 @@ fn executed(pid: pid_t, report: RawFd) -> Result<pid_t, i32> {
     let mut status = 0;
     // SAFETY: waitpid writes into the integer we own.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    Err(i32::from_le_bytes(bytes))
+    Err(command::decode(bytes))
 }

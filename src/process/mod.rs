@@ -2,12 +2,14 @@
 //! passing its output through while keeping a tail, forwarding signals,
 //! enforcing the timeout, and reaping everything it started.
 
+mod command;
 mod events;
 mod guardian;
 mod prepare;
 mod signals;
 mod spawn;
 mod stdin;
+mod steps;
 mod supervise;
 mod tee;
 mod tree;
@@ -130,7 +132,8 @@ impl AttemptEnd {
 /// Why an attempt has no end to tell.
 #[derive(Debug)]
 pub enum AttemptError {
-    /// `started` failed: the command was held and never ran.
+    /// The command was held and never ran: `started` failed, or a step
+    /// of the attempt's setup after the fork did (the error names it).
     Unrecorded(anyhow::Error),
     /// idem could not start the command, or lost track of it.
     Failed(anyhow::Error),

@@ -15,6 +15,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use super::prepare::{Fds, Prepared};
+use super::steps::Failed;
 use super::wire::{self, read_report};
 use super::{guardian, AttemptEnd, Spec};
 use crate::exit;
@@ -67,15 +68,27 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
     })
 }
 
-/// Whether the command let in could be executed, as its guardian tells:
-/// the command's pid (0: unknown), and `Some(errno)` if it was not. No
-/// answer: the guardian was killed as the command started, or found the
-/// lease run out; what it ran, if anything, is waited for.
-pub fn executed(gate: &mut UnixStream) -> (i32, Option<i32>) {
+/// What the guardian tells of the command it let in.
+pub enum LetIn {
+    /// It runs as this pid. 0: no answer came (the guardian was killed as
+    /// the command started, or found the lease run out); what it ran, if
+    /// anything, is waited for.
+    Running(i32),
+    /// It could not be executed: the errno.
+    NotExecuted(i32),
+    /// A step of its setup failed, said in words; nothing ran.
+    SetupFailed(String),
+}
+
+/// Whether the command let in could be executed, as its guardian tells.
+pub fn executed(gate: &mut UnixStream) -> LetIn {
     match read_report(gate) {
-        Some(report) if report.kind == wire::NOT_EXECUTED => (0, Some(report.a)),
-        Some(report) if report.kind == wire::RUNNING => (report.a, None),
-        _ => (0, None),
+        Some(report) if report.kind == wire::NOT_EXECUTED => LetIn::NotExecuted(report.a),
+        Some(report) if report.kind == wire::SETUP_FAILED => {
+            LetIn::SetupFailed(Failed::words(report.a, report.b))
+        }
+        Some(report) if report.kind == wire::RUNNING => LetIn::Running(report.a),
+        _ => LetIn::Running(0),
     }
 }
 

@@ -19,8 +19,9 @@ use nix::sys::wait::WaitStatus;
 use super::events::{Event, Events, Requester, Watched};
 use super::prepare::Prepared;
 use super::spawn::{
-    command_line, executed, fork, not_started, reap, take_the_terminal_back, Forked,
+    command_line, executed, fork, not_started, reap, take_the_terminal_back, Forked, LetIn,
 };
+use super::steps::Failed;
 use super::tee::{pump, Sink};
 use super::wire::{self, monotonic_ms, read_report};
 use super::{AttemptEnd, AttemptError, End, Notice, Spec};
@@ -260,11 +261,15 @@ impl Supervisor {
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Followed, AttemptError> {
         match executed(&mut gate) {
-            (_, Some(errno)) => {
+            LetIn::NotExecuted(errno) => {
                 reap(pid);
                 Ok(Followed::NotExecuted(errno))
             }
-            (command, None) => {
+            LetIn::SetupFailed(words) => {
+                reap(pid);
+                Err(AttemptError::Unrecorded(anyhow::anyhow!(words)))
+            }
+            LetIn::Running(command) => {
                 let reader = gate.try_clone().context("could not watch the command")?;
                 let mut watched = Watched::new(reader, pid);
                 Ok(Followed::Ended(self.follow(
@@ -281,9 +286,15 @@ impl Supervisor {
     /// The gate, once the attempt is recorded: hears from the guardian,
     /// and lets the command in, unless the lease already ran out.
     fn admit(&self, gate: &mut UnixStream, kill_after: Duration) -> Result<(), AttemptError> {
-        read_report(gate)
-            .filter(|report| report.kind == wire::RUNNING)
-            .context("the command's guardian did not start")?;
+        let report = read_report(gate).context("the command's guardian did not start")?;
+        if report.kind == wire::SETUP_FAILED {
+            // Nothing ran: the attempt ends as one that never started.
+            let words = Failed::words(report.a, report.b);
+            return Err(AttemptError::Unrecorded(anyhow::anyhow!(words)));
+        }
+        if report.kind != wire::RUNNING {
+            return Err(anyhow::anyhow!("the command's guardian did not start").into());
+        }
         let deadline = self
             .link
             .lock()

@@ -18,8 +18,8 @@ use super::wire::{
 ///
 /// # Safety
 /// Only in the guardian's process, after its fork, with SIGCHLD blocked:
-/// `door` is -1 or its own open end of the control socket, and the
-/// terminal in `foreground` is open. It never returns: the guardian exits
+/// `door` is -1 or its own open end of the control socket, `children` its
+/// signalfd for SIGCHLD, and the terminal in `foreground` is open. It never returns: the guardian exits
 /// from here.
 pub unsafe fn watch(
     door: RawFd,
@@ -27,6 +27,7 @@ pub unsafe fn watch(
     deadline: i64,
     grace: i64,
     foreground: Option<(RawFd, pid_t)>,
+    children: RawFd,
 ) -> ! {
     let mut watch = Watch {
         door,
@@ -45,15 +46,6 @@ pub unsafe fn watch(
         told_left: false,
         suspended: false,
         frame: [0u8; FROM_GUARDIAN],
-    };
-    // SAFETY: sigemptyset and sigaddset fill a sigset_t we own (all zeroes
-    // is a valid one to start from); signalfd reads it and makes a new
-    // descriptor. SIGCHLD is blocked (the caller's contract), so it queues.
-    let children = unsafe {
-        let mut chld: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut chld);
-        libc::sigaddset(&mut chld, libc::SIGCHLD);
-        libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
     };
     loop {
         watch.reap();
@@ -119,7 +111,7 @@ impl Watch {
         if polled[1].revents != 0 {
             let mut info = [0u8; 128];
             // SAFETY: each read writes at most `info.len()` bytes into
-            // `info`; `children` is the signalfd made above.
+            // `info`; `children` is the guardian's signalfd.
             while unsafe { libc::read(children, info.as_mut_ptr().cast(), info.len()) } > 0 {}
         }
         if self.door >= 0 && polled[0].revents != 0 {

@@ -37,6 +37,9 @@ pub const EXITED: u8 = b'E';
 pub const LEFT_RUNNING: u8 = b'L';
 /// guardian -> idem: the lease deadline passed unrenewed; the run is stopped.
 pub const LEASE_RAN_OUT: u8 = b'T';
+/// guardian -> idem: step `a` of the setup after the fork failed with
+/// errno `b` (see `steps`); nothing of the command runs.
+pub const SETUP_FAILED: u8 = b'F';
 
 pub fn encode_to(kind: u8, a: i64, b: i64) -> [u8; TO_GUARDIAN] {
     let mut frame = [0u8; TO_GUARDIAN];
@@ -50,6 +53,7 @@ pub fn encode_to(kind: u8, a: i64, b: i64) -> [u8; TO_GUARDIAN] {
 pub struct Report {
     pub kind: u8,
     pub a: i32,
+    pub b: i32,
     pub pids: Vec<i32>,
 }
 
@@ -64,6 +68,7 @@ pub fn decode_from(frame: &[u8; FROM_GUARDIAN]) -> Report {
     Report {
         kind: frame[0],
         a: number(0),
+        b: number(1),
         pids: (0..count).map(|index| number(index + 2)).collect(),
     }
 }

@@ -1,0 +1,47 @@
+//! Each step of an attempt's setup after the fork is checked: one that
+//! fails for real reaches idem as the step's name and errno, idem exits
+//! 125, nothing of the command runs, and the key is not left `running`.
+
+use std::os::unix::process::CommandExt;
+
+use nix::libc;
+
+use crate::util::{assert_code, text, Env};
+
+/// The guardian moves the descriptors it keeps above 100; under an open
+/// files limit of 64 that step fails with EINVAL, before the command may
+/// run.
+#[test]
+fn a_guardian_step_that_fails_is_named_and_nothing_runs() {
+    let env = Env::new();
+    let mut idem = env.idem(["run", "--key", "k", "--shell", "--", &env.count_cmd("ran")]);
+    // SAFETY: setrlimit is async-signal-safe and reads the struct we own;
+    // the closure allocates nothing.
+    unsafe {
+        idem.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let output = idem.output().unwrap();
+    assert_code(&output, 125);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "could not move the command's guardian's descriptors above 100: invalid argument"
+        ),
+        "the failed step is named with its errno: {stderr}"
+    );
+    assert_eq!(env.count("ran"), 0, "nothing of the command ran");
+    let list = env.list_json();
+    let run = &list[0];
+    assert_eq!(run["key"], "k");
+    assert_eq!(run["status"], "failed", "not left running: {run}");
+    assert_eq!(run["exit_code"], 125);
+}
