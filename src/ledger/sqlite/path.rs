@@ -85,6 +85,12 @@ fn check_owner_and_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()>
         }
         .into());
     }
+    check_mode(path, metadata)
+}
+
+/// Refuses a file at (or beside) the ledger that others can write.
+fn check_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
     if metadata.mode() & 0o022 != 0 {
         return Err(Refusal::OpenToOthers {
             ledger: path.display().to_string(),
@@ -220,9 +226,10 @@ pub(super) fn open_file(path: &Path) -> Result<(File, bool)> {
 
 /// The -wal and -shm files are part of the ledger (and a -journal while a
 /// write is caught midway): SQLite opens them by name, so they are judged
-/// like the ledger itself.
+/// like the ledger itself; and so is the -lock file, whose bytes say which
+/// runs live.
 pub(super) fn check_side_files(path: &Path) -> Result<()> {
-    for suffix in ["-wal", "-shm", "-journal"] {
+    for suffix in ["-wal", "-shm", "-journal", "-lock"] {
         let side = side_file(path, suffix);
         match std::fs::symlink_metadata(&side) {
             Ok(metadata) if metadata.file_type().is_symlink() => {
@@ -234,6 +241,12 @@ pub(super) fn check_side_files(path: &Path) -> Result<()> {
             }
             Ok(metadata) if !metadata.is_file() => {
                 return Err(not_regular(&side, metadata.file_type()))
+            }
+            // A lock file of root's, from a run as root, is no one's plant.
+            Ok(metadata)
+                if suffix == "-lock" && std::os::unix::fs::MetadataExt::uid(&metadata) == 0 =>
+            {
+                check_mode(&side, &metadata)?
             }
             Ok(metadata) => check_owner_and_mode(&side, &metadata)?,
             Err(_) => {}
