@@ -1,17 +1,18 @@
 //! The world moving under a SQLite ledger: its lock file deleted or
-//! replaced while a run holds it. Never a second run beside a live one,
-//! and `idem doctor` fails whenever `run` would.
+//! replaced while a run holds it, one ledger reached as two files (a hard
+//! link, a file mounted alone). Never a second run beside a live one, and
+//! `idem doctor` fails whenever `run` would.
 //!
-//! Some cases need root (to hand a file to another user); where it is
-//! missing the test fails, naming it.
+//! Some cases need root (to hand a file to another user, to mount) and
+//! `unshare`; where either is missing the test fails, naming it.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use super::run_with_db;
-use crate::util::{assert_code, guarded, text, wait_for_count, Env};
+use crate::util::{assert_code, guarded, text, wait_for_count, wrapped, Env};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
@@ -128,6 +129,79 @@ fn a_lock_file_of_another_user_or_open_to_others_is_refused() {
         &run_with_db(&env, &db, &["run", "--key", "k", "--", "true"]),
         0,
     );
+}
+
+/// A second name for the ledger file has no side files of its own: a run
+/// through each name would lock and log apart.
+#[test]
+fn a_ledger_with_a_second_hard_link_is_refused() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    let other = env.path("other");
+    fs::create_dir(&other).unwrap();
+    let second = other.join("ledger.db");
+    fs::hard_link(env.db(), &second).unwrap();
+    for db in [env.db(), second.clone()] {
+        let output = run_with_db(&env, &db, &["run", "--key", "new", "--", "true"]);
+        refused(&output, &["ledger.db", "2 hard links"]);
+        let (code, check) = doctor_check(&env, &db, "file");
+        assert_eq!((code, &check["status"]), (1, &"problem".into()), "{check}");
+    }
+    assert!(!lock_file(&second).exists(), "the second name was used");
+    fs::remove_file(&second).unwrap();
+    assert_code(&env.run(["run", "--key", "new", "--", "true"]), 0);
+}
+
+/// The ledger file bind-mounted alone (`docker run -v
+/// /srv/idem/ledger.db:/ledger.db`): its side files would be made beside
+/// the mount, apart from the host's. Tried in a mount namespace of its own.
+#[test]
+fn a_ledger_file_mounted_alone_is_refused() {
+    need_root();
+    let found = Command::new("unshare").arg("--version").output();
+    assert!(
+        found.is_ok_and(|output| output.status.success()),
+        "unshare (util-linux) is needed and missing here"
+    );
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    let inside = env.path("container");
+    fs::create_dir(&inside).unwrap();
+    let mounted = inside.join("ledger.db");
+    fs::write(&mounted, b"").unwrap();
+    fs::set_permissions(&mounted, fs::Permissions::from_mode(0o600)).unwrap();
+    let source = env.db().display().to_string();
+    let target = mounted.display().to_string();
+    let prefix = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind \"$1\" \"$2\" && shift 2 && exec \"$@\"",
+        "sh",
+        &source,
+        &target,
+    ];
+    let mut run = env.idem(["run", "--key", "new", "--", "true"]);
+    run.env("IDEM_DB", &mounted);
+    let output = wrapped(&run, &prefix).output().unwrap();
+    refused(&output, &["ledger.db", "mount the folder, not the file"]);
+    let mut doctor = env.idem(["doctor", "--json"]);
+    doctor.env("IDEM_DB", &mounted);
+    let output = wrapped(&doctor, &prefix).output().unwrap();
+    assert_code(&output, 1);
+    assert!(
+        text(&output.stdout).contains("mount the folder, not the file"),
+        "{}",
+        text(&output.stdout)
+    );
+    assert!(
+        !lock_file(&mounted).exists(),
+        "a side file beside the mount"
+    );
+    assert_eq!(fs::metadata(&mounted).unwrap().len(), 0);
 }
 
 /// doctor reports the lock file as run judges it: its owner, its mode and

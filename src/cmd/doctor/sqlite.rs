@@ -48,6 +48,14 @@ pub(super) fn examine(path: &Path) -> Report {
             return report;
         }
     };
+    if let Some(refusal) = SqliteInspector::refusal(path) {
+        report.push(
+            "file",
+            Level::Problem,
+            refusal,
+            Some("idem run refuses this ledger until it is fixed as said"),
+        );
+    }
     permissions(path, &metadata, &mut report);
     side_files(path, &mut report);
     lock_file(path, &mut report);
