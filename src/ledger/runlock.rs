@@ -19,11 +19,21 @@
 //! process, and they cross PID namespaces, users and host names on one
 //! kernel. A ledger copied to another machine carries no locks, so its
 //! running heads are rightly dead there.
+//!
+//! The file can move under a run: a tmp cleaner deletes it, `rsync`
+//! replaces it. A lock on a file no longer at the path guards nothing, so a
+//! byte is taken only on the file found at the path once it is locked (its
+//! device and inode, and a link left), and a claim records which file its
+//! run holds ([`Hold::stamp`]): a later judge that finds another file there
+//! cannot ask the kernel about that run, and presumes it alive. (The bytes
+//! are not kept in the ledger file itself: closing any descriptor of that
+//! file drops SQLite's own POSIX locks on it, and an idem of this kind and
+//! an older one must keep seeing each other's runs.)
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,6 +53,8 @@ pub struct Hold {
     file: Arc<OwnedFd>,
     path: PathBuf,
     slot: i64,
+    /// Which file this is, as a claim records it.
+    stamp: i64,
     /// Named locks (`--lock`) the run holds besides its key: their own
     /// open files, and their bytes, which each attempt's file holds too.
     named: Vec<(Arc<OwnedFd>, i64)>,
@@ -50,6 +62,50 @@ pub struct Hold {
 
 /// Named locks live above every key's byte: row ids never reach 2^62.
 const NAMED_BASE: i64 = 1 << 62;
+
+/// A claim's `owner_lock` that names no lock file: an older idem's, whose
+/// run is judged by whatever lock file is at the path.
+pub const UNSTAMPED: i64 = 1;
+
+/// How often a take tries again when the file it locked was replaced
+/// meanwhile: each retry means someone deleted or renamed it just then.
+const TAKE_TRIES: u32 = 8;
+
+/// Which files a claim's run locks, as its `owner_lock` records them: the
+/// low 31 bits of the ledger file's inode and of the lock file's, under
+/// bit 62, so never 0 (no lock) nor [`UNSTAMPED`]; an older idem reads any
+/// value but 0 as "locked". Devices are left out: containers sharing the
+/// files may see them on devices numbered apart, and the inode of a file
+/// still held open is not reused. Two inodes alike in their low bits only
+/// make a judge ask the file at the path, as every judge did before stamps.
+fn stamp(ledger: u64, lock: u64) -> i64 {
+    const LOW: u64 = (1 << 31) - 1;
+    (1 << 62) | ((ledger & LOW) << 31 | lock & LOW) as i64
+}
+
+/// What a judge makes of a claim's `stamp` beside the files there now.
+#[derive(Debug, PartialEq, Eq)]
+enum Stamped {
+    /// The files the run locked, or a claim that named none: ask them.
+    Here,
+    /// Another ledger file's claim: this one is a copy, which no process
+    /// of that run records to, so the run is over here.
+    Copied,
+    /// The ledger's lock file was deleted or replaced since: the kernel
+    /// cannot say whether the run lives.
+    Moved,
+}
+
+fn stamped(recorded: i64, now: i64) -> Stamped {
+    const LEDGER: i64 = ((1 << 31) - 1) << 31;
+    if recorded == UNSTAMPED || recorded == now {
+        Stamped::Here
+    } else if recorded & LEDGER != now & LEDGER {
+        Stamped::Copied
+    } else {
+        Stamped::Moved
+    }
+}
 
 /// The byte of the named lock `name`: a pinned hash (SHA-256), so every
 /// idem agrees without a table. Two names sharing a byte (one chance in a
@@ -67,12 +123,45 @@ impl Hold {
     /// to inherit (idem closes its copy once they have it), with the bytes
     /// of the named locks the run holds, so that they outlive idem with it.
     pub fn for_attempt(&self) -> io::Result<OwnedFd> {
-        let file = open(&self.path, true)?;
+        let file = self.reopen()?;
         set(&file, self.slot, libc::F_RDLCK)?;
         for (_, slot) in &self.named {
             set(&file, *slot, libc::F_RDLCK)?;
         }
         Ok(OwnedFd::from(file))
+    }
+
+    /// Which lock file the hold is on, for its claim to record.
+    pub fn stamp(&self) -> i64 {
+        self.stamp
+    }
+
+    /// A new open file of the very file this hold is on: by its path while
+    /// it is still there, else through the kernel's link to the open file
+    /// (a lock file deleted or replaced during the run).
+    fn reopen(&self) -> io::Result<File> {
+        let ours = File::from(self.file.try_clone()?).metadata()?;
+        let same = |file: File| -> io::Result<Option<File>> {
+            let metadata = file.metadata()?;
+            Ok((metadata.dev() == ours.dev() && metadata.ino() == ours.ino()).then_some(file))
+        };
+        match open(&self.path, false) {
+            Ok(file) => {
+                if let Some(file) = same(file)? {
+                    return Ok(file);
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        let link = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(link)?;
+        same(file)?.ok_or_else(|| {
+            io::Error::other("the lock file was replaced during the run and cannot be reopened")
+        })
     }
 
     /// Makes the named lock `lock` part of this run's hold.
@@ -106,17 +195,31 @@ fn set(file: &impl AsRawFd, slot: i64, kind: libc::c_int) -> io::Result<()> {
 /// The lock file, opened once per ledger for questions about its runs.
 pub struct RunLocks {
     path: PathBuf,
+    ledger: PathBuf,
     /// Opened lazily: a ledger on which nothing ever ran has no lock file,
     /// and the skip path never asks.
     probe: std::cell::OnceCell<File>,
+    /// The ledger file's inode, read once it is needed.
+    ledger_inode: std::cell::OnceCell<u64>,
 }
 
 impl RunLocks {
     pub fn new(ledger: &Path) -> RunLocks {
         RunLocks {
             path: path_for(ledger),
+            ledger: ledger.to_owned(),
             probe: std::cell::OnceCell::new(),
+            ledger_inode: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The stamp of the lock file `metadata` is of, on this ledger.
+    fn stamp_of(&self, metadata: &Metadata) -> io::Result<i64> {
+        let ledger = match self.ledger_inode.get() {
+            Some(inode) => *inode,
+            None => *self.ledger_inode.get_or_init(|| ledger_inode(&self.ledger)),
+        };
+        Ok(stamp(ledger, metadata.ino()))
     }
 
     pub fn path(&self) -> &Path {
@@ -126,43 +229,120 @@ impl RunLocks {
     /// Takes key `slot`'s byte on a new open file description of its own;
     /// `None` when another open file (a live run of the key) holds it.
     pub fn take(&self, slot: i64) -> io::Result<Option<Hold>> {
-        let file = open(&self.path, true)?;
-        match set(&file, slot, libc::F_WRLCK) {
+        for _ in 0..TAKE_TRIES {
+            let file = open(&self.path, true)?;
+            match set(&file, slot, libc::F_WRLCK) {
+                Ok(()) => {}
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                    return Ok(None)
+                }
+                Err(error) => return Err(error),
+            }
+            // Locked: but a lock on a file deleted or replaced since it was
+            // opened guards nothing, so take it again on the one there now.
+            if !still_at(&file, &self.path)? {
+                continue;
+            }
+            let stamp = self.stamp_of(&file.metadata()?)?;
             // Taken alone; now shared, for the attempts to join (an atomic
             // conversion: no claim can slip in between).
-            Ok(()) => set(&file, slot, libc::F_RDLCK)?,
-            Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
-                return Ok(None)
-            }
-            Err(error) => return Err(error),
+            set(&file, slot, libc::F_RDLCK)?;
+            return Ok(Some(Hold {
+                file: Arc::new(OwnedFd::from(file)),
+                path: self.path.clone(),
+                slot,
+                stamp,
+                named: Vec::new(),
+            }));
         }
-        Ok(Some(Hold {
-            file: Arc::new(OwnedFd::from(file)),
-            path: self.path.clone(),
-            slot,
-            named: Vec::new(),
-        }))
+        Err(io::Error::other(
+            "it was deleted or replaced each time it was locked; find what removes it",
+        ))
     }
 
     /// Whether some run holds key `slot`'s byte. A missing lock file holds
     /// nothing: no idem that locks has run a key of this ledger.
     pub fn held(&self, slot: i64) -> io::Result<bool> {
-        let probe = match self.probe.get() {
-            Some(file) => file,
-            None => match open(&self.path, false) {
-                Ok(file) => self.probe.get_or_init(|| file),
-                Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-                Err(error) => return Err(error),
-            },
-        };
-        let mut lock = byte(slot, libc::F_WRLCK);
-        // SAFETY: fcntl with F_OFD_GETLK writes into the flock struct we own.
-        let result = unsafe { libc::fcntl(probe.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock) };
-        if result != 0 {
-            return Err(io::Error::last_os_error());
+        match self.probe()? {
+            Some(probe) => byte_held(probe, slot),
+            None => Ok(false),
         }
-        Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
     }
+
+    /// Whether the run whose claim recorded `stamp` holds key `slot`'s
+    /// byte; `None` when the lock file it held is gone or replaced, so the
+    /// kernel cannot say.
+    pub fn judge(&self, slot: i64, stamp: i64) -> io::Result<Option<bool>> {
+        let Some(probe) = self.probe()? else {
+            // No lock file: the ledger's own inode still tells a copy.
+            let now = self.stamp_of_none()?;
+            return Ok(match stamped(stamp, now) {
+                Stamped::Here | Stamped::Copied => Some(false),
+                Stamped::Moved => None,
+            });
+        };
+        match stamped(stamp, self.stamp_of(&probe.metadata()?)?) {
+            Stamped::Here => byte_held(probe, slot).map(Some),
+            Stamped::Copied => Ok(Some(false)),
+            Stamped::Moved => Ok(None),
+        }
+    }
+
+    /// The stamp a claim would make on this ledger with no lock file: it
+    /// matches no claim's lock file, only its ledger.
+    fn stamp_of_none(&self) -> io::Result<i64> {
+        Ok(stamp(ledger_inode(&self.ledger), 0))
+    }
+
+    /// What a claim that took a byte on the file of stamp `taken` makes of
+    /// a head claimed with `recorded`: whether that run is over (`Some`),
+    /// or cannot be judged by the kernel (`None`).
+    pub fn judge_taken(taken: i64, recorded: i64) -> Option<bool> {
+        match stamped(recorded, taken) {
+            Stamped::Here | Stamped::Copied => Some(false),
+            Stamped::Moved => None,
+        }
+    }
+
+    /// The lock file opened to ask about bytes; `None` when there is none.
+    fn probe(&self) -> io::Result<Option<&File>> {
+        if let Some(file) = self.probe.get() {
+            return Ok(Some(file));
+        }
+        match open(&self.path, false) {
+            Ok(file) => Ok(Some(self.probe.get_or_init(|| file))),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// The ledger file's inode; 0 when it cannot be read (then no stamp tells
+/// a copy, and judges ask the lock file at the path).
+fn ledger_inode(ledger: &Path) -> u64 {
+    std::fs::metadata(ledger).map_or(0, |metadata| metadata.ino())
+}
+
+fn byte_held(probe: &File, slot: i64) -> io::Result<bool> {
+    let mut lock = byte(slot, libc::F_WRLCK);
+    // SAFETY: fcntl with F_OFD_GETLK writes into the flock struct we own.
+    let result = unsafe { libc::fcntl(probe.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock) };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// Whether `file` is the file at `path`, still linked there: not deleted
+/// or replaced since it was opened.
+fn still_at(file: &File, path: &Path) -> io::Result<bool> {
+    let opened = file.metadata()?;
+    let there = match std::fs::symlink_metadata(path) {
+        Ok(there) => there,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    };
+    Ok(opened.nlink() > 0 && opened.dev() == there.dev() && opened.ino() == there.ino())
 }
 
 fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
@@ -179,16 +359,43 @@ fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
 
 /// Opens the lock file, never through a symbolic link, creating it 0600
 /// when `create` (writers); readers that may not write open it read-only,
-/// which is enough to ask who holds a byte.
+/// which is enough to ask who holds a byte. Like the ledger's -wal and
+/// -shm, it must be this user's own (or root's, who could anything) and
+/// writable by no one else: whoever can lock its bytes can keep keys busy,
+/// or let two runs of one key overlap.
 fn open(path: &Path, create: bool) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK);
     if create {
         options.write(true).create(true).truncate(false).mode(0o600);
     }
-    options.open(path)
+    let file = options.open(path)?;
+    let metadata = file.metadata()?;
+    let me = nix::unistd::geteuid().as_raw();
+    let wrong = if !metadata.is_file() {
+        Some("it is not a regular file".to_owned())
+    } else if metadata.uid() != me && metadata.uid() != 0 {
+        Some(format!(
+            "it belongs to uid {}, not to uid {me}",
+            metadata.uid()
+        ))
+    } else if metadata.mode() & 0o022 != 0 {
+        Some(format!(
+            "it is mode {:04o}: others can write it",
+            metadata.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    match wrong {
+        Some(wrong) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{wrong}; remove it (idem makes its own, private)"),
+        )),
+        None => Ok(file),
+    }
 }
 
 #[cfg(test)]
@@ -220,5 +427,38 @@ mod tests {
         drop(attempt);
         assert!(!locks.held(7).expect("asks"));
         assert!(locks.take(7).expect("takes").is_some());
+    }
+
+    /// A lock file deleted, then made anew by another claim, cannot judge
+    /// the run that held the old one; the run's attempts still join the
+    /// file it holds.
+    #[test]
+    fn a_lock_file_deleted_under_a_hold_says_nothing_of_it() {
+        let dir = tempfile::tempdir().expect("a tempdir");
+        let ledger = dir.path().join("ledger.db");
+        let hold = RunLocks::new(&ledger)
+            .take(7)
+            .expect("takes")
+            .expect("free");
+        std::fs::remove_file(path_for(&ledger)).expect("deletes");
+        let locks = RunLocks::new(&ledger);
+        assert_eq!(locks.judge(7, hold.stamp()).expect("asks"), None);
+        assert_eq!(locks.judge(7, UNSTAMPED).expect("asks"), Some(false));
+        let other = locks.take(7).expect("takes").expect("a new file's byte");
+        assert_ne!(other.stamp(), hold.stamp());
+        let locks = RunLocks::new(&ledger);
+        assert_eq!(locks.judge(7, hold.stamp()).expect("asks"), None);
+        assert_eq!(locks.judge(7, other.stamp()).expect("asks"), Some(true));
+        // A copy of the ledger elsewhere: the run's locks are not its own.
+        let copy = dir.path().join("copy.db");
+        std::fs::write(&copy, b"").expect("a copy");
+        assert_eq!(
+            RunLocks::new(&copy).judge(7, hold.stamp()).expect("asks"),
+            Some(false)
+        );
+        let attempt = hold.for_attempt().expect("joins the deleted file");
+        assert!(hold.others_hold());
+        drop(attempt);
+        assert!(!hold.others_hold());
     }
 }

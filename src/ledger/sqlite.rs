@@ -43,9 +43,9 @@ use durability::{Sync, LOCK_WAIT};
 pub use inspect::SqliteInspector;
 use path::disk_full;
 use rows::{
-    attempt_from_row, by_the_kernel, get, hook_from_row, job_from_row, lock_file_error,
-    lock_file_fault, millis, query_head, run_from_row, running_heads, tails_from_row,
-    unlocked_owner, HookCol, RunCol, StatusCode, TailCol, TimeOutOfRange, RUNS,
+    attempt_from_row, by_the_kernel, get, hook_from_row, job_from_row, judge_in_claim,
+    lock_file_error, lock_file_fault, millis, query_head, run_from_row, running_heads,
+    tails_from_row, HookCol, RunCol, StatusCode, TailCol, TimeOutOfRange, RUNS,
 };
 use statements::{list_query, start_run, Ahead, END_RUN, KEY_ID, NEW_KEY};
 use tx::{count_outcome, upsert_attempt, Tx, END_ATTEMPT};
@@ -145,6 +145,7 @@ impl Ledger for SqliteLedger {
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
         let ahead = Ahead::claim(self.headless.as_deref() == Some(key));
+        let boot = crate::host::boot_id();
         self.write("claim a key in", Sync::Owed, &ahead, |tx| {
             // The key's row id, its row made when new: a lookup, which
             // most claims are, costs a third of an upsert to prepare.
@@ -169,12 +170,9 @@ impl Ledger for SqliteLedger {
                 .take(key_id)
                 .map_err(|error| lock_file_error(tx.locks, error))?;
             let free = hold.is_some();
-            let head = query_head(tx.conn, key, &mut |_, locked, boot| {
-                Ok(if locked {
-                    Some(!free)
-                } else {
-                    unlocked_owner(boot)
-                })
+            let taken = hold.as_ref().map(Hold::stamp);
+            let head = query_head(tx.conn, key, &mut |_, lock, boot| {
+                Ok(judge_in_claim(taken, lock, boot))
             })?;
             let running = head
                 .as_ref()
@@ -186,7 +184,7 @@ impl Ledger for SqliteLedger {
             let (Some(new), Some(hold)) = (plan.claim, hold) else {
                 return Ok(None);
             };
-            let (run, fence) = start_run(tx.conn, key_id, &new)?;
+            let (run, fence) = start_run(tx.conn, key_id, &new, (hold.stamp(), &boot))?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,

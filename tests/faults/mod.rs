@@ -1,7 +1,8 @@
 //! Faults and bad input, each provoked for real, one file per concern: a
 //! full disk, a read-only file system, foreign ledgers, a locked ledger,
 //! bad arguments, bytes that are not text, floods of output, power loss,
-//! privacy, `idem doctor`, and the parsers.
+//! privacy, `idem doctor`, the parsers, and the world moving under a
+//! ledger.
 //!
 //! Mounting needs root; where it fails the test says so and does not run,
 //! and under CI (`CI` set) it fails.
@@ -13,6 +14,7 @@ mod doctor;
 mod floods;
 mod foreign;
 mod locking;
+mod moved;
 mod parsers;
 mod power_loss;
 mod read_only;

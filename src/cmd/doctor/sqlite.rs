@@ -48,8 +48,17 @@ pub(super) fn examine(path: &Path) -> Report {
             return report;
         }
     };
+    if let Some(refusal) = SqliteInspector::refusal(path) {
+        report.push(
+            "file",
+            Level::Problem,
+            refusal,
+            Some("idem run refuses this ledger until it is fixed as said"),
+        );
+    }
     permissions(path, &metadata, &mut report);
     side_files(path, &mut report);
+    lock_file(path, &mut report);
     match SqliteInspector::open(path) {
         Ok(mut opened) => contents(&mut opened, &mut report),
         Err(message) => report.push(
@@ -234,26 +243,11 @@ fn side_files(path: &Path, report: &mut Report) {
 
 /// Reports the first side file `run` would refuse; whether there is one.
 fn refused_side_file(sides: &[&PathBuf], report: &mut Report) -> bool {
-    let me = nix::unistd::geteuid().as_raw();
     for side in sides {
         let Ok(meta) = fs::symlink_metadata(side) else {
             continue;
         };
-        let wrong = if meta.file_type().is_symlink() {
-            Some("is a symbolic link, which idem refuses to follow".to_owned())
-        } else if !meta.is_file() {
-            Some("is not a regular file".to_owned())
-        } else if meta.uid() != me {
-            Some(format!("belongs to uid {}: idem refuses it", meta.uid()))
-        } else if meta.mode() & 0o022 != 0 {
-            Some(format!(
-                "is {}: others can write it; idem refuses it",
-                mode_text(meta.mode())
-            ))
-        } else {
-            None
-        };
-        if let Some(wrong) = wrong {
+        if let Some(wrong) = side_file_fault(&meta, false) {
             report.push(
                 "side files",
                 Level::Problem,
@@ -264,6 +258,75 @@ fn refused_side_file(sides: &[&PathBuf], report: &mut Report) -> bool {
         }
     }
     false
+}
+
+/// What `run` refuses in a file beside the ledger, in words after its name;
+/// of the lock file (`lock`), root may be the owner too.
+fn side_file_fault(meta: &fs::Metadata, lock: bool) -> Option<String> {
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.file_type().is_symlink() {
+        Some("is a symbolic link, which idem refuses to follow".to_owned())
+    } else if !meta.is_file() {
+        Some("is not a regular file".to_owned())
+    } else if meta.uid() != me && !(lock && meta.uid() == 0) {
+        Some(format!("belongs to uid {}: idem refuses it", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "is {}: others can write it; idem refuses it",
+            mode_text(meta.mode())
+        ))
+    } else {
+        None
+    }
+}
+
+/// The lock file whose bytes say which runs live, judged as `run` judges
+/// it, and which file it is: a claim records that, and a run whose file was
+/// deleted or replaced since is presumed alive (see the running keys).
+fn lock_file(path: &Path, report: &mut Report) {
+    let lock = ledger::side_file(path, "-lock");
+    let name = file_name(&lock);
+    let meta = match fs::symlink_metadata(&lock) {
+        Ok(meta) => meta,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            report.ok("lock file", format!("none yet: the first run makes {name}"));
+            return;
+        }
+        Err(error) => {
+            let why = exit::io_words(&error);
+            let fix = Some("run idem doctor as the ledger's owner");
+            report.push(
+                "lock file",
+                Level::Problem,
+                format!("cannot read {name}: {why}"),
+                fix,
+            );
+            return;
+        }
+    };
+    let device = nix::sys::stat::major(meta.dev());
+    let device = format!("{device}:{}", nix::sys::stat::minor(meta.dev()));
+    report.facts.insert(
+        "lock_file".into(),
+        json!({"uid": meta.uid(), "mode": mode_text(meta.mode()), "device": device, "inode": meta.ino()}),
+    );
+    match side_file_fault(&meta, true) {
+        Some(wrong) => report.push(
+            "lock file",
+            Level::Problem,
+            format!("{name} {wrong}"),
+            Some("find out who put it there, then remove it: idem makes its own, private"),
+        ),
+        None => report.ok(
+            "lock file",
+            format!(
+                "{name} {}, owner uid {}, inode {} on device {device}",
+                mode_text(meta.mode()),
+                meta.uid(),
+                meta.ino()
+            ),
+        ),
+    }
 }
 
 /// The write-ahead log and its index, kept on purpose, and what a

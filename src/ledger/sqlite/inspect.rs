@@ -15,7 +15,7 @@ use super::super::runlock::RunLocks;
 use super::super::Owner;
 use super::durability::LOCK_WAIT;
 use super::open::{schema_state, versions};
-use super::path::{read_only_uri, side_file};
+use super::path::{check_one_name, read_only_uri, side_file, symbolic_link};
 use super::rows::running_heads;
 use crate::exit::io_words;
 
@@ -58,6 +58,26 @@ impl SqliteInspector {
             locks: RunLocks::new(path),
             _copy: copy,
         })
+    }
+
+    /// What `run` refuses in the ledger file itself, beyond its owner and
+    /// modes (doctor's own checks): a link at its path, or a second name
+    /// (a hard link, a file mounted alone). Opened read-only, creating
+    /// nothing; a file that cannot be opened is doctor's to report.
+    pub fn refusal(path: &Path) -> Option<String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
+            return Some(symbolic_link(path).to_string());
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path)
+            .ok()?;
+        let metadata = file.metadata().ok()?;
+        check_one_name(path, &file, &metadata)
+            .err()
+            .map(|error| error.to_string())
     }
 
     /// The rows of `PRAGMA integrity_check`: `["ok"]` when the file is sound.

@@ -27,8 +27,9 @@ impl SqliteLedger {
     /// idem ledger or that a newer idem wrote.
     pub fn open(path: &Path) -> Result<SqliteLedger> {
         prepare_folder(path)?;
-        let (file, writable) = open_file(path)?;
+        // The side files first: a refusal leaves nothing behind.
         check_side_files(path)?;
+        let (file, writable) = open_file(path)?;
         // NOFOLLOW: SQLite opens the file again by name; should a link
         // replace it meanwhile, SQLite refuses it too.
         let opened = if writable {

@@ -1,7 +1,7 @@
 //! The ledger's path, judged before SQLite opens anything, and the file
 //! system it lives on.
 
-use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::fs::{DirBuilder, File, Metadata, OpenOptions, Permissions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -65,7 +65,7 @@ fn not_regular(path: &Path, file_type: std::fs::FileType) -> anyhow::Error {
     .into()
 }
 
-fn symbolic_link(path: &Path) -> anyhow::Error {
+pub(super) fn symbolic_link(path: &Path) -> anyhow::Error {
     Refusal::SymbolicLink {
         ledger: path.display().to_string(),
     }
@@ -85,6 +85,12 @@ fn check_owner_and_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()>
         }
         .into());
     }
+    check_mode(path, metadata)
+}
+
+/// Refuses a file at (or beside) the ledger that others can write.
+fn check_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
     if metadata.mode() & 0o022 != 0 {
         return Err(Refusal::OpenToOthers {
             ledger: path.display().to_string(),
@@ -208,6 +214,7 @@ pub(super) fn open_file(path: &Path) -> Result<(File, bool)> {
     if !metadata.is_file() {
         return Err(not_regular(path, metadata.file_type()));
     }
+    check_one_name(path, &file, &metadata)?;
     if created {
         // The umask may have taken bits away; never add any.
         file.set_permissions(Permissions::from_mode(0o600))
@@ -218,11 +225,67 @@ pub(super) fn open_file(path: &Path) -> Result<(File, bool)> {
     Ok((file, writable))
 }
 
+/// Refuses a ledger file reached by more than one name: a second hard link,
+/// or the file mounted alone (`docker run -v /srv/ledger.db:/ledger.db`).
+/// SQLite and idem find the -wal, -shm and -lock files by the name they
+/// were given, so under each name the one ledger would keep side files of
+/// its own: two WAL indexes of one file (a corrupt ledger), two lock files
+/// (two runs of one key at once).
+pub(crate) fn check_one_name(path: &Path, file: &File, metadata: &Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let ledger = path.display();
+    if metadata.nlink() > 1 {
+        return Err(refusal(format!(
+            "ledger {ledger} has {} hard links, and under each name it would keep side files (-wal, -shm, -lock) of its own, so runs of one key could overlap; remove the other links, so that the ledger has one name",
+            metadata.nlink()
+        )));
+    }
+    if mounted_alone(path, file, metadata) {
+        return Err(refusal(format!(
+            "ledger {ledger} is a file mounted alone, so its side files (-wal, -shm, -lock) would be made beside the mount, apart from those of the ledger it is; mount the folder, not the file"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `file` is the root of a mount of its own (a file bind-mounted
+/// alone): as statx says, or, where it cannot say, by a device that is not
+/// its folder's.
+fn mounted_alone(path: &Path, file: &File, metadata: &Metadata) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: statx is all-integer plain old data; all-zero is a value.
+    let mut stats: nix::libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx reads the empty, NUL-terminated path and the open
+    // descriptor, and writes only into the struct we own.
+    let asked = unsafe {
+        nix::libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            nix::libc::AT_EMPTY_PATH,
+            nix::libc::STATX_BASIC_STATS,
+            &raw mut stats,
+        )
+    };
+    let root = nix::libc::STATX_ATTR_MOUNT_ROOT as u64;
+    if asked == 0 && stats.stx_attributes_mask & root != 0 {
+        return stats.stx_attributes & root != 0;
+    }
+    std::fs::metadata(crate::ledger::folder_of(path))
+        .is_ok_and(|folder| folder.dev() != metadata.dev())
+}
+
+/// A refusal of the ledger in words of its own: exit 125, like the others.
+fn refusal(message: String) -> anyhow::Error {
+    crate::exit::Failure::new(crate::exit::IDEM_FAILED, message).into()
+}
+
 /// The -wal and -shm files are part of the ledger (and a -journal while a
 /// write is caught midway): SQLite opens them by name, so they are judged
-/// like the ledger itself.
+/// like the ledger itself; and so is the -lock file, whose bytes say which
+/// runs live.
 pub(super) fn check_side_files(path: &Path) -> Result<()> {
-    for suffix in ["-wal", "-shm", "-journal"] {
+    for suffix in ["-wal", "-shm", "-journal", "-lock"] {
         let side = side_file(path, suffix);
         match std::fs::symlink_metadata(&side) {
             Ok(metadata) if metadata.file_type().is_symlink() => {
@@ -234,6 +297,12 @@ pub(super) fn check_side_files(path: &Path) -> Result<()> {
             }
             Ok(metadata) if !metadata.is_file() => {
                 return Err(not_regular(&side, metadata.file_type()))
+            }
+            // A lock file of root's, from a run as root, is no one's plant.
+            Ok(metadata)
+                if suffix == "-lock" && std::os::unix::fs::MetadataExt::uid(&metadata) == 0 =>
+            {
+                check_mode(&side, &metadata)?
             }
             Ok(metadata) => check_owner_and_mode(&side, &metadata)?,
             Err(_) => {}

@@ -295,40 +295,61 @@ pub(super) fn job_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<JobStat
     })
 }
 
-/// Tells whether the owner of the running head of key row `key_id` lives:
-/// `locked` when its claim holds the key's byte of the lock file, else the
-/// row's boot id (claims of an idem that did not lock).
+/// Tells whether the owner of the running head of key row `key_id` lives,
+/// by the key's `owner_lock` (which lock file its claim holds a byte of,
+/// when it locked; see [`runlock`](super::super::runlock)), else by its
+/// `owner_boot` (the boot its claim was made in).
 pub(super) type Judge<'a> =
-    dyn FnMut(i64, bool, Option<&str>) -> rusqlite::Result<Option<bool>> + 'a;
+    dyn FnMut(i64, Option<i64>, Option<&str>) -> rusqlite::Result<Option<bool>> + 'a;
 
 /// The judge outside a claim: asks the kernel who holds the key's byte.
 pub(super) fn by_the_kernel(
     locks: &RunLocks,
-) -> impl FnMut(i64, bool, Option<&str>) -> rusqlite::Result<Option<bool>> + '_ {
-    move |key_id, locked, boot| judge_local_owner(locks, key_id, locked, boot)
+) -> impl FnMut(i64, Option<i64>, Option<&str>) -> rusqlite::Result<Option<bool>> + '_ {
+    move |key_id, lock, boot| judge_local_owner(locks, key_id, lock, boot)
 }
 
 /// Whether the owner of the running head of key row `key_id` lives, by
-/// the key's columns `owner_lock` (`locked`) and `owner_boot` (`boot`).
+/// the key's columns `owner_lock` (`lock`) and `owner_boot` (`boot`). A
+/// lock file deleted or replaced since the claim cannot tell: then only a
+/// reboot since says the run is over.
 fn judge_local_owner(
     locks: &RunLocks,
     key_id: i64,
-    locked: bool,
+    lock: Option<i64>,
     boot: Option<&str>,
 ) -> rusqlite::Result<Option<bool>> {
-    if locked {
-        locks
-            .held(key_id)
-            .map(Some)
-            .map_err(|error| lock_file_error(locks, error))
-    } else {
-        Ok(unlocked_owner(boot))
+    let judged = match lock {
+        Some(stamp) if stamp != 0 => locks
+            .judge(key_id, stamp)
+            .map_err(|error| lock_file_error(locks, error))?,
+        _ => None,
+    };
+    Ok(judged.or_else(|| unlocked_owner(boot)))
+}
+
+/// The judge inside a claim, which has just tried the key's byte on the
+/// lock file at the path: `taken` is that file's stamp when the byte was
+/// free. Whoever holds the byte is a live run of the key (claims take it
+/// only under the writers' lock); a free byte on another file than the one
+/// the head's claim locked says nothing of that run.
+pub(super) fn judge_in_claim(
+    taken: Option<i64>,
+    lock: Option<i64>,
+    boot: Option<&str>,
+) -> Option<bool> {
+    match (lock, taken) {
+        (Some(stamp), None) if stamp != 0 => Some(true),
+        (Some(stamp), Some(now)) if stamp != 0 => {
+            RunLocks::judge_taken(now, stamp).or_else(|| unlocked_owner(boot))
+        }
+        _ => unlocked_owner(boot),
     }
 }
 
 /// A claim made without the lock file lives, for all idem can tell, until
 /// its host reboots.
-pub(super) fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
+fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
     let this_boot = crate::host::boot_id();
     match boot {
         Some(boot) if !boot.is_empty() && !this_boot.is_empty() && boot != this_boot => Some(false),
@@ -357,17 +378,13 @@ fn owner_from_row(
     run: &Run,
     judge: &mut Judge<'_>,
 ) -> rusqlite::Result<Owner> {
-    let locked = get::<Option<bool>>(row, at + OwnerCol::Locked.at())?.unwrap_or(false);
+    let lock: Option<i64> = get(row, at + OwnerCol::Locked.at())?;
     let boot: Option<String> = get(row, at + OwnerCol::Boot.at())?;
     Ok(Owner {
         host: run.host.clone(),
         pid: run.pid,
         pgid: get(row, at + OwnerCol::Pgid.at())?,
-        alive: judge(
-            get(row, at + OwnerCol::KeyId.at())?,
-            locked,
-            boot.as_deref(),
-        )?,
+        alive: judge(get(row, at + OwnerCol::KeyId.at())?, lock, boot.as_deref())?,
     })
 }
 

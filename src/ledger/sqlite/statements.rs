@@ -60,9 +60,13 @@ pub(super) static NEW_RUN: LazyLock<String> = LazyLock::new(|| {
          VALUES (?1, ?2, {RUNNING}, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     )
 });
-// The last assignment of a column wins: owned by this claim's lock.
+// The last assignment of a column wins: owned by this claim's lock, on the
+// lock file of stamp ?3, made in boot ?4.
 pub(super) static OWN_KEY: LazyLock<String> = LazyLock::new(|| {
-    format!("UPDATE keys SET head = ?2, {RELEASE_OWNER}, owner_lock = 1 WHERE id = ?1")
+    format!(
+        "UPDATE keys SET head = ?2, {RELEASE_OWNER}, owner_lock = ?3, owner_boot = ?4
+         WHERE id = ?1"
+    )
 });
 pub(super) static END_RUN: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -74,11 +78,13 @@ pub(super) static END_RUN: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Starts the new run of key row `key_id` and makes it the key's head,
-/// owned by this process's lock: its row id and its fencing token.
+/// owned by this process's lock (`owner`: the lock file's stamp and this
+/// boot's id): its row id and its fencing token.
 pub(super) fn start_run(
     tx: &Connection,
     key_id: i64,
     new: &NewRun,
+    owner: (i64, &str),
 ) -> rusqlite::Result<(i64, i64)> {
     let fence: i64 = tx
         .prepare_cached(NEXT_FENCE)?
@@ -119,7 +125,8 @@ pub(super) fn start_run(
         job_id
     ])?;
     let run = tx.last_insert_rowid();
-    tx.prepare_cached(&OWN_KEY)?.execute(params![key_id, run])?;
+    tx.prepare_cached(&OWN_KEY)?
+        .execute(params![key_id, run, owner.0, owner.1])?;
     Ok((run, fence))
 }
 
