@@ -9,6 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use idem::ledger::PostgresLedger;
+
 use crate::pg::Server;
 use crate::util::{assert_code, eventually, require, text, wait_for_file, wrapped, Env, Idem};
 
@@ -538,6 +540,63 @@ fn postgres_import_moves_a_sqlite_ledger() {
     pg.cmd(["run", "--key", "dropped", "--shell", "--", &count])
         .succeeds();
     assert_eq!(pg.count("count"), 2);
+}
+
+/// The `IDEM_FENCE` of each run that noted it, in order.
+fn fences_seen(env: &Env) -> Vec<i64> {
+    std::fs::read_to_string(env.path("fences"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.parse().expect("a fence"))
+        .collect()
+}
+
+#[test]
+fn postgres_fences_go_on_growing_in_a_ledger_moved_by_export_and_import() {
+    let Some(pg) = Pg::new("postgres_fences_go_on_growing_in_a_ledger_moved_by_export_and_import")
+    else {
+        return;
+    };
+    let note = format!(
+        "echo \"$IDEM_FENCE\" >> '{}'",
+        pg.env.path("fences").display()
+    );
+    let claim = |url: &str| {
+        pg.env
+            .cmd(["run", "--key", "k", "--force", "--shell", "--", &note])
+            .db(url)
+            .succeeds();
+    };
+    for _ in 0..3 {
+        claim(&pg.url());
+    }
+    let mut old = PostgresLedger::open(&pg.url(), "old").unwrap();
+    let highest = old.highest_fence().unwrap();
+    assert_eq!(fences_seen(&pg.env).last(), Some(&highest));
+
+    pg.server.sql("postgres", "CREATE DATABASE moved");
+    let moved = pg.server.url_of("moved");
+    let file = pg.env.path("export.jsonl");
+    std::fs::write(&file, export_of(&pg.env, Some(&pg.url()))).unwrap();
+    pg.env
+        .cmd(["ledger", "import", file.to_str().unwrap()])
+        .db(&moved)
+        .succeeds();
+    // What import does with the highest fence an export carries.
+    let mut new = PostgresLedger::open(&moved, "moved").unwrap();
+    new.raise_fence(highest).unwrap();
+    new.raise_fence(1).unwrap();
+    assert_eq!(
+        new.highest_fence().unwrap(),
+        highest,
+        "a raise never lowers"
+    );
+    claim(&moved);
+    let after = *fences_seen(&pg.env).last().unwrap();
+    assert!(
+        after > highest,
+        "fence {after} after the move, {highest} before"
+    );
 }
 
 #[test]
