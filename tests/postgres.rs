@@ -70,6 +70,32 @@ impl Pg {
         ))
     }
 
+    /// An owner of `key` on another host (`host-a`), its lease `lease`, as
+    /// the one test needs it: its command touches a file, then does `then`;
+    /// returned once that file is there. `None`: the test is skipped.
+    fn owner_on_another_host(
+        &self,
+        key: &str,
+        lease: &str,
+        then: &str,
+        stderr: Stdio,
+    ) -> Option<Child> {
+        let started = self.env.path("started");
+        let script = format!("touch '{}'; {then}", started.display());
+        let mut owner = self
+            .on_host(
+                "host-a",
+                [
+                    "run", "--key", key, "--lease", lease, "--shell", "--", &script,
+                ],
+            )?
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        wait_for_start(&started, &mut owner);
+        Some(owner)
+    }
+
     fn list_json(&self) -> serde_json::Value {
         self.cmd(["ledger", "list", "--json", "--limit", "100000"])
             .succeeds()
@@ -199,23 +225,12 @@ fn postgres_heartbeat_keeps_a_run_past_its_lease() {
     let Some(pg) = Pg::new("postgres_heartbeat_keeps_a_run_past_its_lease") else {
         return;
     };
-    let started = pg.env.path("started");
-    let script = format!(
-        "touch '{}'; sleep 4; {}",
-        started.display(),
-        pg.count_cmd("count")
-    );
+    let then = format!("sleep 4; {}", pg.count_cmd("count"));
     // The owner is on another host, so only its lease tells it is alive.
-    let Some(mut owner) = pg.on_host(
-        "host-a",
-        [
-            "run", "--key", "long", "--lease", "1s", "--shell", "--", &script,
-        ],
-    ) else {
+    let Some(mut owner) = pg.owner_on_another_host("long", "1s", &then, Stdio::piped()) else {
         return;
     };
-    let mut owner = owner.stderr(Stdio::piped()).spawn().unwrap();
-    wait_for_start(&started, &mut owner);
+    let script = format!("touch '{}'; {then}", pg.env.path("started").display());
     // Four leases long: every try from this host meets a live claim.
     let mut tries = 0;
     while owner.try_wait().unwrap().is_none() && tries < 100 {
@@ -245,18 +260,10 @@ fn postgres_takeover_after_the_owner_vanished() {
     let Some(pg) = Pg::new("postgres_takeover_after_the_owner_vanished") else {
         return;
     };
-    let started = pg.env.path("started");
-    let first = format!("touch '{}'; exec sleep 600", started.display());
-    let Some(mut owner) = pg.on_host(
-        "host-a",
-        [
-            "run", "--key", "job", "--lease", "2s", "--shell", "--", &first,
-        ],
-    ) else {
+    let Some(mut owner) = pg.owner_on_another_host("job", "2s", "exec sleep 600", Stdio::null())
+    else {
         return;
     };
-    let mut owner = owner.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_start(&started, &mut owner);
     // The owner (and with it its command) vanishes without a word.
     owner.kill().unwrap();
     owner.wait().unwrap();
@@ -638,18 +645,9 @@ fn postgres_a_run_that_lost_its_claim_never_overwrites_the_newer_one() {
     else {
         return;
     };
-    let started = pg.env.path("started");
-    let first = format!("touch '{}'; exec sleep 600", started.display());
-    let Some(mut owner) = pg.on_host(
-        "host-a",
-        [
-            "run", "--key", "k", "--lease", "1s", "--shell", "--", &first,
-        ],
-    ) else {
+    let Some(owner) = pg.owner_on_another_host("k", "1s", "exec sleep 600", Stdio::piped()) else {
         return;
     };
-    let mut owner = owner.stderr(Stdio::piped()).spawn().unwrap();
-    wait_for_start(&started, &mut owner);
     wait_for_attempt(&pg);
     // The owner freezes (a paused VM, a stalled host): no heartbeat, and
     // its lease runs out; a run on this host takes the key over.
