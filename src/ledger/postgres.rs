@@ -32,6 +32,7 @@ pub(crate) mod client;
 pub(super) mod connect;
 mod cursors;
 mod faults;
+mod fences;
 mod glob;
 mod inspect;
 mod lease;
