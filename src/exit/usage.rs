@@ -42,6 +42,9 @@ fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
         let what = not_utf8_argument(argv);
         return format!("{what} is not valid UTF-8; write it in UTF-8");
     }
+    if let Some((typed, meant)) = single_dash_long(argv, path) {
+        return format!("unknown option '{typed}'; did you mean '{meant}'?");
+    }
     if error.kind() == ErrorKind::UnknownArgument {
         if let Some((flag, value)) = negative_value(error, argv) {
             return format!("invalid value '{value}' for '{flag}': it cannot be negative");
@@ -238,6 +241,45 @@ fn words(argv: &[OsString]) -> Vec<String> {
         .collect()
 }
 
+/// The built command that `path` (`idem ledger list`) names.
+fn named(command: &Command, path: &[String]) -> Option<Command> {
+    let mut target = command;
+    for word in path.iter().skip(1) {
+        target = target.find_subcommand(word)?;
+    }
+    Some(target.clone())
+}
+
+/// The whole command line, built, so that each subcommand has the global
+/// flags.
+fn built() -> Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+}
+
+/// `-key`: a long flag of the command given one dash, which clap reads as
+/// short flags (`-k ey`) and then fails on whatever follows. Returns the
+/// word as typed and the flag.
+fn single_dash_long(argv: &[OsString], path: &[String]) -> Option<(String, String)> {
+    let target = named(&built(), path)?;
+    let args = words(argv);
+    let end = args
+        .iter()
+        .position(|arg| arg == "--")
+        .unwrap_or(args.len());
+    args[..end].iter().find_map(|arg| {
+        let name = arg.strip_prefix('-')?.split('=').next()?;
+        if name.starts_with('-') || name.chars().count() < 2 {
+            return None;
+        }
+        target
+            .get_arguments()
+            .any(|flag| !flag.is_hide_set() && flag.get_long() == Some(name))
+            .then(|| (arg.clone(), format!("--{name}")))
+    })
+}
+
 /// An unknown `--flag` and the flag of the same command it most likely
 /// meant: clap suggests by likeness of letters, so `--retry` gets
 /// `--retry-on`; a flag of as many words that is a few edits away (the
@@ -245,12 +287,7 @@ fn words(argv: &[OsString]) -> Vec<String> {
 fn meant_flag(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
     let typed = context(error, ContextKind::InvalidArg)?;
     let name = typed.strip_prefix("--")?.split('=').next()?;
-    let mut command = Cli::command();
-    command.build();
-    let mut target = &command;
-    for word in path.iter().skip(1) {
-        target = target.find_subcommand(word)?;
-    }
+    let target = named(&built(), path)?;
     let words = |flag: &str| flag.split('-').count();
     let shared = |long: &str| {
         long.chars()

@@ -307,3 +307,46 @@ fn long_durations_are_taken() {
         ])
         .succeeds();
 }
+
+/// Each command line and the one line it must get (after `idem: `).
+fn each_says(lines: &[(&[&str], &str)]) {
+    let env = Env::new();
+    for (args, expected) in lines {
+        env.cmd(*args)
+            .expect_code(2)
+            .stderr_is(&format!("idem: {expected}\n"));
+    }
+}
+
+/// A long flag given one dash: clap reads `-key` as `-k ey` and then
+/// fails on the next word, which is not what went wrong.
+#[test]
+fn a_long_flag_with_one_dash_is_named() {
+    each_says(&[
+        (
+            &["run", "-key", "k", "--", "true"],
+            "unknown option '-key'; did you mean '--key'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "-retries", "3", "--", "true"],
+            "unknown option '-retries'; did you mean '--retries'? (see idem run --help)",
+        ),
+        (
+            &["run", "-quiet", "--key", "k", "--", "true"],
+            "unknown option '-quiet'; did you mean '--quiet'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "-timeout=5m", "--", "true"],
+            "unknown option '-timeout=5m'; did you mean '--timeout'? (see idem run --help)",
+        ),
+        (
+            &["ledger", "list", "-limit", "3"],
+            "unknown option '-limit'; did you mean '--limit'? (see idem ledger list --help)",
+        ),
+    ]);
+    // After --, the words are the command's.
+    Env::new()
+        .cmd(["run", "--key", "k", "--", "echo", "-key"])
+        .succeeds()
+        .stdout_is("-key\n");
+}
