@@ -45,6 +45,9 @@ fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
     if let Some((typed, meant)) = single_dash_long(argv, path) {
         return format!("unknown option '{typed}'; did you mean '{meant}'?");
     }
+    if let Some(line) = split_duration(error, argv, path) {
+        return line;
+    }
     if error.kind() == ErrorKind::UnknownArgument {
         if let Some((flag, value)) = negative_value(error, argv) {
             return format!("invalid value '{value}' for '{flag}': it cannot be negative");
@@ -231,6 +234,66 @@ fn missing_double_dash(
     line.push("--".to_owned());
     line.extend(args[at..].iter().map(|arg| crate::render::shell_word(arg)));
     Some((word.to_owned(), line.join(" ")))
+}
+
+/// `--timeout 5 minutes`: a duration split by a space, whose second word
+/// clap took for the command (or, after `--timeout=5`, whose first word it
+/// found no duration). Taken so when the two words make a duration and the
+/// first alone does not, or they make one with the space between (`1h
+/// 30m`); a whole value then a word is a missing `--`.
+fn split_duration(error: &clap::Error, argv: &[OsString], path: &[String]) -> Option<String> {
+    let args = words(argv);
+    let end = args
+        .iter()
+        .position(|arg| arg == "--")
+        .unwrap_or(args.len());
+    let at = match error.kind() {
+        ErrorKind::UnknownArgument => {
+            let word = context(error, ContextKind::InvalidArg)?;
+            (1..end).find(|&at| args[at] == *word)?
+        }
+        ErrorKind::ValueValidation => {
+            let value = context(error, ContextKind::InvalidValue)?;
+            1 + (0..end)
+                .find(|&at| args[at] == value || args[at].ends_with(&format!("={value}")))?
+        }
+        _ => return None,
+    };
+    let word = args[..end].get(at).filter(|word| !word.starts_with('-'))?;
+    let (long, value) = match args[at - 1].split_once('=') {
+        Some((flag, value)) => (flag.strip_prefix("--")?, value),
+        None => (
+            args.get(at.checked_sub(2)?)?.strip_prefix("--")?,
+            &*args[at - 1],
+        ),
+    };
+    let is_duration = |arg: &clap::Arg| {
+        arg.get_value_parser().type_id()
+            == clap::builder::ValueParser::new(crate::cli::duration).type_id()
+    };
+    let target = named(&built(), path)?;
+    if !target
+        .get_arguments()
+        .any(|arg| arg.get_long() == Some(long) && is_duration(arg))
+    {
+        return None;
+    }
+    let spaced = format!("{value} {word}");
+    let fits = |text: &str| crate::cli::duration(text).ok();
+    let (parsed, how) = match fits(&spaced) {
+        Some(parsed) => (parsed, "quote it or write it without the space"),
+        None if fits(value).is_none() => (
+            fits(&format!("{value}{word}"))?,
+            "write it without the space",
+        ),
+        None => return None,
+    };
+    let whole = humantime::format_duration(*parsed)
+        .to_string()
+        .replace(' ', "");
+    Some(format!(
+        "invalid value '{spaced}' for '--{long}': {how}: --{long} {whole}"
+    ))
 }
 
 /// The arguments after the program's name, lossy where not UTF-8.

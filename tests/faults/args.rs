@@ -350,3 +350,56 @@ fn a_long_flag_with_one_dash_is_named() {
         .succeeds()
         .stdout_is("-key\n");
 }
+
+/// A duration split by a space (`--timeout 5 minutes`): its second word
+/// is not the command, and the line says how to write the value.
+#[test]
+fn a_duration_split_by_a_space_is_named() {
+    each_says(&[
+        (
+            &[
+                "run",
+                "--key",
+                "k",
+                "--timeout",
+                "5",
+                "minutes",
+                "--",
+                "true",
+            ],
+            "invalid value '5 minutes' for '--timeout': quote it or write it without the space: \
+             --timeout 5m (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--backoff=1", "h", "--", "true"],
+            "invalid value '1 h' for '--backoff': quote it or write it without the space: \
+             --backoff 1h (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--timeout", "1h", "30m", "--", "true"],
+            "invalid value '1h 30m' for '--timeout': quote it or write it without the space: \
+             --timeout 1h30m (see idem run --help)",
+        ),
+    ]);
+    // A whole value followed by a word: a missing --, as before.
+    let env = Env::new();
+    for (args, corrected) in [
+        (
+            &["run", "--key", "k", "echo", "hi"][..],
+            "idem run --key k -- echo hi",
+        ),
+        (
+            &["run", "--key", "k", "--retries", "3", "4", "--", "true"][..],
+            "idem run --key k --retries 3 -- 4 -- true",
+        ),
+        (
+            &["run", "--key", "k", "--timeout", "5m", "sleep", "1"][..],
+            "idem run --key k --timeout 5m -- sleep 1",
+        ),
+    ] {
+        env.cmd(args)
+            .expect_code(2)
+            .stderr_one_line()
+            .stderr_has(&format!("put -- before the command: {corrected}"));
+    }
+}
