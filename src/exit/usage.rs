@@ -5,7 +5,9 @@
 //! its error's context, and from the words of the command line where only
 //! they hold it: the variable a bad value came from, the line as it should
 //! be when a command lacks its `--`, the flag a negative value was given
-//! to, the argument that is not UTF-8, the flag a typo most likely meant.
+//! to, the argument that is not UTF-8, the flag or subcommand a typo most
+//! likely meant, the long flag given one dash, the duration split by a
+//! space.
 
 use std::ffi::OsString;
 
@@ -59,6 +61,11 @@ fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
         }
         if let Some((typed, meant)) = meant_flag(error, path) {
             return format!("unknown option '{typed}'; did you mean '{meant}'?");
+        }
+    }
+    if error.kind() == ErrorKind::InvalidSubcommand {
+        if let Some((typed, meant)) = meant_subcommand(error, path) {
+            return format!("unknown subcommand '{typed}'; did you mean '{meant}'?");
         }
     }
     // clap's message spans lines (usage, a tip); keep its substance.
@@ -344,31 +351,69 @@ fn single_dash_long(argv: &[OsString], path: &[String]) -> Option<(String, Strin
 }
 
 /// An unknown `--flag` and the flag of the same command it most likely
-/// meant: clap suggests by likeness of letters, so `--retry` gets
-/// `--retry-on`; a flag of as many words that is a few edits away (the
-/// plural `--retries`) is a better guess.
+/// meant, else the one clap suggests.
 fn meant_flag(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
     let typed = context(error, ContextKind::InvalidArg)?;
     let name = typed.strip_prefix("--")?.split('=').next()?;
     let target = named(&built(), path)?;
-    let words = |flag: &str| flag.split('-').count();
-    let shared = |long: &str| {
-        long.chars()
-            .zip(name.chars())
+    let longs = target
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set())
+        .filter_map(|arg| arg.get_long());
+    let meant = match nearest(name, longs) {
+        Some(long) => format!("--{long}"),
+        None => suggested(error, ContextKind::SuggestedArg)?,
+    };
+    Some((typed.to_owned(), meant))
+}
+
+/// An unknown subcommand and the one of the same command it most likely
+/// meant, else the one clap suggests.
+fn meant_subcommand(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
+    let typed = context(error, ContextKind::InvalidSubcommand)?;
+    let target = named(&built(), path)?;
+    let names = target
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .flat_map(|sub| std::iter::once(sub.get_name()).chain(sub.get_visible_aliases()));
+    let meant = match nearest(typed, names) {
+        Some(name) => name.to_owned(),
+        None => suggested(error, ContextKind::SuggestedSubcommand)?,
+    };
+    Some((typed.to_owned(), meant))
+}
+
+/// clap's first suggestion of `kind`.
+fn suggested(error: &clap::Error, kind: ContextKind) -> Option<String> {
+    match error.get(kind)? {
+        ContextValue::String(text) => Some(text.clone()),
+        ContextValue::Strings(texts) => texts.first().cloned(),
+        _ => None,
+    }
+}
+
+/// The name among `names` that `typed` most likely meant, if one is a few
+/// edits away and alike in letters (clap's likeness, which misses a short
+/// name one edit away: `--ky`). Of names as near, one of as many words
+/// wins (`--retry` meant the plural `--retries`, not `--retry-on`), then
+/// one sharing a longer start.
+fn nearest<'a>(typed: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let words = |name: &str| name.split('-').count();
+    let shared = |name: &str| {
+        name.chars()
+            .zip(typed.chars())
             .take_while(|(a, b)| a == b)
             .count()
     };
-    let (distance, _, meant) = target
-        .get_arguments()
-        .filter(|arg| !arg.is_hide_set())
-        .filter_map(|arg| arg.get_long())
-        .filter(|long| words(long) == words(name) && strsim::jaro(long, name) > 0.7)
-        .map(|long| {
-            let unshared = usize::MAX - shared(long);
-            (strsim::levenshtein(long, name), unshared, long)
+    let (distance, .., meant) = names
+        .map(|name| {
+            let distance = strsim::levenshtein(name, typed);
+            let other_words = words(name) != words(typed);
+            (distance, other_words, usize::MAX - shared(name), name)
         })
+        .filter(|&(distance, .., name)| distance <= 1 || strsim::jaro(name, typed) > 0.7)
         .min()?;
-    (distance <= 3 && distance < name.len()).then(|| (typed.to_owned(), format!("--{meant}")))
+    (distance <= 3 && distance < typed.chars().count()).then_some(meant)
 }
 
 /// `--backoff -1s` reaches clap as a flag `-1s` it does not know; finds the

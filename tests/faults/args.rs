@@ -403,3 +403,43 @@ fn a_duration_split_by_a_space_is_named() {
             .stderr_has(&format!("put -- before the command: {corrected}"));
     }
 }
+
+/// A flag or subcommand a few letters off gets the nearest one, in one
+/// sentence; one of as many words wins a tie (`--retry` meant the plural).
+#[test]
+fn a_typo_gets_the_nearest_flag_or_subcommand() {
+    each_says(&[
+        (
+            &["run", "--ky", "k", "--", "true"],
+            "unknown option '--ky'; did you mean '--key'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--retry", "3", "--", "true"],
+            "unknown option '--retry'; did you mean '--retries'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--retryon", "3", "--", "true"],
+            "unknown option '--retryon'; did you mean '--retry-on'? (see idem run --help)",
+        ),
+        (
+            &["rn", "--key", "k", "--", "true"],
+            "unknown subcommand 'rn'; did you mean 'run'? (see idem --help)",
+        ),
+        (
+            &["ledger", "lst"],
+            "unknown subcommand 'lst'; did you mean 'list'? (see idem ledger --help)",
+        ),
+    ]);
+    // Nothing close: clap's words, no guess.
+    let env = Env::new();
+    for args in [
+        &["nosuch"][..],
+        &["run", "--nope", "--key", "k", "--", "true"],
+    ] {
+        env.cmd(args)
+            .expect_code(2)
+            .stderr_one_line()
+            .stderr_lacks("did you mean")
+            .stderr_lacks("tip:");
+    }
+}
