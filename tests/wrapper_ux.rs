@@ -550,6 +550,47 @@ fn bash_completes_keys_from_the_ledger() {
     assert!(shown.contains("idem run --key report "), "{shown}");
 }
 
+/// Keys of `{hour}` and `{minute}` templates hold a colon, where bash
+/// splits words (COMP_WORDBREAKS): completion goes on past it.
+#[test]
+fn bash_completes_keys_past_a_colon() {
+    if !have("bash") || !have("python3") || !have_bash_completion() {
+        return;
+    }
+    let env = Env::new();
+    for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
+        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+    }
+    for (typed, completed) in [
+        (
+            "idem ledger show backup-2026-12-02T16:",
+            "idem ledger show backup-2026-12-02T16:00 ",
+        ),
+        (
+            "idem ledger forget backup-2026-12-02T17:0",
+            "idem ledger forget backup-2026-12-02T17:00 ",
+        ),
+        (
+            "idem run --key backup-2026-12-02T16:",
+            "idem run --key backup-2026-12-02T16:00 ",
+        ),
+    ] {
+        let shown = bash_completes(&env, typed);
+        assert!(shown.contains(completed), "{typed}: {shown}");
+    }
+    // Both keys offered whole, before the colon and after it.
+    for typed in [
+        "idem ledger show backup-2026-12-02T1",
+        "idem run --key backup-2026-12-02T1",
+    ] {
+        let shown = bash_completes(&env, typed);
+        assert!(
+            shown.contains("backup-2026-12-02T16:00") && shown.contains("backup-2026-12-02T17:00"),
+            "{typed}: {shown}"
+        );
+    }
+}
+
 #[test]
 fn the_key_helper_answers_fast_at_a_million_runs() {
     if !have("sqlite3") {
