@@ -115,15 +115,19 @@ fn zsh(script: &str) -> String {
     let script = script
         // After --, the words are a command line of their own.
         .replace(":_cmdambivalent'", ":_normal'")
-        .replace(":KEY:_default'", ":KEY:_idem_keys'")
-        .replace(
-            "':key -- The key (as expanded, without placeholders):_default'",
-            "':key -- The key (as expanded, without placeholders):_idem_keys'",
-        )
-        .replace(
-            "'*::keys -- Keys to forget:_default'",
-            "'*::keys -- Keys to forget:_idem_keys'",
-        );
+        .replace(":KEY:_default'", ":KEY:_idem_keys'");
+    // The key arguments of `ledger show` and `ledger forget`, found by
+    // their names: their help may change.
+    let script: String = script
+        .split_inclusive('\n')
+        .map(|line| {
+            let key = line.starts_with("':key -- ") || line.starts_with("'*::keys -- ");
+            match line.strip_suffix(":_default' \\\n") {
+                Some(spec) if key => format!("{spec}:_idem_keys' \\\n"),
+                _ => line.to_owned(),
+            }
+        })
+        .collect();
     match script.find("\nif [ \"$funcstack[1]\" = \"_idem\" ]") {
         Some(at) => format!("{}{ZSH}{}", &script[..at], &script[at..]),
         None => format!("{script}{ZSH}"),
