@@ -966,13 +966,24 @@ _idem() {
             *) (( ${#path[@]} < 2 )) && path+=( "$word" ) ;;
         esac
     done
-    if [[ $2 != -* ]] && {
-        [[ ${path[0]} == run && ( $3 == --key || $3 == -k ) ]] ||
+    # A key of {hour} or {minute} holds ':', where bash splits words
+    # (COMP_WORDBREAKS): the word being completed and the one before it,
+    # whole; bash then replaces only what follows the word's last ':'.
+    local cur=$2 prev=$3
+    if declare -F _get_comp_words_by_ref >/dev/null; then
+        _get_comp_words_by_ref -n : cur prev
+    fi
+    if [[ $cur != -* ]] && {
+        [[ ${path[0]} == run && ( $prev == --key || $prev == -k ) ]] ||
         [[ ${path[0]} == ledger && ( ${path[1]} == show || ${path[1]} == forget ) &&
-           $3 != --limit && $3 != --db && $3 != --color ]]
+           $prev != --limit && $prev != --db && $prev != --color ]]
     }; then
         local IFS=$'\n'
-        COMPREPLY=( $("$1" ${db:+--db "$db"} __complete keys "$2" 2>/dev/null) )
+        COMPREPLY=( $("$1" ${db:+--db "$db"} __complete keys "$cur" 2>/dev/null) )
+        if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+            local colon=${cur%"${cur##*:}"}
+            COMPREPLY=( "${COMPREPLY[@]#"$colon"}" )
+        fi
         return 0
     fi
     _idem_clap "$@"

@@ -550,6 +550,47 @@ fn bash_completes_keys_from_the_ledger() {
     assert!(shown.contains("idem run --key report "), "{shown}");
 }
 
+/// Keys of `{hour}` and `{minute}` templates hold a colon, where bash
+/// splits words (COMP_WORDBREAKS): completion goes on past it.
+#[test]
+fn bash_completes_keys_past_a_colon() {
+    if !have("bash") || !have("python3") || !have_bash_completion() {
+        return;
+    }
+    let env = Env::new();
+    for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
+        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+    }
+    for (typed, completed) in [
+        (
+            "idem ledger show backup-2026-12-02T16:",
+            "idem ledger show backup-2026-12-02T16:00 ",
+        ),
+        (
+            "idem ledger forget backup-2026-12-02T17:0",
+            "idem ledger forget backup-2026-12-02T17:00 ",
+        ),
+        (
+            "idem run --key backup-2026-12-02T16:",
+            "idem run --key backup-2026-12-02T16:00 ",
+        ),
+    ] {
+        let shown = bash_completes(&env, typed);
+        assert!(shown.contains(completed), "{typed}: {shown}");
+    }
+    // Both keys offered whole, before the colon and after it.
+    for typed in [
+        "idem ledger show backup-2026-12-02T1",
+        "idem run --key backup-2026-12-02T1",
+    ] {
+        let shown = bash_completes(&env, typed);
+        assert!(
+            shown.contains("backup-2026-12-02T16:00") && shown.contains("backup-2026-12-02T17:00"),
+            "{typed}: {shown}"
+        );
+    }
+}
+
 #[test]
 fn the_key_helper_answers_fast_at_a_million_runs() {
     if !have("sqlite3") {
@@ -634,6 +675,94 @@ fn zsh_and_fish_scripts_hand_over_and_complete_keys() {
         assert!(
             commands.lines().any(|line| line.starts_with("echo")),
             "{commands}"
+        );
+    }
+}
+
+/// An interactive zsh with compinit and idem's script on its fpath.
+fn zsh_completes(env: &Env, typed: &str) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let home = env.dir.path().to_str().unwrap();
+    std::fs::write(
+        env.path(".zshrc"),
+        format!(
+            "PS1='$ '\nfpath=({root}/completions $fpath)\n\
+             autoload -Uz compinit && compinit -u -d {home}/.zcompdump\n"
+        ),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let db = env.db();
+    in_pty(
+        &["zsh", "-i"],
+        &[
+            ("PATH", &path),
+            ("IDEM_DB", db.to_str().unwrap()),
+            ("TERM", "dumb"),
+            ("HOME", home),
+            ("ZDOTDIR", home),
+        ],
+        &[typed, "\t"],
+        Duration::from_millis(1500),
+    )
+}
+
+/// zsh and fish complete the keys of `run --key`, `ledger show` and
+/// `ledger forget`, a colon ({hour}, {minute}) included.
+#[test]
+fn zsh_and_fish_complete_keys_past_a_colon() {
+    if !have("zsh") || !have("fish") || !have("python3") {
+        return;
+    }
+    let env = Env::new();
+    for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
+        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+    }
+    let lines = [
+        (
+            "idem ledger show backup-2026-12-02T16:",
+            "backup-2026-12-02T16:00",
+        ),
+        (
+            "idem ledger forget backup-2026-12-02T17:0",
+            "backup-2026-12-02T17:00",
+        ),
+        (
+            "idem run --key backup-2026-12-02T16:",
+            "backup-2026-12-02T16:00",
+        ),
+    ];
+    for (typed, key) in lines {
+        let shown = zsh_completes(&env, typed);
+        let completed = format!("{} {key} ", typed.rsplit_once(' ').unwrap().0);
+        assert!(shown.contains(&completed), "zsh: {typed}: {shown:?}");
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (typed, key) in lines {
+        let output = Command::new("fish")
+            .args([
+                "--no-config",
+                "-c",
+                &format!("source {root}/completions/idem.fish; complete -C '{typed}'"),
+            ])
+            .env("PATH", &path)
+            .env("IDEM_DB", env.db())
+            .env("HOME", env.dir.path())
+            .output()
+            .unwrap();
+        let shown = text(&output.stdout);
+        assert!(
+            shown.lines().any(|line| line == key),
+            "fish: {typed}: {shown}"
         );
     }
 }

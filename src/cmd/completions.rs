@@ -69,13 +69,24 @@ _idem() {
             *) (( ${#path[@]} < 2 )) && path+=( "$word" ) ;;
         esac
     done
-    if [[ $2 != -* ]] && {
-        [[ ${path[0]} == run && ( $3 == --key || $3 == -k ) ]] ||
+    # A key of {hour} or {minute} holds ':', where bash splits words
+    # (COMP_WORDBREAKS): the word being completed and the one before it,
+    # whole; bash then replaces only what follows the word's last ':'.
+    local cur=$2 prev=$3
+    if declare -F _get_comp_words_by_ref >/dev/null; then
+        _get_comp_words_by_ref -n : cur prev
+    fi
+    if [[ $cur != -* ]] && {
+        [[ ${path[0]} == run && ( $prev == --key || $prev == -k ) ]] ||
         [[ ${path[0]} == ledger && ( ${path[1]} == show || ${path[1]} == forget ) &&
-           $3 != --limit && $3 != --db && $3 != --color ]]
+           $prev != --limit && $prev != --db && $prev != --color ]]
     }; then
         local IFS=$'\n'
-        COMPREPLY=( $("$1" ${db:+--db "$db"} __complete keys "$2" 2>/dev/null) )
+        COMPREPLY=( $("$1" ${db:+--db "$db"} __complete keys "$cur" 2>/dev/null) )
+        if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+            local colon=${cur%"${cur##*:}"}
+            COMPREPLY=( "${COMPREPLY[@]#"$colon"}" )
+        fi
         return 0
     fi
     _idem_clap "$@"
@@ -104,15 +115,19 @@ fn zsh(script: &str) -> String {
     let script = script
         // After --, the words are a command line of their own.
         .replace(":_cmdambivalent'", ":_normal'")
-        .replace(":KEY:_default'", ":KEY:_idem_keys'")
-        .replace(
-            "':key -- The key (as expanded, without placeholders):_default'",
-            "':key -- The key (as expanded, without placeholders):_idem_keys'",
-        )
-        .replace(
-            "'*::keys -- Keys to forget:_default'",
-            "'*::keys -- Keys to forget:_idem_keys'",
-        );
+        .replace(":KEY:_default'", ":KEY:_idem_keys'");
+    // The key arguments of `ledger show` and `ledger forget`, found by
+    // their names: their help may change.
+    let script: String = script
+        .split_inclusive('\n')
+        .map(|line| {
+            let key = line.starts_with("':key -- ") || line.starts_with("'*::keys -- ");
+            match line.strip_suffix(":_default' \\\n") {
+                Some(spec) if key => format!("{spec}:_idem_keys' \\\n"),
+                _ => line.to_owned(),
+            }
+        })
+        .collect();
     match script.find("\nif [ \"$funcstack[1]\" = \"_idem\" ]") {
         Some(at) => format!("{}{ZSH}{}", &script[..at], &script[at..]),
         None => format!("{script}{ZSH}"),

@@ -5,7 +5,9 @@
 //! its error's context, and from the words of the command line where only
 //! they hold it: the variable a bad value came from, the line as it should
 //! be when a command lacks its `--`, the flag a negative value was given
-//! to, the argument that is not UTF-8, the flag a typo most likely meant.
+//! to, the argument that is not UTF-8, the flag or subcommand a typo most
+//! likely meant, the long flag given one dash, the duration split by a
+//! space.
 
 use std::ffi::OsString;
 
@@ -42,6 +44,12 @@ fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
         let what = not_utf8_argument(argv);
         return format!("{what} is not valid UTF-8; write it in UTF-8");
     }
+    if let Some((typed, meant)) = single_dash_long(argv, path) {
+        return format!("unknown option '{typed}'; did you mean '{meant}'?");
+    }
+    if let Some(line) = split_duration(error, argv, path) {
+        return line;
+    }
     if error.kind() == ErrorKind::UnknownArgument {
         if let Some((flag, value)) = negative_value(error, argv) {
             return format!("invalid value '{value}' for '{flag}': it cannot be negative");
@@ -53,6 +61,11 @@ fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
         }
         if let Some((typed, meant)) = meant_flag(error, path) {
             return format!("unknown option '{typed}'; did you mean '{meant}'?");
+        }
+    }
+    if error.kind() == ErrorKind::InvalidSubcommand {
+        if let Some((typed, meant)) = meant_subcommand(error, path) {
+            return format!("unknown subcommand '{typed}'; did you mean '{meant}'?");
         }
     }
     // clap's message spans lines (usage, a tip); keep its substance.
@@ -230,6 +243,66 @@ fn missing_double_dash(
     Some((word.to_owned(), line.join(" ")))
 }
 
+/// `--timeout 5 minutes`: a duration split by a space, whose second word
+/// clap took for the command (or, after `--timeout=5`, whose first word it
+/// found no duration). Taken so when the two words make a duration and the
+/// first alone does not, or they make one with the space between (`1h
+/// 30m`); a whole value then a word is a missing `--`.
+fn split_duration(error: &clap::Error, argv: &[OsString], path: &[String]) -> Option<String> {
+    let args = words(argv);
+    let end = args
+        .iter()
+        .position(|arg| arg == "--")
+        .unwrap_or(args.len());
+    let at = match error.kind() {
+        ErrorKind::UnknownArgument => {
+            let word = context(error, ContextKind::InvalidArg)?;
+            (1..end).find(|&at| args[at] == *word)?
+        }
+        ErrorKind::ValueValidation => {
+            let value = context(error, ContextKind::InvalidValue)?;
+            1 + (0..end)
+                .find(|&at| args[at] == value || args[at].ends_with(&format!("={value}")))?
+        }
+        _ => return None,
+    };
+    let word = args[..end].get(at).filter(|word| !word.starts_with('-'))?;
+    let (long, value) = match args[at - 1].split_once('=') {
+        Some((flag, value)) => (flag.strip_prefix("--")?, value),
+        None => (
+            args.get(at.checked_sub(2)?)?.strip_prefix("--")?,
+            &*args[at - 1],
+        ),
+    };
+    let is_duration = |arg: &clap::Arg| {
+        arg.get_value_parser().type_id()
+            == clap::builder::ValueParser::new(crate::cli::duration).type_id()
+    };
+    let target = named(&built(), path)?;
+    if !target
+        .get_arguments()
+        .any(|arg| arg.get_long() == Some(long) && is_duration(arg))
+    {
+        return None;
+    }
+    let spaced = format!("{value} {word}");
+    let fits = |text: &str| crate::cli::duration(text).ok();
+    let (parsed, how) = match fits(&spaced) {
+        Some(parsed) => (parsed, "quote it or write it without the space"),
+        None if fits(value).is_none() => (
+            fits(&format!("{value}{word}"))?,
+            "write it without the space",
+        ),
+        None => return None,
+    };
+    let whole = humantime::format_duration(*parsed)
+        .to_string()
+        .replace(' ', "");
+    Some(format!(
+        "invalid value '{spaced}' for '--{long}': {how}: --{long} {whole}"
+    ))
+}
+
 /// The arguments after the program's name, lossy where not UTF-8.
 fn words(argv: &[OsString]) -> Vec<String> {
     argv.iter()
@@ -238,37 +311,109 @@ fn words(argv: &[OsString]) -> Vec<String> {
         .collect()
 }
 
-/// An unknown `--flag` and the flag of the same command it most likely
-/// meant: clap suggests by likeness of letters, so `--retry` gets
-/// `--retry-on`; a flag of as many words that is a few edits away (the
-/// plural `--retries`) is a better guess.
-fn meant_flag(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
-    let typed = context(error, ContextKind::InvalidArg)?;
-    let name = typed.strip_prefix("--")?.split('=').next()?;
-    let mut command = Cli::command();
-    command.build();
-    let mut target = &command;
+/// The built command that `path` (`idem ledger list`) names.
+fn named(command: &Command, path: &[String]) -> Option<Command> {
+    let mut target = command;
     for word in path.iter().skip(1) {
         target = target.find_subcommand(word)?;
     }
-    let words = |flag: &str| flag.split('-').count();
-    let shared = |long: &str| {
-        long.chars()
-            .zip(name.chars())
+    Some(target.clone())
+}
+
+/// The whole command line, built, so that each subcommand has the global
+/// flags.
+fn built() -> Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+}
+
+/// `-key`: a long flag of the command given one dash, which clap reads as
+/// short flags (`-k ey`) and then fails on whatever follows. Returns the
+/// word as typed and the flag.
+fn single_dash_long(argv: &[OsString], path: &[String]) -> Option<(String, String)> {
+    let target = named(&built(), path)?;
+    let args = words(argv);
+    let end = args
+        .iter()
+        .position(|arg| arg == "--")
+        .unwrap_or(args.len());
+    args[..end].iter().find_map(|arg| {
+        let name = arg.strip_prefix('-')?.split('=').next()?;
+        if name.starts_with('-') || name.chars().count() < 2 {
+            return None;
+        }
+        target
+            .get_arguments()
+            .any(|flag| !flag.is_hide_set() && flag.get_long() == Some(name))
+            .then(|| (arg.clone(), format!("--{name}")))
+    })
+}
+
+/// An unknown `--flag` and the flag of the same command it most likely
+/// meant, else the one clap suggests.
+fn meant_flag(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
+    let typed = context(error, ContextKind::InvalidArg)?;
+    let name = typed.strip_prefix("--")?.split('=').next()?;
+    let target = named(&built(), path)?;
+    let longs = target
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set())
+        .filter_map(|arg| arg.get_long());
+    let meant = match nearest(name, longs) {
+        Some(long) => format!("--{long}"),
+        None => suggested(error, ContextKind::SuggestedArg)?,
+    };
+    Some((typed.to_owned(), meant))
+}
+
+/// An unknown subcommand and the one of the same command it most likely
+/// meant, else the one clap suggests.
+fn meant_subcommand(error: &clap::Error, path: &[String]) -> Option<(String, String)> {
+    let typed = context(error, ContextKind::InvalidSubcommand)?;
+    let target = named(&built(), path)?;
+    let names = target
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .flat_map(|sub| std::iter::once(sub.get_name()).chain(sub.get_visible_aliases()));
+    let meant = match nearest(typed, names) {
+        Some(name) => name.to_owned(),
+        None => suggested(error, ContextKind::SuggestedSubcommand)?,
+    };
+    Some((typed.to_owned(), meant))
+}
+
+/// clap's first suggestion of `kind`.
+fn suggested(error: &clap::Error, kind: ContextKind) -> Option<String> {
+    match error.get(kind)? {
+        ContextValue::String(text) => Some(text.clone()),
+        ContextValue::Strings(texts) => texts.first().cloned(),
+        _ => None,
+    }
+}
+
+/// The name among `names` that `typed` most likely meant, if one is a few
+/// edits away and alike in letters (clap's likeness, which misses a short
+/// name one edit away: `--ky`). Of names as near, one of as many words
+/// wins (`--retry` meant the plural `--retries`, not `--retry-on`), then
+/// one sharing a longer start.
+fn nearest<'a>(typed: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let words = |name: &str| name.split('-').count();
+    let shared = |name: &str| {
+        name.chars()
+            .zip(typed.chars())
             .take_while(|(a, b)| a == b)
             .count()
     };
-    let (distance, _, meant) = target
-        .get_arguments()
-        .filter(|arg| !arg.is_hide_set())
-        .filter_map(|arg| arg.get_long())
-        .filter(|long| words(long) == words(name) && strsim::jaro(long, name) > 0.7)
-        .map(|long| {
-            let unshared = usize::MAX - shared(long);
-            (strsim::levenshtein(long, name), unshared, long)
+    let (distance, .., meant) = names
+        .map(|name| {
+            let distance = strsim::levenshtein(name, typed);
+            let other_words = words(name) != words(typed);
+            (distance, other_words, usize::MAX - shared(name), name)
         })
+        .filter(|&(distance, .., name)| distance <= 1 || strsim::jaro(name, typed) > 0.7)
         .min()?;
-    (distance <= 3 && distance < name.len()).then(|| (typed.to_owned(), format!("--{meant}")))
+    (distance <= 3 && distance < typed.chars().count()).then_some(meant)
 }
 
 /// `--backoff -1s` reaches clap as a flag `-1s` it does not know; finds the

@@ -307,3 +307,139 @@ fn long_durations_are_taken() {
         ])
         .succeeds();
 }
+
+/// Each command line and the one line it must get (after `idem: `).
+fn each_says(lines: &[(&[&str], &str)]) {
+    let env = Env::new();
+    for (args, expected) in lines {
+        env.cmd(*args)
+            .expect_code(2)
+            .stderr_is(&format!("idem: {expected}\n"));
+    }
+}
+
+/// A long flag given one dash: clap reads `-key` as `-k ey` and then
+/// fails on the next word, which is not what went wrong.
+#[test]
+fn a_long_flag_with_one_dash_is_named() {
+    each_says(&[
+        (
+            &["run", "-key", "k", "--", "true"],
+            "unknown option '-key'; did you mean '--key'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "-retries", "3", "--", "true"],
+            "unknown option '-retries'; did you mean '--retries'? (see idem run --help)",
+        ),
+        (
+            &["run", "-quiet", "--key", "k", "--", "true"],
+            "unknown option '-quiet'; did you mean '--quiet'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "-timeout=5m", "--", "true"],
+            "unknown option '-timeout=5m'; did you mean '--timeout'? (see idem run --help)",
+        ),
+        (
+            &["ledger", "list", "-limit", "3"],
+            "unknown option '-limit'; did you mean '--limit'? (see idem ledger list --help)",
+        ),
+    ]);
+    // After --, the words are the command's.
+    Env::new()
+        .cmd(["run", "--key", "k", "--", "echo", "-key"])
+        .succeeds()
+        .stdout_is("-key\n");
+}
+
+/// A duration split by a space (`--timeout 5 minutes`): its second word
+/// is not the command, and the line says how to write the value.
+#[test]
+fn a_duration_split_by_a_space_is_named() {
+    each_says(&[
+        (
+            &[
+                "run",
+                "--key",
+                "k",
+                "--timeout",
+                "5",
+                "minutes",
+                "--",
+                "true",
+            ],
+            "invalid value '5 minutes' for '--timeout': quote it or write it without the space: \
+             --timeout 5m (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--backoff=1", "h", "--", "true"],
+            "invalid value '1 h' for '--backoff': quote it or write it without the space: \
+             --backoff 1h (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--timeout", "1h", "30m", "--", "true"],
+            "invalid value '1h 30m' for '--timeout': quote it or write it without the space: \
+             --timeout 1h30m (see idem run --help)",
+        ),
+    ]);
+    // A whole value followed by a word: a missing --, as before.
+    let env = Env::new();
+    for (args, corrected) in [
+        (
+            &["run", "--key", "k", "echo", "hi"][..],
+            "idem run --key k -- echo hi",
+        ),
+        (
+            &["run", "--key", "k", "--retries", "3", "4", "--", "true"][..],
+            "idem run --key k --retries 3 -- 4 -- true",
+        ),
+        (
+            &["run", "--key", "k", "--timeout", "5m", "sleep", "1"][..],
+            "idem run --key k --timeout 5m -- sleep 1",
+        ),
+    ] {
+        env.cmd(args)
+            .expect_code(2)
+            .stderr_one_line()
+            .stderr_has(&format!("put -- before the command: {corrected}"));
+    }
+}
+
+/// A flag or subcommand a few letters off gets the nearest one, in one
+/// sentence; one of as many words wins a tie (`--retry` meant the plural).
+#[test]
+fn a_typo_gets_the_nearest_flag_or_subcommand() {
+    each_says(&[
+        (
+            &["run", "--ky", "k", "--", "true"],
+            "unknown option '--ky'; did you mean '--key'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--retry", "3", "--", "true"],
+            "unknown option '--retry'; did you mean '--retries'? (see idem run --help)",
+        ),
+        (
+            &["run", "--key", "k", "--retryon", "3", "--", "true"],
+            "unknown option '--retryon'; did you mean '--retry-on'? (see idem run --help)",
+        ),
+        (
+            &["rn", "--key", "k", "--", "true"],
+            "unknown subcommand 'rn'; did you mean 'run'? (see idem --help)",
+        ),
+        (
+            &["ledger", "lst"],
+            "unknown subcommand 'lst'; did you mean 'list'? (see idem ledger --help)",
+        ),
+    ]);
+    // Nothing close: clap's words, no guess.
+    let env = Env::new();
+    for args in [
+        &["nosuch"][..],
+        &["run", "--nope", "--key", "k", "--", "true"],
+    ] {
+        env.cmd(args)
+            .expect_code(2)
+            .stderr_one_line()
+            .stderr_lacks("did you mean")
+            .stderr_lacks("tip:");
+    }
+}
