@@ -5,6 +5,7 @@
 //! ([`outcome`]); a command line clap refuses becomes its one line and
 //! code in [`usage`].
 
+pub mod hint;
 pub mod usage;
 
 #[cfg(test)]

@@ -453,3 +453,45 @@ fn not_utf8_argument(argv: &[OsString]) -> String {
         _ => format!("argument '{bad}'"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The long flags of `idem run`.
+    fn run_flags() -> Vec<String> {
+        let command = named(&built(), &["idem".into(), "run".into()]).unwrap();
+        command
+            .get_arguments()
+            .filter_map(|arg| arg.get_long().map(str::to_owned))
+            .collect()
+    }
+
+    #[test]
+    fn the_nearest_flag_is_a_few_edits_away_and_of_as_many_words() {
+        let flags = run_flags();
+        let nearest = |typed: &str| nearest(typed, flags.iter().map(String::as_str));
+        for (typed, meant) in [
+            ("ky", "key"),
+            ("retry", "retries"),
+            ("retryon", "retry-on"),
+            ("kil-after", "kill-after"),
+            ("shel", "shell"),
+            ("no-retry", "no-retry-on"),
+        ] {
+            assert_eq!(nearest(typed), Some(meant), "{typed}");
+        }
+        for typed in ["nope", "foo", "x", "zzzzzzzz"] {
+            assert_eq!(nearest(typed), None, "{typed}");
+        }
+    }
+
+    #[test]
+    fn the_nearest_subcommand_is_one_edit_away() {
+        let names = ["run", "ledger", "status", "doctor", "completions", "help"];
+        assert_eq!(nearest("rn", names.into_iter()), Some("run"));
+        assert_eq!(nearest("ledgr", names.into_iter()), Some("ledger"));
+        assert_eq!(nearest("nosuch", names.into_iter()), None);
+        assert_eq!(nearest("x", ["export", "list"].into_iter()), None);
+    }
+}
