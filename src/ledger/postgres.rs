@@ -42,6 +42,7 @@ mod reads;
 mod rows;
 mod schema;
 mod tx;
+mod url;
 
 use std::time::Duration;
 
