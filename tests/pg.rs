@@ -172,18 +172,7 @@ impl Server {
     /// A CA, and a certificate for `localhost` it signed, made by openssl.
     fn tls_files(&self) {
         let dir = self.dir.path();
-        let openssl = |args: &[&str]| {
-            let output = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .expect("openssl runs (install the openssl package)");
-            assert!(
-                output.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        };
+        let openssl = |args: &[&str]| openssl(dir, args);
         openssl(&[
             "req",
             "-x509",
@@ -346,6 +335,20 @@ impl Server {
             .output()
             .unwrap_or_else(|error| panic!("could not run {name}: {error}"))
     }
+}
+
+/// `openssl ARGS` in `dir`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs (install the openssl package)");
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 impl Drop for Server {

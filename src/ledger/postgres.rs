@@ -15,8 +15,8 @@
 //!
 //! This file holds the connection and the [`Ledger`] impl; each concern's
 //! SQL is a module of its own: the schema and its migration, the claim,
-//! the outcome, leases and named locks, the reads, `export`'s cursors and
-//! how a fault is said.
+//! the outcome, leases and named locks, the reads, `export`'s cursors, the
+//! fence counter, which `--db` values are URLs, and how a fault is said.
 
 /// Parameters with their types, so that a statement costs one round trip
 /// to the server (no separate prepare): `typed![&key => TEXT, &n => INT4]`.
@@ -42,6 +42,7 @@ mod reads;
 mod rows;
 mod schema;
 mod tx;
+mod url;
 
 use std::time::Duration;
 

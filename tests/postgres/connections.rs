@@ -338,6 +338,26 @@ impl Drop for Link {
     }
 }
 
+/// The pid the owner's command writes to `pid_file` once it starts.
+fn command_pid(pid_file: &std::path::Path, owner: &mut Child) -> i32 {
+    eventually("the command to start", Duration::from_secs(30), || {
+        if pid_file.exists() {
+            return true;
+        }
+        if owner.try_wait().unwrap().is_some() {
+            let mut stderr = String::new();
+            let _ = owner.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("idem ended early: {stderr}");
+        }
+        false
+    });
+    std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
     let Some(mut pg) =
@@ -360,23 +380,8 @@ fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually("the command to start", Duration::from_secs(30), || {
-        if pid_file.exists() {
-            return true;
-        }
-        if owner.try_wait().unwrap().is_some() {
-            let mut stderr = String::new();
-            let _ = owner.stderr.take().unwrap().read_to_string(&mut stderr);
-            panic!("idem ended early: {stderr}");
-        }
-        false
-    });
+    let command = command_pid(&pid_file, &mut owner);
     wait_for_attempt(&pg);
-    let command: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let cut = Instant::now();
     link.cut();
     // The command is stopped before its lease ends, by idem or its guardian.

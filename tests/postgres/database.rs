@@ -64,30 +64,62 @@ fn postgres_a_count_below_zero_is_an_error_naming_the_ledger() {
         .stderr_one_line();
 }
 
+/// `idem doctor --json` of the ledger at `url`: its exit code and report.
+fn doctor(pg: &Pg, url: &str) -> (Option<i32>, serde_json::Value) {
+    let output = pg
+        .idem(["doctor", "--json"])
+        .env("IDEM_DB", url)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("doctor --json prints JSON: {}", text(&output.stderr)));
+    (output.status.code(), report)
+}
+
+/// The status of `report`'s check `name`.
+fn status(report: &serde_json::Value, name: &str) -> serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["check"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {report}"))["status"]
+        .clone()
+}
+
+/// Runs `key` under a lease of 2s until its first attempt is recorded,
+/// then kills idem and its command together: the key stays running.
+fn kill_an_owner_with_its_command(pg: &Pg, key: &str) {
+    let mut owner = {
+        use std::os::unix::process::CommandExt;
+        // A shared ledger judges an owner by its lease alone.
+        pg.idem(["run", "--key", key, "--lease", "2s", "--", "sleep", "600"])
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    eventually(
+        "the attempt to be recorded",
+        Duration::from_secs(60),
+        || {
+            let latest = &pg.list_json()[0];
+            latest["key"] == key && latest["attempts"] == 1
+        },
+    );
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(owner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    owner.wait().unwrap();
+}
+
 #[test]
 fn postgres_doctor_checks_a_shared_ledger_and_changes_nothing() {
     let Some(pg) = Pg::new("postgres_doctor_checks_a_shared_ledger_and_changes_nothing") else {
         return;
     };
-    let doctor = |url: &str| {
-        let output = pg
-            .idem(["doctor", "--json"])
-            .env("IDEM_DB", url)
-            .output()
-            .unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
-            .unwrap_or_else(|_| panic!("doctor --json prints JSON: {}", text(&output.stderr)));
-        (output.status.code(), report)
-    };
-    let status = |report: &serde_json::Value, name: &str| {
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|check| check["check"] == name)
-            .unwrap_or_else(|| panic!("no check {name} in {report}"))["status"]
-            .clone()
-    };
+    let doctor = |url: &str| doctor(&pg, url);
 
     // A database idem never used: a warning, and doctor creates nothing.
     for _ in 0..2 {
@@ -106,30 +138,7 @@ fn postgres_doctor_checks_a_shared_ledger_and_changes_nothing() {
     for name in ["connection", "schema", "rights", "running keys"] {
         assert_eq!(status(&report, name), "ok", "{name}: {report}");
     }
-    let mut owner = {
-        use std::os::unix::process::CommandExt;
-        // A shared ledger judges an owner by its lease alone.
-        pg.idem([
-            "run", "--key", "stuck", "--lease", "2s", "--", "sleep", "600",
-        ])
-        .process_group(0)
-        .spawn()
-        .unwrap()
-    };
-    eventually(
-        "the attempt to be recorded",
-        Duration::from_secs(60),
-        || {
-            let latest = &pg.list_json()[0];
-            latest["key"] == "stuck" && latest["attempts"] == 1
-        },
-    );
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(owner.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    owner.wait().unwrap();
+    kill_an_owner_with_its_command(&pg, "stuck");
     // Its command is stopped by its guardian, and its lease runs out.
     let report = eventually(
         "doctor to find the key stuck",

@@ -18,14 +18,9 @@ fn export_of(env: &Env, db: Option<&str>) -> Vec<u8> {
     export.succeeds().into_output().stdout
 }
 
-#[test]
-fn postgres_import_moves_a_sqlite_ledger() {
-    let Some(pg) = Pg::new("postgres_import_moves_a_sqlite_ledger") else {
-        return;
-    };
-    // A SQLite ledger (in the same Env) with non-UTF-8 argv and output, a
-    // retried failure and a forgotten key.
-    let local = &pg.env;
+/// Fills `local`'s SQLite ledger with non-UTF-8 argv and output, a retried
+/// failure, a success whose command runs `count`, and a forgotten key.
+fn a_sqlite_ledger(local: &Env, count: &str) {
     local
         .cmd(["run", "--key", "bin", "--", "printf"])
         .arg(std::ffi::OsStr::from_bytes(b"\xff\xfe-out\n"))
@@ -45,14 +40,24 @@ fn postgres_import_moves_a_sqlite_ledger() {
             flaky,
         ])
         .expect_code(3);
-    let count = pg.count_cmd("count");
     local
-        .cmd(["run", "--key", "done", "--shell", "--", &count])
+        .cmd(["run", "--key", "done", "--shell", "--", count])
         .succeeds();
     local
         .cmd(["run", "--key", "dropped", "--", "true"])
         .succeeds();
     local.cmd(["ledger", "forget", "dropped"]).succeeds();
+}
+
+#[test]
+fn postgres_import_moves_a_sqlite_ledger() {
+    let Some(pg) = Pg::new("postgres_import_moves_a_sqlite_ledger") else {
+        return;
+    };
+    // The SQLite ledger is the one of the same Env.
+    let local = &pg.env;
+    let count = pg.count_cmd("count");
+    a_sqlite_ledger(local, &count);
     let stream = export_of(local, None);
     let file = local.path("export.jsonl");
     std::fs::write(&file, &stream).unwrap();
