@@ -125,6 +125,7 @@ impl Location {
                     })?;
                     Ok(Location::Postgres(url.to_owned()))
                 } else {
+                    Location::refuse_unknown_scheme(db)?;
                     Ok(Location::Sqlite(PathBuf::from(db)))
                 }
             }

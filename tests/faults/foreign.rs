@@ -70,3 +70,29 @@ fn unusable_ledger_paths_are_named() {
     }
     assert_eq!(env.count("count"), 0);
 }
+
+#[test]
+fn a_url_of_another_scheme_is_a_usage_error_not_a_file() {
+    let env = Env::new();
+    for db in ["postgress://u:secretpw@h/db", "mysql://u:secretpw@h/db"] {
+        for args in [
+            &["run", "--key", "k", "--", "true"][..],
+            &["status"],
+            &["ledger", "list"],
+        ] {
+            let ran = env
+                .cmd(args)
+                .env("IDEM_DB", db)
+                .expect_code(2)
+                .stderr_one_line()
+                .stderr_has("postgres://")
+                .stderr_lacks("secretpw");
+            assert!(ran.stderr().contains("does not know"), "{}", ran.stderr());
+        }
+        let scheme = db.split(':').next().unwrap();
+        assert!(
+            !env.path(&format!("{scheme}:")).exists(),
+            "{db} left a folder behind"
+        );
+    }
+}
