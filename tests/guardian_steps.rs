@@ -1,8 +1,11 @@
 //! Each step of an attempt's setup after the fork is checked: one that
 //! fails for real reaches idem as the step's name and errno, idem exits
 //! 125, nothing of the command runs, and the key is not left `running`.
+//! And a signal that reaches idem twice at once (`timeout -s INT`) is
+//! passed on once: the command cleans up as it would without idem.
 
 use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 
 use nix::libc;
 
@@ -44,4 +47,47 @@ fn a_guardian_step_that_fails_is_named_and_nothing_runs() {
     assert_eq!(run["key"], "k");
     assert_eq!(run["status"], "failed", "not left running: {run}");
     assert_eq!(run["exit_code"], 125);
+}
+
+/// `timeout -s INT` sends SIGINT to idem and then to idem's whole process
+/// group: idem hears it twice within a moment, and must pass it on once,
+/// not take the copy for a second signal and SIGKILL the command while it
+/// cleans up (exit 137).
+#[test]
+fn a_signal_sent_twice_by_timeout_is_passed_on_once() {
+    let env = Env::new();
+    let cleaned = env.path("cleaned");
+    let script = format!(
+        "trap 'sleep 0.5; echo x >> {}; exit 3' INT; while :; do sleep 0.1; done",
+        cleaned.display()
+    );
+    for round in 1..=3 {
+        let key = format!("k{round}");
+        let idem = env.idem([
+            "run",
+            "--key",
+            &key,
+            "--retries",
+            "0",
+            "--shell",
+            "--",
+            &script,
+        ]);
+        let mut timeout = Command::new("timeout");
+        timeout
+            .args(["--preserve-status", "-s", "INT", "2"])
+            .arg(idem.get_program())
+            .args(idem.get_args())
+            .current_dir(env.dir.path())
+            .stdin(Stdio::null());
+        for (name, value) in idem.get_envs() {
+            match value {
+                Some(value) => timeout.env(name, value),
+                None => timeout.env_remove(name),
+            };
+        }
+        let output = timeout.output().unwrap();
+        assert_code(&output, 3);
+        assert_eq!(env.count("cleaned"), round, "the command cleaned up");
+    }
 }

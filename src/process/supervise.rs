@@ -18,6 +18,7 @@ use nix::sys::wait::WaitStatus;
 
 use super::events::{Event, Events, Requester, Watched};
 use super::prepare::Prepared;
+use super::signals::{heard, Heard};
 use super::spawn::{
     command_line, executed, fork, not_started, reap, take_the_terminal_back, Forked, LetIn,
 };
@@ -394,15 +395,20 @@ impl Supervisor {
         }
     }
 
-    /// idem was sent `signal`: passed on, and a second one kills.
+    /// idem was sent `signal`: passed on, and a second one kills (but a
+    /// copy of the first, see [`heard`]).
     fn on_signal(&self, watch: &mut Supervision, signal: i32, waiting: &mut dyn FnMut(Notice<'_>)) {
-        if watch.interrupted.is_some() {
+        let now = Instant::now();
+        match heard(watch.interrupted.zip(watch.interrupted_at), signal, now) {
+            Heard::First => {
+                watch.interrupted = Some(signal);
+                watch.interrupted_at = Some(now);
+                self.signal_attempt(watch, signal, false);
+                waiting(Notice::Interrupted(signal));
+            }
+            Heard::Again => {}
             // A second signal: the operator means it.
-            self.signal_attempt(watch, libc::SIGKILL, false);
-        } else {
-            watch.interrupted = Some(signal);
-            self.signal_attempt(watch, signal, false);
-            waiting(Notice::Interrupted(signal));
+            Heard::Second => self.signal_attempt(watch, libc::SIGKILL, false),
         }
         watch.deadline = None;
     }
@@ -472,8 +478,9 @@ struct Supervision {
     /// SIGKILL then.
     kill_at: Option<Instant>,
     timed_out: bool,
-    /// The signal idem received and passed on.
+    /// The signal idem received and passed on, and when.
     interrupted: Option<i32>,
+    interrupted_at: Option<Instant>,
     /// The main process's wait status, as the guardian told it.
     main: Option<i32>,
     /// The guardian's end, when it ended while processes of the attempt
