@@ -18,6 +18,11 @@
 //! Everything here after `fork` runs in a copy of a multithreaded process,
 //! so it makes only async-signal-safe system calls: no allocation, no
 //! locks, no panics (no indexing that could fail, no formatting).
+//!
+//! Each step of its setup, and of the command's process up to its exec,
+//! is checked (see `steps`): one that fails is told to idem as the step
+//! and its errno, and nothing of the command runs. A guardian that could
+//! not become a subreaper, say, would not hold every process of the run.
 
 use std::io;
 use std::os::fd::RawFd;

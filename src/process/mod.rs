@@ -1,6 +1,16 @@
 //! Running one attempt of a command: spawning it in its own process group,
 //! passing its output through while keeping a tail, forwarding signals,
 //! enforcing the timeout, and reaping everything it started.
+//!
+//! In idem's process: `supervise` (the attempt, its event loop), `events`
+//! (what wakes it), `spawn` (pipes, pseudo-terminal, the guardian's fork),
+//! `tee` and `stdin` (the threads that carry output and stdin), `prepare`
+//! (what the fork needs made ahead). After the fork, async-signal-safe
+//! code only: `guardian` (its setup and the gate), `command` (the
+//! command's process up to its exec), `watch` and `tree` (the run until
+//! its end). Shared by both: `wire` (their frames), `steps` (the named
+//! steps after the fork) and `signals` (dispositions, and when a signal is
+//! a second one).
 
 mod command;
 mod events;

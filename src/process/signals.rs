@@ -1,8 +1,10 @@
 //! idem's signal dispositions, shared by idem and the processes it forks:
-//! which signals idem takes as events, and which it was started with
-//! ignored (its command keeps those ignored, as under a shell).
+//! which signals idem takes as events, which it was started with ignored
+//! (its command keeps those ignored, as under a shell), and when a signal
+//! received during an attempt is a second one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use nix::libc;
 use signal_hook::consts::{SIGCONT, SIGHUP, SIGINT, SIGTERM};
@@ -53,4 +55,52 @@ pub fn keep_if_ignored(signal: i32) -> bool {
     }
     IGNORED.fetch_or(1 << signal, Ordering::Relaxed);
     true
+}
+
+/// A copy of the signal idem passed on that comes this soon after it is
+/// that same signal, not a second one: `timeout -s INT` sends it to idem
+/// and then to idem's whole process group, microseconds apart, and a
+/// command cleaning up after the first must not be SIGKILLed for the copy.
+/// Short, so that a person's second Ctrl-C or kill (300 ms later in the
+/// wrapper's test) still kills.
+const ONE_SIGNAL: Duration = Duration::from_millis(100);
+
+/// What a signal idem receives during an attempt is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// The first: passed on.
+    First,
+    /// A copy of the first, within [`ONE_SIGNAL`]: nothing more is done.
+    Again,
+    /// Another signal, or the same one later: the command is killed.
+    Second,
+}
+
+/// What `signal`, received at `now`, is, given the one passed on first (and
+/// when).
+pub fn heard(first: Option<(i32, Instant)>, signal: i32, now: Instant) -> Heard {
+    match first {
+        None => Heard::First,
+        Some((first, at)) if first == signal && now.saturating_duration_since(at) < ONE_SIGNAL => {
+            Heard::Again
+        }
+        Some(_) => Heard::Second,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_of_the_first_signal_within_a_second_is_that_signal() {
+        let at = Instant::now();
+        let soon = at + Duration::from_millis(20);
+        let late = at + Duration::from_millis(300);
+        assert_eq!(heard(None, libc::SIGINT, at), Heard::First);
+        let first = Some((libc::SIGINT, at));
+        assert_eq!(heard(first, libc::SIGINT, soon), Heard::Again);
+        assert_eq!(heard(first, libc::SIGTERM, soon), Heard::Second);
+        assert_eq!(heard(first, libc::SIGINT, late), Heard::Second);
+    }
 }

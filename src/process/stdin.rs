@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -24,7 +24,8 @@ struct Spooled {
 pub struct Spool {
     file: Arc<File>,
     state: Arc<(Mutex<Spooled>, Condvar)>,
-    reading: std::sync::Once,
+    /// Set once the reader thread runs.
+    reading: OnceLock<()>,
 }
 
 impl Spool {
@@ -38,15 +39,26 @@ impl Spool {
         Ok(Spool {
             file,
             state: Arc::default(),
-            reading: std::sync::Once::new(),
+            reading: OnceLock::new(),
         })
+    }
+
+    /// Starts spooling idem's stdin, once (before the first feed); an
+    /// error when the system refuses the thread, and a later attempt asks
+    /// again.
+    pub fn start(&self) -> io::Result<()> {
+        if self.reading.get().is_none() {
+            self.start_reading()?;
+            let _ = self.reading.set(());
+        }
+        Ok(())
     }
 
     /// Starts spooling idem's stdin. The reader thread lives as long as
     /// stdin does; it never holds idem up at exit.
-    fn start_reading(&self) {
+    fn start_reading(&self) -> io::Result<()> {
         let (spool, shared) = (Arc::clone(&self.file), Arc::clone(&self.state));
-        std::thread::spawn(move || {
+        std::thread::Builder::new().spawn(move || {
             let mut stdin = io::stdin().lock();
             let mut buffer = vec![0u8; CHUNK];
             let mut at = 0u64;
@@ -72,14 +84,14 @@ impl Spool {
                     return;
                 }
             }
-        });
+        })?;
+        Ok(())
     }
 
     /// Feeds one attempt through `to` (the write end of its stdin pipe)
     /// from the start, until stdin ends, the command closes its end, or
-    /// `stop` is set.
+    /// `stop` is set. The spool is read once [`Spool::start`] has begun.
     pub fn feed(&self, mut to: File, stop: &AtomicBool) {
-        self.reading.call_once(|| self.start_reading());
         let mut buffer = vec![0u8; CHUNK];
         let mut at = 0u64;
         let (lock, changed) = &*self.state;

@@ -3,7 +3,6 @@
 //! signals passed on, the timeout, a [`Stopper`]'s request, the guardian's
 //! reports.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -18,11 +17,12 @@ use nix::sys::wait::WaitStatus;
 
 use super::events::{Event, Events, Requester, Watched};
 use super::prepare::Prepared;
+use super::signals::{heard, Heard};
 use super::spawn::{
     command_line, executed, fork, not_started, reap, take_the_terminal_back, Forked, LetIn,
 };
 use super::steps::Failed;
-use super::tee::{pump, Sink};
+use super::tee::{Pump, RaiseOnDrop, Sink, Streams};
 use super::wire::{self, monotonic_ms, read_report};
 use super::{AttemptEnd, AttemptError, End, Notice, Spec};
 use crate::exit;
@@ -200,41 +200,46 @@ impl Supervisor {
         stderr: &mut Sink,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd, AttemptError> {
-        let Forked {
-            pid,
-            gate,
-            out,
-            err,
-            stdin,
-        } = forked;
         // The threads start once the command is let in, while it execs on
         // another CPU: what it writes meanwhile waits in its pipes.
-        let capture = spec.capture;
         let gone = AtomicBool::new(false);
         let fed = AtomicBool::new(false);
         let (fed, gone) = (&fed, &gone);
         std::thread::scope(|scope| {
             // Set as this closure returns, before the scope joins the feeder.
             let _stop_feeding = RaiseOnDrop(fed);
-            if let (Some(spool), Some(write)) = (spec.stdin, stdin) {
-                scope.spawn(move || spool.feed(File::from(write), fed));
-            }
-            let out = scope.spawn(move || pump(File::from(out), stdout.writer(), capture, gone));
-            let err = err.map(|err| {
-                scope.spawn(move || pump(File::from(err), stderr.writer(), capture, gone))
-            });
-            let followed = self.follow_admitted(spec, gate, pid, waiting);
-            let join = |handle: std::thread::ScopedJoinHandle<'_, (Vec<u8>, bool)>| {
-                handle.join().unwrap_or_default()
+            let streams = Streams {
+                spool: spec.stdin.zip(forked.stdin),
+                out: (forked.out, stdout),
+                err: forked.err.zip(Some(stderr)),
+                capture: spec.capture,
+                fed,
+                gone,
             };
-            let (stdout_tail, stdout_cut) = join(out);
-            let (stderr_tail, stderr_cut) = err.map(join).unwrap_or_default();
-            let ended = match followed? {
-                Followed::NotExecuted(errno) => {
+            let tee = streams.start(scope);
+            if tee.refused.is_some() {
+                // Output not passed through would be lost, or block the
+                // command once its pipe fills: the run is stopped at once.
+                let kill = wire::encode_to(wire::SIGNAL, libc::SIGKILL.into(), 1);
+                let _ = (&forked.gate).write_all(&kill);
+            }
+            let followed = self.follow_admitted(spec, forked.gate, forked.pid, waiting);
+            let join = |handle: Pump<'_>| handle.join().unwrap_or_default();
+            let (stdout_tail, stdout_cut) = tee.out.map(join).unwrap_or_default();
+            let (stderr_tail, stderr_cut) = tee.err.map(join).unwrap_or_default();
+            let ended = match (followed?, tee.refused) {
+                (_, Some(reason)) => {
+                    return Ok(AttemptEnd::not_started(
+                        started_at,
+                        exit::IDEM_FAILED,
+                        reason,
+                    ))
+                }
+                (Followed::NotExecuted(errno), None) => {
                     let error = io::Error::from_raw_os_error(errno);
                     return Ok(not_started(spec, started_at, &error));
                 }
-                Followed::Ended(ended) => ended,
+                (Followed::Ended(ended), None) => ended,
             };
             Ok(AttemptEnd {
                 started_at,
@@ -394,15 +399,20 @@ impl Supervisor {
         }
     }
 
-    /// idem was sent `signal`: passed on, and a second one kills.
+    /// idem was sent `signal`: passed on, and a second one kills (but a
+    /// copy of the first, see [`heard`]).
     fn on_signal(&self, watch: &mut Supervision, signal: i32, waiting: &mut dyn FnMut(Notice<'_>)) {
-        if watch.interrupted.is_some() {
+        let now = Instant::now();
+        match heard(watch.interrupted.zip(watch.interrupted_at), signal, now) {
+            Heard::First => {
+                watch.interrupted = Some(signal);
+                watch.interrupted_at = Some(now);
+                self.signal_attempt(watch, signal, false);
+                waiting(Notice::Interrupted(signal));
+            }
+            Heard::Again => {}
             // A second signal: the operator means it.
-            self.signal_attempt(watch, libc::SIGKILL, false);
-        } else {
-            watch.interrupted = Some(signal);
-            self.signal_attempt(watch, signal, false);
-            waiting(Notice::Interrupted(signal));
+            Heard::Second => self.signal_attempt(watch, libc::SIGKILL, false),
         }
         watch.deadline = None;
     }
@@ -472,8 +482,9 @@ struct Supervision {
     /// SIGKILL then.
     kill_at: Option<Instant>,
     timed_out: bool,
-    /// The signal idem received and passed on.
+    /// The signal idem received and passed on, and when.
     interrupted: Option<i32>,
+    interrupted_at: Option<Instant>,
     /// The main process's wait status, as the guardian told it.
     main: Option<i32>,
     /// The guardian's end, when it ended while processes of the attempt
@@ -519,14 +530,5 @@ fn end_of(main: Option<i32>, guardian: WaitStatus) -> End {
         (None, WaitStatus::Signaled(_, signal, _)) => End::Signaled(signal as i32),
         (None, WaitStatus::Exited(_, code)) => End::Exited(code),
         (None, _) => End::Exited(exit::IDEM_FAILED.into()),
-    }
-}
-
-/// Raises its flag when dropped.
-struct RaiseOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for RaiseOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
     }
 }

@@ -5,9 +5,14 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{Builder, Scope, ScopedJoinHandle};
 
 use anyhow::{Context, Result};
+
+use super::stdin::Spool;
+use crate::exit;
 
 /// Where a stream of the command's output goes.
 pub enum Sink {
@@ -142,6 +147,87 @@ impl Tail {
 
     fn into_bytes(self) -> (Vec<u8>, bool) {
         (self.bytes.into(), self.cut)
+    }
+}
+
+/// An output pump's thread: the tail it kept, and whether it was cut.
+pub type Pump<'scope> = ScopedJoinHandle<'scope, (Vec<u8>, bool)>;
+
+/// What an attempt's threads are given: the command's stdin from the
+/// spool, and its output streams with where each goes.
+pub struct Streams<'env> {
+    pub spool: Option<(&'env Spool, OwnedFd)>,
+    pub out: (OwnedFd, &'env mut Sink),
+    /// None when stderr is merged into stdout.
+    pub err: Option<(OwnedFd, &'env mut Sink)>,
+    /// Bytes of each stream's tail to keep.
+    pub capture: usize,
+    /// Set to stop feeding stdin; set by a pump whose reader went away.
+    pub fed: &'env AtomicBool,
+    pub gone: &'env AtomicBool,
+}
+
+/// The threads of an attempt that started, and why one did not.
+pub struct Tee<'scope> {
+    pub out: Option<Pump<'scope>>,
+    pub err: Option<Pump<'scope>>,
+    /// The first thread the system refused (ulimit -u, pids.max), said.
+    pub refused: Option<String>,
+}
+
+impl<'env> Streams<'env> {
+    /// Starts the stdin feeder and the output pumps. A refused thread is
+    /// said, not a panic: the attempt then ends as idem's failure.
+    pub fn start<'scope>(self, scope: &'scope Scope<'scope, 'env>) -> Tee<'scope> {
+        let Streams {
+            spool,
+            out,
+            err,
+            capture,
+            fed,
+            gone,
+        } = self;
+        let mut refused = None;
+        if let Some((spool, write)) = spool {
+            let feeder = spool.start().and_then(|()| {
+                Builder::new().spawn_scoped(scope, move || spool.feed(File::from(write), fed))
+            });
+            started(feeder, "feed the command's stdin", &mut refused);
+        }
+        let mut pump_to = |(from, to): (OwnedFd, &'env mut Sink)| {
+            let pump = Builder::new().spawn_scoped(scope, move || {
+                pump(File::from(from), to.writer(), capture, gone)
+            });
+            started(pump, "pass the command's output through", &mut refused)
+        };
+        let out = pump_to(out);
+        let err = err.and_then(pump_to);
+        Tee { out, err, refused }
+    }
+}
+
+/// A thread's handle, or None: the first refusal is kept in `refused`.
+fn started<T>(spawned: io::Result<T>, to: &str, refused: &mut Option<String>) -> Option<T> {
+    match spawned {
+        Ok(handle) => Some(handle),
+        Err(error) => {
+            refused.get_or_insert_with(|| {
+                format!(
+                    "could not start a thread to {to}: {} (raise ulimit -u or the cgroup's pids.max)",
+                    exit::io_words(&error)
+                )
+            });
+            None
+        }
+    }
+}
+
+/// Raises its flag when dropped.
+pub struct RaiseOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

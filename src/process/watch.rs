@@ -1,6 +1,9 @@
 //! The guardian's watch over a running attempt: it reaps, reports to idem,
 //! passes signals on and stops the run when idem goes or its lease runs
-//! out. Runs after fork: async-signal-safe calls only, no allocation.
+//! out. Runs after fork: async-signal-safe calls only, no allocation. Its
+//! calls (kill, tcsetpgrp, poll) are best effort and go unchecked: the
+//! command runs by then, a process already gone is no failure, and no
+//! step is left whose failure could keep the run from being guarded.
 
 use std::os::fd::RawFd;
 
