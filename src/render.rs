@@ -51,11 +51,6 @@ fn escape_hidden(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// Argv for display: lossy where an argument is not UTF-8.
-pub fn command_words(run: &Run) -> Vec<String> {
-    lossy_words(&run.command)
-}
-
 /// Words for display: lossy where one is not UTF-8.
 pub fn lossy_words(words: &[OsString]) -> Vec<String> {
     words
@@ -195,7 +190,7 @@ impl Style {
     }
 }
 
-/// The longest command shown when the width is unknown.
+/// The longest command shown in a table when the width is unknown.
 const COMMAND_WIDTH: usize = 60;
 
 /// The columns of `ledger list`, and the order in which they give way when
