@@ -2,6 +2,7 @@
 
 pub mod doctor;
 pub mod json;
+pub mod metrics;
 pub mod show;
 pub mod status;
 pub mod summary;
@@ -15,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use comfy_table::{presets, Cell, Color, ContentArrangement, Row, Table};
 use jiff::Timestamp;
 
-use crate::ledger::{JobState, KeyMetrics, Run, Status};
+use crate::ledger::{Run, Status};
 
 /// Text for a person's terminal: every character that would act on the
 /// terminal or on the text around it rather than be seen (escape
@@ -48,11 +49,6 @@ fn escape_hidden(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(escaped)
-}
-
-/// Argv for display: lossy where an argument is not UTF-8.
-pub fn command_words(run: &Run) -> Vec<String> {
-    lossy_words(&run.command)
 }
 
 /// Words for display: lossy where one is not UTF-8.
@@ -194,7 +190,7 @@ impl Style {
     }
 }
 
-/// The longest command shown when the width is unknown.
+/// The longest command shown in a table when the width is unknown.
 const COMMAND_WIDTH: usize = 60;
 
 /// The columns of `ledger list`, and the order in which they give way when
@@ -368,180 +364,6 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-// ---- metrics: the Prometheus text exposition format ---------------------
-
-/// A label value escaped per the exposition format: `\`, `"` and newline.
-pub fn label_value(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\\' => escaped.push_str("\\\\"),
-            '"' => escaped.push_str("\\\""),
-            '\n' => escaped.push_str("\\n"),
-            c => escaped.push(c),
-        }
-    }
-    escaped
-}
-
-/// Unix seconds with milliseconds, as the format's float.
-fn seconds(time: Timestamp) -> String {
-    let ms = time.as_millisecond();
-    format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
-}
-
-/// What every family says of one job or one key: the figures a job's row
-/// and a key's latest run have in common.
-struct Figures<'a> {
-    /// The job's or the key's name, the value of its label.
-    name: &'a str,
-    last_success: Option<Timestamp>,
-    last_run: Option<Timestamp>,
-    last_status: Option<Status>,
-    last_exit: Option<i32>,
-    failures: u64,
-    /// Runs by status, in the order of [`Status::ALL`].
-    runs: [u64; 4],
-}
-
-/// A sample of a family: its `status` label, if it has one, and its value.
-type Sample = (Option<Status>, String);
-
-/// One family of gauges, for jobs (`idem_NAME{job=..}`) and for keys
-/// (`idem_key_NAME{key=..}`).
-struct Family {
-    name: &'static str,
-    job_help: &'static str,
-    key_help: &'static str,
-    samples: fn(&Figures) -> Vec<Sample>,
-}
-
-/// A time's one sample, when there is a time.
-fn time_sample(time: Option<Timestamp>) -> Vec<Sample> {
-    time.map(|time| (None, seconds(time))).into_iter().collect()
-}
-
-/// The families, in the order they are written.
-const FAMILIES: [Family; 6] = [
-    Family {
-        name: "last_success_timestamp_seconds",
-        job_help: "When the job's latest successful run finished, in Unix seconds.",
-        key_help: "When the key's latest successful run finished, in Unix seconds.",
-        samples: |figures| time_sample(figures.last_success),
-    },
-    Family {
-        name: "last_run_status",
-        job_help: "The status of the job's latest run: 1 for that status, 0 for the others.",
-        key_help: "The status of the key's latest run: 1 for that status, 0 for the others.",
-        samples: |figures| match figures.last_status {
-            Some(last) => Status::ALL
-                .iter()
-                .map(|&status| (Some(status), u8::from(last == status).to_string()))
-                .collect(),
-            None => Vec::new(),
-        },
-    },
-    Family {
-        name: "last_run_timestamp_seconds",
-        job_help: "When the job's latest run started, in Unix seconds.",
-        key_help: "When the key's latest run started, in Unix seconds.",
-        samples: |figures| time_sample(figures.last_run),
-    },
-    Family {
-        name: "last_run_exit_code",
-        job_help: "The exit code of the job's latest finished run.",
-        key_help: "The exit code of the key's latest finished run.",
-        samples: |figures| {
-            let code = figures.last_exit;
-            code.map(|code| (None, code.to_string())).into_iter().collect()
-        },
-    },
-    Family {
-        name: "consecutive_failures",
-        job_help: "Failed and abandoned runs of the job in a row, across its keys, since its latest success.",
-        key_help: "Failed and abandoned runs of the key since its latest success.",
-        samples: |figures| vec![(None, figures.failures.to_string())],
-    },
-    Family {
-        name: "runs",
-        job_help: "Runs of the job in the ledger, by status (ledger prune lowers it).",
-        key_help: "Runs of the key in the ledger, by status (ledger prune lowers it).",
-        samples: |figures| {
-            let counts = Status::ALL.iter().zip(figures.runs);
-            counts
-                .map(|(&status, count)| (Some(status), count.to_string()))
-                .collect()
-        },
-    },
-];
-
-/// Per-job metrics for node_exporter's textfile collector: bounded by the
-/// number of jobs, not of periods, so a `{date}` key adds no series.
-pub fn job_metrics_text(jobs: &[JobState]) -> String {
-    let figures: Vec<Figures> = jobs
-        .iter()
-        .map(|job| Figures {
-            name: &job.job,
-            last_success: job.last_success,
-            last_run: job.last_run,
-            last_status: job.last_status,
-            last_exit: job.last_exit,
-            failures: job.failures,
-            runs: job.runs,
-        })
-        .collect();
-    exposition(false, &figures)
-}
-
-/// Per-key metrics (`metrics --per-key`): a series set per key, so a
-/// `{date}` key adds series every day.
-pub fn metrics_text(keys: &[KeyMetrics]) -> String {
-    let figures: Vec<Figures> = keys
-        .iter()
-        .map(|metric| Figures {
-            name: &metric.key,
-            last_success: metric.last_success,
-            last_run: metric.last_run.as_ref().map(|run| run.started_at),
-            last_status: metric.last_run.as_ref().map(|run| run.status),
-            last_exit: metric.last_run.as_ref().and_then(|run| run.exit_code),
-            failures: metric.consecutive_failures,
-            runs: metric.runs,
-        })
-        .collect();
-    exposition(true, &figures)
-}
-
-/// Every family, each with its help, its type and its samples, of jobs or
-/// (`per_key`) of keys.
-fn exposition(per_key: bool, subjects: &[Figures]) -> String {
-    let (prefix, label) = if per_key {
-        ("idem_key_", "key")
-    } else {
-        ("idem_", "job")
-    };
-    let mut out = String::new();
-    for family in &FAMILIES {
-        let name = format!("{prefix}{}", family.name);
-        let help = if per_key {
-            family.key_help
-        } else {
-            family.job_help
-        };
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        for figures in subjects {
-            let subject = label_value(figures.name);
-            for (status, value) in (family.samples)(figures) {
-                let status = status.map_or(String::new(), |status| {
-                    format!(",status=\"{}\"", status.as_str())
-                });
-                let _ = writeln!(out, "{name}{{{label}=\"{subject}\"{status}}} {value}");
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,11 +385,5 @@ mod tests {
             "\\x1b]0;t\\x07\\x0d\\u{202e}\\x9b"
         );
         assert!(matches!(printable("ok"), Cow::Borrowed("ok")));
-    }
-
-    #[test]
-    fn escapes_label_values() {
-        assert_eq!(label_value(r#"a\b"c"#), r#"a\\b\"c"#);
-        assert_eq!(label_value("x\ny"), "x\\ny");
     }
 }

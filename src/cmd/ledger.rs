@@ -437,9 +437,9 @@ fn metrics(location: &Location, per_key: bool) -> Result<u8> {
         ),
         None => (Vec::new(), Vec::new()),
     };
-    let mut text = render::job_metrics_text(&jobs);
+    let mut text = render::metrics::job_metrics_text(&jobs);
     if per_key {
-        text.push_str(&render::metrics_text(&keys));
+        text.push_str(&render::metrics::metrics_text(&keys));
     }
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(exit::SUCCESS)

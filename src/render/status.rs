@@ -151,9 +151,6 @@ const HEADERS: [&str; 8] = [
     "COMMAND",
 ];
 
-/// The longest command shown when the width is unknown.
-const COMMAND_WIDTH: usize = 60;
-
 fn table(statuses: &[JobStatus], now: Timestamp, style: render::Style) -> Table {
     let mut table = render::new_table(style);
     table.set_header(HEADERS);
@@ -180,7 +177,7 @@ fn row(job: &JobStatus, now: Timestamp, style: render::Style) -> Vec<Cell> {
     let width = if style.width.is_some() {
         usize::MAX
     } else {
-        COMMAND_WIDTH
+        render::COMMAND_WIDTH
     };
     vec![
         Cell::new(render::printable(&job.job)),

@@ -57,6 +57,23 @@ pub(super) struct AttemptIn {
     stderr_tail_base64: Option<Vec<u8>>,
 }
 
+impl AttemptIn {
+    /// The fields read of an attempt: the rest are passed over unread.
+    pub(super) const FIELDS: [&str; 11] = [
+        "attempt",
+        "started_at",
+        "finished_at",
+        "exit_code",
+        "signal",
+        "timed_out",
+        "output_cut",
+        "stdout_tail",
+        "stderr_tail",
+        "stdout_tail_base64",
+        "stderr_tail_base64",
+    ];
+}
+
 fn text_tail<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Vec<u8>>, D::Error> {
     from.deserialize_any(TailVisitor { base64: false })
 }

@@ -6,11 +6,12 @@ use std::collections::HashSet;
 use std::io::BufRead;
 
 use anyhow::{anyhow, Result};
-use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::de::value::MapDeserializer;
 use serde::Deserialize;
+use struson::reader::{JsonReader, ValueType};
 
-use super::cutter::Cutter;
 use super::fields::{AttemptIn, RunIn};
+use super::reader::{self, OneLine};
 use crate::ledger::ImportSink;
 
 /// What went wrong with a line: the words, or the sink's own failure
@@ -20,118 +21,88 @@ enum Refused {
     Sink(anyhow::Error),
 }
 
+/// The JSON reader's failure, in words (its own, which name the cause
+/// it wraps).
+fn not_json(error: impl std::fmt::Display) -> Refused {
+    Refused::Line(anyhow!("not JSON: {error}"))
+}
+
 /// Reads one line's object, handing the run and then each attempt to the
 /// sink.
-struct LineSeed<'a> {
-    sink: &'a mut dyn ImportSink,
-    refused: &'a mut Option<Refused>,
-}
-
-fn refuse<E: serde::de::Error>(refused: &mut Option<Refused>, why: Refused) -> E {
-    *refused = Some(why);
-    E::custom("refused")
-}
-
-impl<'de> DeserializeSeed<'de> for LineSeed<'_> {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for LineSeed<'_> {
-    type Value = ();
-
-    fn expecting(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        out.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        let mut fields = serde_json::Map::new();
-        let mut started = false;
-        while let Some(name) = map.next_key::<String>()? {
-            if started {
-                let why = anyhow!("{name} comes after attempts_detail, which export writes last");
-                return Err(refuse(self.refused, Refused::Line(why)));
-            }
-            if name != "attempts_detail" {
-                fields.insert(name, map.next_value()?);
-                continue;
-            }
-            self.start(std::mem::take(&mut fields))?;
-            started = true;
-            map.next_value_seed(AttemptsSeed {
-                sink: &mut *self.sink,
-                refused: &mut *self.refused,
-            })?;
+fn read_line(line: &mut OneLine, sink: &mut dyn ImportSink) -> Result<(), Refused> {
+    let mut json = struson::reader::JsonStreamReader::new(line);
+    json.begin_object().map_err(not_json)?;
+    let mut fields = serde_json::Map::new();
+    let mut started = false;
+    while json.has_next().map_err(not_json)? {
+        let name = json.next_name_owned().map_err(not_json)?;
+        if started {
+            let why = anyhow!("{name} comes after attempts_detail, which export writes last");
+            return Err(Refused::Line(why));
         }
-        if !started {
-            self.start(fields)?;
+        if name != "attempts_detail" {
+            fields.insert(name, reader::value(&mut json).map_err(not_json)?);
+            continue;
         }
-        Ok(())
+        start(std::mem::take(&mut fields), sink)?;
+        started = true;
+        attempts(&mut json, sink)?;
     }
+    if !started {
+        start(fields, sink)?;
+    }
+    json.end_object().map_err(not_json)?;
+    json.consume_trailing_whitespace().map_err(not_json)
 }
 
-impl LineSeed<'_> {
-    /// Hands the run its `fields` make to the sink.
-    fn start<E: serde::de::Error>(
-        &mut self,
-        fields: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(), E> {
-        let run = RunIn::deserialize(serde_json::Value::Object(fields))
-            .map_err(anyhow::Error::from)
-            .and_then(RunIn::run);
-        let (run, head) = run.map_err(|why| refuse(self.refused, Refused::Line(why)))?;
-        self.sink
-            .run(&run, head)
-            .map_err(|why| refuse(self.refused, Refused::Sink(why)))
-    }
+/// Hands the run its `fields` make to the sink.
+fn start(
+    fields: serde_json::Map<String, serde_json::Value>,
+    sink: &mut dyn ImportSink,
+) -> Result<(), Refused> {
+    let run = RunIn::deserialize(serde_json::Value::Object(fields))
+        .map_err(anyhow::Error::from)
+        .and_then(RunIn::run);
+    let (run, head) = run.map_err(Refused::Line)?;
+    sink.run(&run, head).map_err(Refused::Sink)
 }
 
 /// Reads `attempts_detail`, handing each attempt to the sink as it is read.
-struct AttemptsSeed<'a> {
-    sink: &'a mut dyn ImportSink,
-    refused: &'a mut Option<Refused>,
-}
-
-impl<'de> DeserializeSeed<'de> for AttemptsSeed<'_> {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
+fn attempts(json: &mut reader::Json, sink: &mut dyn ImportSink) -> Result<(), Refused> {
+    if json.peek().map_err(not_json)? == ValueType::Null {
+        return json.next_null().map_err(not_json);
     }
-}
-
-impl<'de> Visitor<'de> for AttemptsSeed<'_> {
-    type Value = ();
-
-    fn expecting(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        out.write_str("attempts_detail as an array of attempts")
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut numbers = HashSet::new();
-        let mut index = 0;
-        while let Some(attempt) = seq.next_element::<AttemptIn>()? {
-            let attempt = attempt
-                .attempt(index)
-                .map_err(|why| refuse(self.refused, Refused::Line(why)))?;
-            if !numbers.insert(attempt.number) {
-                let why = anyhow!("attempts_detail numbers an attempt twice");
-                return Err(refuse(self.refused, Refused::Line(why)));
-            }
-            self.sink
-                .attempt(&attempt)
-                .map_err(|why| refuse(self.refused, Refused::Sink(why)))?;
-            index += 1;
+    json.begin_array().map_err(not_json)?;
+    let mut numbers = HashSet::new();
+    let mut index = 0;
+    while json.has_next().map_err(not_json)? {
+        let attempt = attempt(json)?.attempt(index).map_err(Refused::Line)?;
+        if !numbers.insert(attempt.number) {
+            let why = anyhow!("attempts_detail numbers an attempt twice");
+            return Err(Refused::Line(why));
         }
-        Ok(())
+        sink.attempt(&attempt).map_err(Refused::Sink)?;
+        index += 1;
     }
+    json.end_array().map_err(not_json)
+}
+
+/// The next attempt of `attempts_detail`; what it holds beyond the
+/// fields idem knows is passed over unread.
+fn attempt(json: &mut reader::Json) -> Result<AttemptIn, Refused> {
+    let mut fields = Vec::new();
+    json.begin_object().map_err(not_json)?;
+    while json.has_next().map_err(not_json)? {
+        let name = json.next_name_owned().map_err(not_json)?;
+        if AttemptIn::FIELDS.contains(&name.as_str()) {
+            fields.push((name, reader::value(json).map_err(not_json)?));
+        } else {
+            json.skip_value().map_err(not_json)?;
+        }
+    }
+    json.end_object().map_err(not_json)?;
+    let fields = MapDeserializer::<_, serde_json::Error>::new(fields.into_iter());
+    AttemptIn::deserialize(fields).map_err(|error| Refused::Line(error.into()))
 }
 
 /// The lines of an import stream, read one at a time.
@@ -183,27 +154,14 @@ impl<'a> Lines<'a> {
             }
         }
         self.number += 1;
-        let mut refused = None;
-        let mut line = std::io::BufReader::with_capacity(64 << 10, Cutter::new(&mut *self.input));
-        let mut deserializer = serde_json::Deserializer::from_reader(&mut line);
-        let parsed = LineSeed {
-            sink,
-            refused: &mut refused,
-        }
-        .deserialize(&mut deserializer)
-        .and_then(|()| deserializer.end());
-        let error = match (parsed, refused) {
-            (Ok(()), _) => return Ok(true),
-            (Err(_), Some(Refused::Sink(error))) => return Err(error),
-            (Err(_), Some(Refused::Line(error))) => error,
-            (Err(error), None) => anyhow::Error::from(error).context("not JSON"),
+        let mut line = OneLine::new(&mut *self.input);
+        let error = match read_line(&mut line, sink) {
+            Ok(()) => return Ok(true),
+            Err(Refused::Sink(error)) => return Err(error),
+            Err(Refused::Line(error)) => error,
         };
         // What the whole line is says more than where parsing stopped.
-        let mut cutter = line.into_inner();
-        if let Some(failed) = cutter.failed.take() {
-            return Err(self.unreadable(failed));
-        }
-        let error = match cutter.drain() {
+        let error = match line.judge() {
             Ok(()) => error,
             Err(Ok(why)) => anyhow!(why),
             Err(Err(failed)) => return Err(self.unreadable(failed)),

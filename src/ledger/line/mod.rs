@@ -9,13 +9,13 @@
 //! Import reads a line as it comes, never whole: the run is handed on once
 //! its fields are read, then each attempt as it is read (`attempts_detail`
 //! comes last, as export writes it), and a string longer than any tail idem
-//! keeps is cut to its end while it is read (see [`cutter`]). So memory
+//! keeps is cut to its end while it is read (see [`reader`]). So memory
 //! holds one attempt, whatever the line holds.
 
-mod cutter;
 mod export;
 mod fields;
 mod import;
+mod reader;
 
 pub use export::export_line;
 pub use import::{BadLine, Lines};
