@@ -9,7 +9,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::exit::Failure;
 
-use super::super::{mask_password, Location};
+use super::super::location::mask_password;
+use super::super::Location;
 
 /// The schemes of a PostgreSQL ledger's URL.
 const SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];

@@ -1,0 +1,146 @@
+//! Where a ledger lives (`--db`, `IDEM_DB`, the data folder) and how it is
+//! opened: for `run`, created when missing; for readers, only when there.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::{error, Ledger, PostgresLedger, SqliteLedger};
+use crate::exit::Failure;
+
+/// Where the ledger lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// `--db`, else `$IDEM_DB` (clap folds both into `db`), else the default
+    /// file under the user's data directory.
+    pub fn resolve(db: Option<&OsStr>) -> Result<Location> {
+        match db {
+            Some(db) if db.is_empty() => Err(Failure::usage(
+                "--db is empty; give a file path or a postgres:// URL (or unset IDEM_DB)",
+            )
+            .into()),
+            Some(db) => {
+                let bytes = db.as_bytes();
+                if bytes.starts_with(b"postgres://") || bytes.starts_with(b"postgresql://") {
+                    let url = db.to_str().ok_or_else(|| {
+                        Failure::usage("--db holds a URL that is not UTF-8; write it in UTF-8")
+                    })?;
+                    Ok(Location::Postgres(url.to_owned()))
+                } else {
+                    Location::refuse_unknown_scheme(db)?;
+                    Ok(Location::Sqlite(PathBuf::from(db)))
+                }
+            }
+            None => {
+                let data = dirs::data_dir().ok_or_else(|| {
+                    Failure::usage("no data directory is known for this user; set --db or IDEM_DB")
+                })?;
+                Ok(Location::Sqlite(data.join("idem").join("ledger.db")))
+            }
+        }
+    }
+
+    /// The location for people: a password in a URL is masked.
+    pub fn display(&self) -> String {
+        match self {
+            Location::Sqlite(path) => path.display().to_string(),
+            Location::Postgres(url) => mask_password(url),
+        }
+    }
+}
+
+pub(super) fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let tail = mask_password_option(tail);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => format!("{scheme}://{authority}{tail}"),
+        },
+        None => format!("{scheme}://{authority}{tail}"),
+    }
+}
+
+/// Masks a `password=` option in a URL's query.
+fn mask_password_option(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let options: Vec<String> = query
+        .split('&')
+        .map(|option| match option.split_once('=') {
+            Some(("password", _)) => "password=***".to_owned(),
+            _ => option.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", options.join("&"))
+}
+
+/// Opens the ledger for `run`, creating and migrating it when needed.
+pub fn open(location: &Location) -> Result<Box<dyn Ledger>> {
+    match location {
+        Location::Sqlite(path) => Ok(Box::new(SqliteLedger::open(path)?)),
+        Location::Postgres(url) => Ok(Box::new(PostgresLedger::open(url, &location.display())?)),
+    }
+}
+
+/// Opens an existing ledger for reading; `None` when a SQLite file does not
+/// exist yet (a fresh machine has simply run nothing).
+pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
+    match location {
+        // A missing file is a ledger nothing has run under yet; but a path
+        // that cannot name a file at all (its folder is a file) is a typo.
+        // Anything at the path, a dangling link included, is judged by open.
+        Location::Sqlite(path) if nothing_at(path) => match std::fs::metadata(folder_of(path)) {
+            Ok(folder) if !folder.is_dir() => Err(error::Refusal::NotAFolder {
+                ledger: path.display().to_string(),
+                folder: folder_of(path).display().to_string(),
+            }
+            .into()),
+            _ => Ok(None),
+        },
+        _ => open(location).map(Some),
+    }
+}
+
+/// Whether nothing at all is at `path` (not even a link).
+fn nothing_at(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// The folder a SQLite ledger lives in, for messages.
+pub fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_passwords() {
+        assert_eq!(
+            mask_password("postgres://idem:s3cret@db.example/idem?sslmode=require"),
+            "postgres://idem:***@db.example/idem?sslmode=require"
+        );
+        assert_eq!(mask_password("postgres://db/idem"), "postgres://db/idem");
+        assert_eq!(mask_password("postgresql://u@h/d"), "postgresql://u@h/d");
+        assert_eq!(
+            mask_password("postgres://u@h/d?sslmode=require&password=x%26y"),
+            "postgres://u@h/d?sslmode=require&password=***"
+        );
+    }
+}
