@@ -5,6 +5,7 @@
 mod util;
 
 mod alerts;
+mod completions;
 mod concurrency;
 mod env_defaults;
 mod examples;
