@@ -86,6 +86,7 @@ impl Env {
     }
 
     /// Runs `idem ARGS` to its end.
+    #[must_use = "check its exit: assert_code, or use Env::cmd"]
     pub fn run<I, S>(&self, args: I) -> Output
     where
         I: IntoIterator<Item = S>,
@@ -138,6 +139,7 @@ impl Env {
 
 /// `idem ARGS` in an [`Env`], not yet run: add to it, then run it with
 /// the result it must have ([`Idem::expect_code`], [`Idem::succeeds`]).
+#[must_use = "run it and check it: .expect_code(N), .succeeds() or .run() then a check"]
 pub struct Idem {
     command: Command,
     stdin: Option<Vec<u8>>,
@@ -185,6 +187,7 @@ impl Idem {
     }
 
     /// Runs it to its end; checks nothing yet.
+    #[must_use = "check the run: .expect_code(N), .succeeds() or another check"]
     pub fn run(mut self) -> Ran {
         let line = command_line(&self.command);
         let output = match self.stdin {
