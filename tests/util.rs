@@ -170,6 +170,13 @@ impl Idem {
         self
     }
 
+    /// Starts from an empty environment (as cron does): only what is set
+    /// after this reaches idem.
+    pub fn env_clear(mut self) -> Idem {
+        self.command.env_clear();
+        self
+    }
+
     /// Runs against the ledger `db` instead of the Env's.
     pub fn db(self, db: impl AsRef<OsStr>) -> Idem {
         self.env("IDEM_DB", db)
