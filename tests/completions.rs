@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{text, Env};
 use crate::wrapper_ux::{have, in_pty};
 
 /// Whether the bash-completion package is here (a test needs it).
@@ -89,7 +89,7 @@ fn bash_completes_keys_from_the_ledger() {
     }
     let env = Env::new();
     for key in ["backup-2026-12-01", "backup-2026-12-02", "report"] {
-        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+        env.cmd(["run", "--key", key, "--", "true"]).succeeds();
     }
     let shown = bash_completes(&env, "idem ledger show back");
     assert!(
@@ -112,7 +112,7 @@ fn bash_completes_keys_past_a_colon() {
     }
     let env = Env::new();
     for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
-        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+        env.cmd(["run", "--key", key, "--", "true"]).succeeds();
     }
     for (typed, completed) in [
         (
@@ -150,24 +150,27 @@ fn the_key_helper_answers_fast_at_a_million_runs() {
         return;
     }
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "seed", "--", "true"]), 0);
+    env.cmd(["run", "--key", "seed", "--", "true"]).succeeds();
     crate::util::sqlite(
         &env.db(),
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
          INSERT INTO keys (key) SELECT printf('job-%07d', i) FROM n;",
     );
-    let ask = |prefix: &str| env.run(["__complete", "keys", prefix]);
-    let output = ask("job-000012");
-    assert_code(&output, 0);
-    let keys: Vec<String> = text(&output.stdout).lines().map(str::to_owned).collect();
+    let ask = |prefix: &str| env.cmd(["__complete", "keys", prefix]);
+    let keys: Vec<String> = ask("job-000012")
+        .succeeds()
+        .stdout()
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(keys.len(), 10, "{keys:?}");
     assert_eq!(keys[0], "job-0000120");
-    assert_eq!(text(&ask("se").stdout), "seed\n");
-    assert_eq!(text(&ask("nothing").stdout), "");
+    ask("se").succeeds().stdout_is("seed\n");
+    ask("nothing").succeeds().stdout_is("");
     let fastest = (0..5)
         .map(|_| {
             let start = Instant::now();
-            assert_code(&ask("job-09"), 0);
+            ask("job-09").succeeds();
             start.elapsed()
         })
         .min()
@@ -175,9 +178,10 @@ fn the_key_helper_answers_fast_at_a_million_runs() {
     assert!(fastest < Duration::from_millis(50), "took {fastest:?}");
     // No ledger yet: nothing, quietly.
     let empty = Env::new();
-    let output = empty.run(["__complete", "keys", ""]);
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "");
+    empty
+        .cmd(["__complete", "keys", ""])
+        .succeeds()
+        .stdout_is("");
     assert!(!empty.db().exists(), "completing creates no ledger");
 }
 
@@ -199,7 +203,7 @@ fn zsh_and_fish_scripts_hand_over_and_complete_keys() {
     }
     if have("fish") {
         let env = Env::new();
-        assert_code(&env.run(["run", "--key", "report", "--", "true"]), 0);
+        env.cmd(["run", "--key", "report", "--", "true"]).succeeds();
         let path = format!(
             "{}:{}",
             bin_dir().display(),
@@ -273,7 +277,7 @@ fn zsh_and_fish_complete_keys_past_a_colon() {
     }
     let env = Env::new();
     for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
-        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
+        env.cmd(["run", "--key", key, "--", "true"]).succeeds();
     }
     let lines = [
         (
