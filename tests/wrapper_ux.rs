@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::util::{assert_code, text, wait_for_file, Env};
+use crate::util::{text, wait_for_file, Env};
 
 /// Whether a tool is on PATH; a missing one fails the test.
 pub(crate) fn have(tool: &str) -> bool {
@@ -90,29 +90,25 @@ sys.stdout.buffer.write(out)
 #[test]
 fn a_skip_is_told_when_ci_is_set() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
-    let cron = env.run(["run", "--key", "k", "--", "true"]);
-    assert_code(&cron, 0);
-    assert_eq!(text(&cron.stderr), "", "silent under cron");
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    let cron = env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    assert_eq!(cron.stderr(), "", "silent under cron");
     let ci = env
-        .idem(["run", "--key", "k", "--", "true"])
+        .cmd(["run", "--key", "k", "--", "true"])
         .env("CI", "true")
-        .output()
-        .unwrap();
-    assert_code(&ci, 0);
-    let stderr = text(&ci.stderr);
+        .succeeds()
+        .stderr_starts_with("idem: skipped k: succeeded at ")
+        .stderr_one_line();
     assert!(
-        stderr.starts_with("idem: skipped k: succeeded at ")
-            && stderr.trim_end().ends_with("--force runs it again")
-            && stderr.lines().count() == 1,
-        "{stderr}"
+        ci.stderr().trim_end().ends_with("--force runs it again"),
+        "{}",
+        ci.stderr()
     );
     let quiet = env
-        .idem(["-q", "run", "--key", "k", "--", "true"])
+        .cmd(["-q", "run", "--key", "k", "--", "true"])
         .env("CI", "true")
-        .output()
-        .unwrap();
-    assert_eq!(text(&quiet.stderr), "", "-q wins over CI");
+        .run();
+    assert_eq!(quiet.stderr(), "", "-q wins over CI");
     // A job turns CI off as CI services document it: empty, 0 or false.
     for off in ["", "0", "false", "FALSE"] {
         let skipped = env
@@ -140,7 +136,7 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
     wait_for_file(&pgid_file, Duration::from_secs(10), &mut holder);
     let pgid = std::fs::read_to_string(&pgid_file).unwrap();
     let pgid = pgid.trim();
-    let cron = env.run([
+    env.cmd([
         "run",
         "--key",
         "busy",
@@ -148,11 +144,11 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
         "0",
         "--",
         "true",
-    ]);
-    assert_code(&cron, 0);
-    assert_eq!(text(&cron.stderr), "");
-    let ci = env
-        .idem([
+    ])
+    .succeeds()
+    .stderr_is("");
+    let stderr = env
+        .cmd([
             "run",
             "--key",
             "busy",
@@ -162,11 +158,9 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
             "true",
         ])
         .env("CI", "1")
-        .output()
-        .unwrap();
-    assert_code(&ci, 0);
-    let stderr = text(&ci.stderr);
-    assert!(stderr.contains("busy is running elsewhere"), "{stderr}");
+        .succeeds()
+        .stderr_has("busy is running elsewhere")
+        .stderr();
     // The process group of the run's guardian (the command's parent, which
     // holds every process of the run), not idem's pid, holds the key.
     assert!(
@@ -201,25 +195,22 @@ fn recovering_an_abandoned_run_is_told_with_verbose() {
     )
     .unwrap();
     first.wait().unwrap();
-    let output = env.run(["-v", "run", "--key", "a", "--wait", "10s", "--", "true"]);
-    assert_code(&output, 0);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("idem: a: the last run was abandoned")
-            && stderr.contains("IDEM_RECOVERED=1"),
-        "{stderr}"
-    );
+    env.cmd(["-v", "run", "--key", "a", "--wait", "10s", "--", "true"])
+        .succeeds()
+        .stderr_has("idem: a: the last run was abandoned")
+        .stderr_has("IDEM_RECOVERED=1");
 }
 
 // ---- 2. usage errors that help ---------------------------------------------
 
 /// The one line of a usage error (exit 2).
 fn usage_line(env: &Env, args: &[&str]) -> String {
-    let output = env.run(args);
-    assert_code(&output, 2);
-    let stderr = text(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.starts_with("idem: "), "{stderr}");
+    let stderr = env
+        .cmd(args)
+        .expect_code(2)
+        .stderr_one_line()
+        .stderr_starts_with("idem: ")
+        .stderr();
     let first = stderr.trim_start_matches("idem: ").chars().next().unwrap();
     assert!(!first.is_uppercase(), "lowercase: {stderr}");
     stderr
@@ -255,25 +246,19 @@ fn suggestions_match_what_was_meant() {
 #[test]
 fn a_bad_idem_progress_is_a_warning_not_a_failed_job() {
     let env = Env::new();
-    let output = env
-        .idem(["run", "--key", "k", "--", "echo", "ran"])
+    env.cmd(["run", "--key", "k", "--", "echo", "ran"])
         .env("IDEM_PROGRESS", "sometimes")
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "ran\n");
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.starts_with("idem: warning: ")
-            && stderr.contains("IDEM_PROGRESS")
-            && stderr.contains("auto")
-            && stderr.contains("never")
-            && stderr.lines().count() == 1,
-        "{stderr}"
-    );
-    let help = env.run(["run", "--help"]);
-    assert!(text(&help.stdout).contains("IDEM_PROGRESS"));
-    assert!(text(&help.stdout).contains("--progress"));
+        .succeeds()
+        .stdout_is("ran\n")
+        .stderr_starts_with("idem: warning: ")
+        .stderr_has("IDEM_PROGRESS")
+        .stderr_has("auto")
+        .stderr_has("never")
+        .stderr_one_line();
+    env.cmd(["run", "--help"])
+        .succeeds()
+        .stdout_has("IDEM_PROGRESS")
+        .stdout_has("--progress");
 }
 
 // ---- 4. tables that fit ----------------------------------------------------
@@ -299,7 +284,8 @@ fn table_env() -> Env {
     let env = Env::new();
     let long = "echo a-long-command-line-that-would-never-fit-in-a-narrow-terminal-at-all";
     for key in ["nightly-backup-2026-12-01", "k"] {
-        assert_code(&env.run(["run", "--key", key, "--shell", "--", long]), 0);
+        env.cmd(["run", "--key", key, "--shell", "--", long])
+            .succeeds();
     }
     env
 }
@@ -309,12 +295,10 @@ fn the_list_table_fits_the_width_and_never_splits_a_header() {
     let env = table_env();
     for columns in [40usize, 60, 100, 200] {
         let output = env
-            .idem(["ledger", "list", "--color", "always"])
+            .cmd(["ledger", "list", "--color", "always"])
             .env("COLUMNS", columns.to_string())
-            .output()
-            .unwrap();
-        assert_code(&output, 0);
-        let table = strip_ansi(&text(&output.stdout));
+            .succeeds();
+        let table = strip_ansi(&output.stdout());
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(
             lines.len(),
@@ -352,11 +336,10 @@ fn the_list_table_fits_the_width_and_never_splits_a_header() {
 fn colour_follows_color_term_and_no_color() {
     let env = table_env();
     let list = |args: &[&str], vars: &[(&str, &str)]| {
-        let mut command = env.idem(args);
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        text(&command.output().unwrap().stdout)
+        vars.iter()
+            .fold(env.cmd(args), |idem, (name, value)| idem.env(name, value))
+            .succeeds()
+            .stdout()
     };
     assert!(list(&["ledger", "list", "--color", "always"], &[]).contains('\x1b'));
     assert!(list(&["--color", "always", "ledger", "list"], &[]).contains('\x1b'));
@@ -365,8 +348,8 @@ fn colour_follows_color_term_and_no_color() {
         !list(&["ledger", "list"], &[]).contains('\x1b'),
         "not a terminal"
     );
-    let bad = env.run(["ledger", "list", "--color", "sometimes"]);
-    assert_code(&bad, 2);
+    env.cmd(["ledger", "list", "--color", "sometimes"])
+        .expect_code(2);
     if !have("python3") {
         return;
     }
@@ -404,24 +387,16 @@ fn colour_follows_color_term_and_no_color() {
 #[test]
 fn an_unreachable_postgres_names_the_host_port_or_socket_tried() {
     let env = Env::new();
-    let output = env
-        .idem(["--db", "postgres:///x", "ledger", "list"])
+    env.cmd(["--db", "postgres:///x", "ledger", "list"])
         .env("PGHOST", "/nonexistent/pg")
         .env_remove("PGPORT")
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains("/nonexistent/pg/.s.PGSQL.5432"), "{stderr}");
-    let output = env
-        .idem(["--db", "postgres:///x", "ledger", "list"])
+        .expect_code(125)
+        .stderr_has("/nonexistent/pg/.s.PGSQL.5432");
+    env.cmd(["--db", "postgres:///x", "ledger", "list"])
         .env("PGHOST", "127.0.0.1")
         .env("PGPORT", "1")
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains("127.0.0.1 port 1"), "{stderr}");
+        .expect_code(125)
+        .stderr_has("127.0.0.1 port 1");
 }
 
 #[test]
