@@ -177,15 +177,15 @@ fn a_success_pings_start_then_success_with_the_output() {
     let env = Env::new();
     let monitor = Monitor::start(Mode::Ok);
     let url = monitor.url();
-    let output = run(
+    run(
         &env,
         None,
         &["-k", "ok", "--retries", "0", "--ping", &url],
         &["echo", "all well"],
     )
-    .succeeds();
-    assert_eq!(output.stdout(), "all well\n");
-    assert_eq!(output.stderr(), "");
+    .succeeds()
+    .stdout_is("all well\n")
+    .stderr_is("");
     let requests = monitor.requests();
     assert_eq!(monitor.log(), ["POST /start", "POST /"]);
     let run_id = env.show_json("ok")["run_id"]
@@ -419,14 +419,14 @@ fn a_monitor_answering_500_is_tried_three_times_and_changes_nothing() {
     assert_eq!(env.show_json("k")["status"], "succeeded");
     // The monitor back: the next run's pings go through at the first try.
     monitor.set(Mode::Ok);
-    let output = run(
+    run(
         &env,
         None,
         &["-k", "k2", "--retries", "0", "--ping", &url],
         &["true"],
     )
-    .succeeds();
-    assert_eq!(output.stderr(), "");
+    .succeeds()
+    .stderr_is("");
     assert_eq!(monitor.log().len(), 8, "{:?}", monitor.log());
 }
 
@@ -477,8 +477,9 @@ fn a_down_monitor_is_one_line_per_ping() {
 fn a_bad_ping_url_is_refused_without_printing_it() {
     let env = Env::new();
     let url = format!("ftp://monitor.example/{SECRET}");
-    let output = run(&env, None, &["-k", "k", "--ping", &url], &["true"]).expect_code(2);
-    assert!(output.stderr().contains("http:// or https://"));
+    run(&env, None, &["-k", "k", "--ping", &url], &["true"])
+        .expect_code(2)
+        .stderr_has("http:// or https://");
     // From the environment twin too, as a crontab sets it.
     env.cmd(["run", "-k", "k", "--", "true"])
         .env("IDEM_PING_URL", format!("monitor.example/{SECRET}"))
@@ -577,14 +578,14 @@ fn a_failing_or_missing_hook_is_one_line_and_changes_nothing() {
         assert_eq!(env.show_json("k")["exit_code"], 3);
     }
     // A recovery hook that fails leaves the success a success.
-    let output = run(
+    run(
         &env,
         None,
         &["-k", "k", "--retries", "0", "--on-recovery", "exit 9"],
         &["true"],
     )
-    .succeeds();
-    assert!(output.stderr().contains("the --on-recovery hook exited 9"));
+    .succeeds()
+    .stderr_has("the --on-recovery hook exited 9");
     assert_eq!(env.show_json("k")["status"], "succeeded");
 }
 
@@ -681,7 +682,7 @@ fn a_slow_attempt_is_told_once_and_keeps_running() {
     assert_eq!(lines(&env, "hooks"), ["slow"]);
     assert_eq!(monitor.log(), ["POST /start", "POST /log", "POST /"]);
     // A quick attempt is not slow.
-    let output = run(
+    run(
         &env,
         None,
         &[
@@ -696,7 +697,7 @@ fn a_slow_attempt_is_told_once_and_keeps_running() {
         ],
         &["true"],
     )
-    .succeeds();
-    assert_eq!(output.stderr(), "");
+    .succeeds()
+    .stderr_is("");
     assert_eq!(lines(&env, "hooks"), ["slow"]);
 }
