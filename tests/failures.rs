@@ -342,20 +342,19 @@ fn quiet_success_holds_output_until_a_failure() {
     assert_eq!(ok.stdout(), "");
     assert_eq!(ok.stderr(), "");
     // A success after a retry is silent too, retry line included.
-    let flaky = env
-        .cmd([
-            "run",
-            "--key",
-            "fl",
-            "--quiet-success",
-            "--backoff",
-            "0s",
-            "--shell",
-            "--",
-            &flaky(&env, 2),
-        ])
-        .succeeds();
-    assert_eq!(flaky.stderr(), "");
+    env.cmd([
+        "run",
+        "--key",
+        "fl",
+        "--quiet-success",
+        "--backoff",
+        "0s",
+        "--shell",
+        "--",
+        &flaky(&env, 2),
+    ])
+    .succeeds()
+    .stderr_is("");
     let bad = env
         .cmd([
             "run",
