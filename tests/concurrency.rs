@@ -123,10 +123,9 @@ fn conflict_exit_codes() {
         .spawn()
         .unwrap();
     wait_for_status(&env, "c", "running");
-    let busy = env
-        .cmd(["run", "--key", "c", "--", "sleep", "30"])
-        .expect_code(75);
-    assert!(busy.stderr().contains("--wait"), "{}", busy.stderr());
+    env.cmd(["run", "--key", "c", "--", "sleep", "30"])
+        .expect_code(75)
+        .stderr_has("--wait");
     env.cmd([
         "run",
         "--key",
@@ -139,19 +138,18 @@ fn conflict_exit_codes() {
     ])
     .expect_code(9);
     // 0 turns the conflict into a quiet skip, as under cron.
-    let quiet = env
-        .cmd([
-            "run",
-            "--key",
-            "c",
-            "--conflict-exit-code",
-            "0",
-            "--",
-            "sleep",
-            "30",
-        ])
-        .succeeds();
-    assert_eq!(quiet.stderr(), "");
+    env.cmd([
+        "run",
+        "--key",
+        "c",
+        "--conflict-exit-code",
+        "0",
+        "--",
+        "sleep",
+        "30",
+    ])
+    .succeeds()
+    .stderr_is("");
     // --force never overlaps a live run, and --wait gives up in time.
     env.cmd(["run", "--key", "c", "--force", "--", "sleep", "30"])
         .expect_code(75);
