@@ -14,6 +14,7 @@ mod faults;
 mod generated;
 mod guardian_steps;
 mod hardening;
+mod hooks;
 mod jobs;
 mod ledger;
 mod ledger_rules;
