@@ -643,7 +643,6 @@ pub enum StatusArg {
 /// the clock (a far larger one would overflow it).
 pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 
-/// Parses a human duration (`500ms`, `30s`, `1h30m`) of at most 100 years.
 /// A signal, by number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignalNumber(pub i32);
@@ -666,6 +665,7 @@ pub fn signal(text: &str) -> Result<SignalNumber, String> {
         .ok_or_else(|| format!("{text} is not a signal; {HINT}"))
 }
 
+/// Parses a human duration (`500ms`, `30s`, `1h30m`) of at most 100 years.
 pub fn duration(text: &str) -> Result<humantime::Duration, String> {
     const HINT: &str = "write a duration like 500ms, 30s, 5m or 1h30m";
     if text.trim_start().starts_with('-') {

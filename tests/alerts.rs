@@ -1,16 +1,16 @@
-//! Telling a person: `--on-failure` and `--on-recovery` hooks, `--ping`
-//! against a monitor this file starts on loopback, `--alert-after` and
-//! `--warn-after`. The monitor records every request and can be told to
-//! answer 500, to hang, or be down.
+//! Telling a person: when `--on-failure` and `--on-recovery` hooks run
+//! (the hooks themselves are in `hooks.rs`), `--ping` against a monitor
+//! this file starts on loopback, `--alert-after` and `--warn-after`. The
+//! monitor records every request and can be told to answer 500, to hang,
+//! or be down.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::pg::Server;
-use crate::util::{assert_code, text, Env};
+use crate::util::{Env, Ran};
 
 /// The check's secret, in every ping URL: it must never be printed.
 const SECRET: &str = "5bf3c1d8-secret-check-uuid";
@@ -150,28 +150,22 @@ fn serve(stream: TcpStream, mode: &Mutex<Mode>, requests: &Mutex<Vec<Request>>) 
 }
 
 /// `idem run` with `args` before `--` and `command` after it, on the
-/// ledger `db` (the Env's SQLite file when `None`).
-fn run(env: &Env, db: Option<&str>, args: &[&str], command: &[&str]) -> Output {
+/// ledger `db` (the Env's SQLite file when `None`), run and checked never
+/// to print the ping URL's secret; its exit is for the caller to check.
+#[must_use = "check its exit: .expect_code(N) or .succeeds()"]
+pub(crate) fn run(env: &Env, db: Option<&str>, args: &[&str], command: &[&str]) -> Ran {
     let mut all = vec!["run"];
     all.extend_from_slice(args);
     all.push("--");
     all.extend_from_slice(command);
-    let mut idem: Command = env.idem(&all);
+    let mut idem = env.cmd(&all);
     if let Some(db) = db {
-        idem.env("IDEM_DB", db);
+        idem = idem.db(db);
     }
-    let output = idem.output().expect("idem runs");
-    for stream in [&output.stdout, &output.stderr] {
-        assert!(
-            !text(stream).contains(SECRET),
-            "the ping URL's secret was printed: {}",
-            text(stream)
-        );
-    }
-    output
+    idem.run().stdout_lacks(SECRET).stderr_lacks(SECRET)
 }
 
-fn lines(env: &Env, name: &str) -> Vec<String> {
+pub(crate) fn lines(env: &Env, name: &str) -> Vec<String> {
     std::fs::read_to_string(env.path(name))
         .unwrap_or_default()
         .lines()
@@ -184,15 +178,15 @@ fn a_success_pings_start_then_success_with_the_output() {
     let env = Env::new();
     let monitor = Monitor::start(Mode::Ok);
     let url = monitor.url();
-    let output = run(
+    run(
         &env,
         None,
         &["-k", "ok", "--retries", "0", "--ping", &url],
         &["echo", "all well"],
-    );
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "all well\n");
-    assert_eq!(text(&output.stderr), "");
+    )
+    .succeeds()
+    .stdout_is("all well\n")
+    .stderr_is("");
     let requests = monitor.requests();
     assert_eq!(monitor.log(), ["POST /start", "POST /"]);
     let run_id = env.show_json("ok")["run_id"]
@@ -219,9 +213,9 @@ fn a_failure_at_the_default_threshold_pings_fail_and_keeps_its_code() {
         None,
         &["-k", "bad", "--retries", "0", "--ping", &url],
         &["sh", "-c", "echo broken; exit 3"],
-    );
-    assert_code(&output, 3);
-    assert_eq!(text(&output.stdout), "broken\n");
+    )
+    .expect_code(3);
+    assert_eq!(output.stdout(), "broken\n");
     assert_eq!(monitor.log(), ["POST /start", "POST /fail"]);
     assert_eq!(monitor.requests()[1].body, "broken\n");
 }
@@ -231,13 +225,13 @@ fn the_ping_body_is_the_last_ten_kilobytes() {
     let env = Env::new();
     let monitor = Monitor::start(Mode::Ok);
     let url = monitor.url();
-    let output = run(
+    run(
         &env,
         None,
         &["-k", "big", "--retries", "0", "--ping", &url],
         &["sh", "-c", "head -c 30000 /dev/zero | tr '\\0' a; echo end"],
-    );
-    assert_code(&output, 0);
+    )
+    .succeeds();
     let body = &monitor.requests()[1].body;
     assert_eq!(body.len(), 10_000);
     assert!(
@@ -257,7 +251,7 @@ fn a_retried_attempt_that_succeeds_pings_one_start_and_one_success() {
         env.count_cmd("tries"),
         env.path("tries").display()
     );
-    let output = run(
+    run(
         &env,
         None,
         &[
@@ -271,8 +265,8 @@ fn a_retried_attempt_that_succeeds_pings_one_start_and_one_success() {
             &url,
         ],
         &["sh", "-c", &script],
-    );
-    assert_code(&output, 0);
+    )
+    .succeeds();
     assert_eq!(env.count("tries"), 2);
     assert_eq!(monitor.log(), ["POST /start", "POST /"]);
 }
@@ -313,38 +307,23 @@ fn quiet_quiet_alert_recovery(env: &Env, db: Option<&str>) {
     };
     let failing = ["sh", "-c", "echo disk full; echo oops >&2; exit 4"];
     for key in ["d1", "d2"] {
-        let output = day(key, &failing);
-        assert_code(&output, 4);
-        assert_eq!(text(&output.stdout), "", "a quiet failure prints nothing");
-        assert_eq!(text(&output.stderr), "", "a quiet failure prints nothing");
+        let output = day(key, &failing).expect_code(4);
+        assert_eq!(output.stdout(), "", "a quiet failure prints nothing");
+        assert_eq!(output.stderr(), "", "a quiet failure prints nothing");
     }
     assert!(
         lines(env, "hooks").is_empty(),
         "no hook below the threshold"
     );
-    let output = day("d3", &failing);
-    assert_code(&output, 4);
-    assert_eq!(
-        text(&output.stdout),
-        "disk full\n",
-        "the alert shows its output"
-    );
-    assert!(
-        text(&output.stderr).contains("oops"),
-        "{}",
-        text(&output.stderr)
-    );
-    assert!(
-        text(&output.stderr).contains("d3 failed"),
-        "{}",
-        text(&output.stderr)
-    );
+    let output = day("d3", &failing).expect_code(4);
+    assert_eq!(output.stdout(), "disk full\n", "the alert shows its output");
+    assert!(output.stderr().contains("oops"), "{}", output.stderr());
+    assert!(output.stderr().contains("d3 failed"), "{}", output.stderr());
     assert_eq!(lines(env, "hooks"), ["failure d3 3 4"]);
-    let output = day("d4", &["echo", "fine"]);
-    assert_code(&output, 0);
+    day("d4", &["echo", "fine"]).succeeds();
     assert_eq!(lines(env, "hooks"), ["failure d3 3 4", "recovery d4 3 0"]);
     // A success after a success recovers nothing.
-    assert_code(&day("d5", &["true"]), 0);
+    day("d5", &["true"]).succeeds();
     assert_eq!(lines(env, "hooks").len(), 2);
     let log = monitor.log();
     eprintln!("requests of job daily:");
@@ -373,28 +352,21 @@ fn quiet_quiet_alert_recovery(env: &Env, db: Option<&str>) {
     );
     assert_eq!(monitor.requests()[1].body, "disk full\noops\n");
     // All recorded, and counted: status sees the job's row.
-    let mut status = env.idem(["status", "--json"]);
+    let mut status = env.cmd(["status", "--json"]);
     if let Some(db) = db {
-        status.env("IDEM_DB", db);
+        status = status.db(db);
     }
-    let status = status.output().unwrap();
-    assert!(
-        text(&status.stdout).contains("daily"),
-        "{}",
-        text(&status.stdout)
-    );
+    status.run().stdout_has("daily");
     // The hooks that ran are recorded with their runs, and shown.
     let show = |key: &str, json: bool| {
-        let mut show = env.idem(["ledger", "show", key]);
+        let mut show = env.cmd(["ledger", "show", key]);
         if json {
-            show.arg("--json");
+            show = show.arg("--json");
         }
         if let Some(db) = db {
-            show.env("IDEM_DB", db);
+            show = show.db(db);
         }
-        let output = show.output().unwrap();
-        assert_code(&output, 0);
-        text(&output.stdout)
+        show.succeeds().stdout()
     };
     let hooks_of = |key: &str| -> serde_json::Value {
         serde_json::from_str::<serde_json::Value>(&show(key, true)).unwrap()["hooks"].clone()
@@ -436,10 +408,10 @@ fn a_monitor_answering_500_is_tried_three_times_and_changes_nothing() {
         None,
         &["-k", "k", "--retries", "0", "--ping", &url],
         &["true"],
-    );
-    assert_code(&output, 0);
+    )
+    .succeeds();
     assert_eq!(monitor.log().len(), 6, "{:?}", monitor.log());
-    let stderr = text(&output.stderr);
+    let stderr = output.stderr();
     assert_eq!(stderr.lines().count(), 2, "{stderr}");
     assert!(
         stderr.contains(&format!("http://127.0.0.1:{}/***", monitor.port)),
@@ -448,14 +420,14 @@ fn a_monitor_answering_500_is_tried_three_times_and_changes_nothing() {
     assert_eq!(env.show_json("k")["status"], "succeeded");
     // The monitor back: the next run's pings go through at the first try.
     monitor.set(Mode::Ok);
-    let output = run(
+    run(
         &env,
         None,
         &["-k", "k2", "--retries", "0", "--ping", &url],
         &["true"],
-    );
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stderr), "");
+    )
+    .succeeds()
+    .stderr_is("");
     assert_eq!(monitor.log().len(), 8, "{:?}", monitor.log());
 }
 
@@ -473,7 +445,7 @@ fn a_hung_monitor_delays_idem_by_at_most_fifteen_seconds() {
     );
     let took = began.elapsed();
     eprintln!("a hung monitor: idem took {took:?}");
-    assert_code(&output, 5);
+    output.expect_code(5);
     assert!(took < Duration::from_secs(15), "took {took:?}");
     assert!(monitor.log().len() >= 2, "{:?}", monitor.log());
     assert_eq!(env.show_json("k")["status"], "failed");
@@ -490,11 +462,11 @@ fn a_down_monitor_is_one_line_per_ping() {
         None,
         &["-k", "k", "--retries", "0", "--ping", &url],
         &["echo", "out"],
-    );
-    assert_code(&output, 0);
+    )
+    .succeeds();
     assert!(began.elapsed() < Duration::from_secs(5));
-    assert_eq!(text(&output.stdout), "out\n");
-    let stderr = text(&output.stderr);
+    assert_eq!(output.stdout(), "out\n");
+    let stderr = output.stderr();
     assert_eq!(stderr.lines().count(), 2, "{stderr}");
     assert!(
         stderr.starts_with("idem: k: could not send the start ping to http://127.0.0.1:"),
@@ -506,17 +478,14 @@ fn a_down_monitor_is_one_line_per_ping() {
 fn a_bad_ping_url_is_refused_without_printing_it() {
     let env = Env::new();
     let url = format!("ftp://monitor.example/{SECRET}");
-    let output = run(&env, None, &["-k", "k", "--ping", &url], &["true"]);
-    assert_code(&output, 2);
-    assert!(text(&output.stderr).contains("http:// or https://"));
+    run(&env, None, &["-k", "k", "--ping", &url], &["true"])
+        .expect_code(2)
+        .stderr_has("http:// or https://");
     // From the environment twin too, as a crontab sets it.
-    let mut idem = env.idem(["run", "-k", "k", "--", "true"]);
-    let output = idem
+    env.cmd(["run", "-k", "k", "--", "true"])
         .env("IDEM_PING_URL", format!("monitor.example/{SECRET}"))
-        .output()
-        .unwrap();
-    assert_code(&output, 2);
-    assert!(!text(&output.stderr).contains(SECRET));
+        .expect_code(2)
+        .stderr_lacks(SECRET);
     assert!(
         env.list_json().as_array().unwrap().is_empty(),
         "nothing ran"
@@ -527,168 +496,10 @@ fn a_bad_ping_url_is_refused_without_printing_it() {
 fn the_ping_url_comes_from_its_environment_twin() {
     let env = Env::new();
     let monitor = Monitor::start(Mode::Ok);
-    let output = env
-        .idem(["run", "-k", "k", "--retries", "0", "--", "true"])
+    env.cmd(["run", "-k", "k", "--retries", "0", "--", "true"])
         .env("IDEM_PING_URL", monitor.url())
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
+        .succeeds();
     assert_eq!(monitor.log(), ["POST /start", "POST /"]);
-}
-
-#[test]
-fn a_failure_hook_gets_its_environment_and_a_private_output_file() {
-    let env = Env::new();
-    let record = env.path("env");
-    let hook = format!(
-        "env | grep ^IDEM_ | grep -v ^IDEM_DB | sort > '{r}'; stat -c 'mode=%a' \"$IDEM_OUTPUT\" >> '{r}'; cat \"$IDEM_OUTPUT\" >> '{r}'",
-        r = record.display()
-    );
-    let output = run(
-        &env,
-        None,
-        &[
-            "-k",
-            "night-1",
-            "--job",
-            "night",
-            "--retries",
-            "0",
-            "--on-failure",
-            &hook,
-        ],
-        &["sh", "-c", "echo partial; exit 3"],
-    );
-    assert_code(&output, 3);
-    let run_id = env.show_json("night-1")["run_id"]
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_default();
-    let seen = std::fs::read_to_string(&record).unwrap();
-    let output_line = seen
-        .lines()
-        .find(|line| line.starts_with("IDEM_OUTPUT="))
-        .unwrap()
-        .to_owned();
-    let mut expected = vec![output_line.clone()];
-    expected.extend([
-        "IDEM_EVENT=failure".to_owned(),
-        "IDEM_EXIT_CODE=3".to_owned(),
-        "IDEM_FAILURES=1".to_owned(),
-        "IDEM_JOB=night".to_owned(),
-        "IDEM_KEY=night-1".to_owned(),
-        format!("IDEM_RUN_ID={run_id}"),
-    ]);
-    expected.sort();
-    expected.extend(["mode=600".to_owned(), "partial".to_owned()]);
-    assert_eq!(seen.lines().collect::<Vec<_>>(), expected);
-    // The output file is gone once the hook is done.
-    let path = output_line.trim_start_matches("IDEM_OUTPUT=");
-    assert!(!std::path::Path::new(path).exists());
-}
-
-#[test]
-fn a_failing_or_missing_hook_is_one_line_and_changes_nothing() {
-    let env = Env::new();
-    for (hook, said) in [
-        ("exit 7", "the --on-failure hook exited 7"),
-        (
-            "no-such-hook-command",
-            "the --on-failure hook exited 127 (is its command installed and on PATH?)",
-        ),
-    ] {
-        let output = run(
-            &env,
-            None,
-            &["-k", "k", "--force", "--retries", "0", "--on-failure", hook],
-            &["sh", "-c", "exit 3"],
-        );
-        assert_code(&output, 3);
-        let stderr = text(&output.stderr);
-        assert!(
-            stderr.contains(&format!("idem: k: {said}; the run's outcome stands\n")),
-            "{stderr}"
-        );
-        assert_eq!(env.show_json("k")["status"], "failed");
-        assert_eq!(env.show_json("k")["exit_code"], 3);
-    }
-    // A recovery hook that fails leaves the success a success.
-    let output = run(
-        &env,
-        None,
-        &["-k", "k", "--retries", "0", "--on-recovery", "exit 9"],
-        &["true"],
-    );
-    assert_code(&output, 0);
-    assert!(text(&output.stderr).contains("the --on-recovery hook exited 9"));
-    assert_eq!(env.show_json("k")["status"], "succeeded");
-}
-
-#[test]
-fn a_hook_that_hangs_is_killed_with_its_group_at_the_limit() {
-    let env = Env::new();
-    let pid_file = env.path("hook.pid");
-    // Ignores TERM and leaves a child behind: only a KILL of its group ends both.
-    let hook = format!(
-        "trap '' TERM; sleep 300 & echo $! > '{}'; wait",
-        pid_file.display()
-    );
-    let began = Instant::now();
-    let output = run(
-        &env,
-        None,
-        &["-k", "k", "--retries", "0", "--on-failure", &hook],
-        &["false"],
-    );
-    let took = began.elapsed();
-    assert_code(&output, 1);
-    assert!(took >= Duration::from_secs(30), "took {took:?}");
-    assert!(took < Duration::from_secs(35), "took {took:?}");
-    assert!(
-        text(&output.stderr).contains("the --on-failure hook ran past 30s and was killed"),
-        "{}",
-        text(&output.stderr)
-    );
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        !crate::util::lives(pid),
-        "the hook's child {pid} outlived it"
-    );
-}
-
-#[test]
-fn hooks_run_under_quiet_success() {
-    let env = Env::new();
-    let hooks = env.path("hooks");
-    let hook = format!("echo $IDEM_EVENT >> '{}'", hooks.display());
-    let args = |key: &'static str| {
-        vec![
-            "-k",
-            key,
-            "--job",
-            "j",
-            "--retries",
-            "0",
-            "--quiet-success",
-            "--on-failure",
-            &hook,
-            "--on-recovery",
-            &hook,
-        ]
-    };
-    let output = run(&env, None, &args("a"), &["sh", "-c", "echo said; exit 2"]);
-    assert_code(&output, 2);
-    assert_eq!(text(&output.stdout), "said\n", "a failure shows its output");
-    let output = run(&env, None, &args("b"), &["echo", "said"]);
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "", "a success's output is held");
-    assert_eq!(text(&output.stderr), "");
-    assert_eq!(lines(&env, "hooks"), ["failure", "recovery"]);
 }
 
 #[test]
@@ -713,17 +524,17 @@ fn a_slow_attempt_is_told_once_and_keeps_running() {
             &url,
         ],
         &["sh", "-c", "sleep 1; echo done"],
-    );
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "done\n");
+    )
+    .succeeds();
+    assert_eq!(output.stdout(), "done\n");
     assert_eq!(
-        text(&output.stderr),
+        output.stderr(),
         "idem: slow: attempt 1 is still running after 300ms; it keeps running (--warn-after)\n"
     );
     assert_eq!(lines(&env, "hooks"), ["slow"]);
     assert_eq!(monitor.log(), ["POST /start", "POST /log", "POST /"]);
     // A quick attempt is not slow.
-    let output = run(
+    run(
         &env,
         None,
         &[
@@ -737,8 +548,8 @@ fn a_slow_attempt_is_told_once_and_keeps_running() {
             &hook,
         ],
         &["true"],
-    );
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stderr), "");
+    )
+    .succeeds()
+    .stderr_is("");
     assert_eq!(lines(&env, "hooks"), ["slow"]);
 }

@@ -107,10 +107,10 @@ fn a_waiter_runs_the_key_when_the_owner_failed() {
         .unwrap();
     wait_for_status(&env, "w", "running");
     let count = env.count_cmd("count");
-    let waiter = env.run([
+    env.cmd([
         "run", "--key", "w", "--wait", "30s", "--shell", "--", &count,
-    ]);
-    assert_code(&waiter, 0);
+    ])
+    .succeeds();
     assert_eq!(env.count("count"), 1);
     assert_eq!(owner.wait_with_output().unwrap().status.code(), Some(3));
 }
@@ -123,14 +123,10 @@ fn conflict_exit_codes() {
         .spawn()
         .unwrap();
     wait_for_status(&env, "c", "running");
-    let busy = env.run(["run", "--key", "c", "--", "sleep", "30"]);
-    assert_code(&busy, 75);
-    assert!(
-        text(&busy.stderr).contains("--wait"),
-        "{}",
-        text(&busy.stderr)
-    );
-    let nine = env.run([
+    env.cmd(["run", "--key", "c", "--", "sleep", "30"])
+        .expect_code(75)
+        .stderr_has("--wait");
+    env.cmd([
         "run",
         "--key",
         "c",
@@ -139,10 +135,10 @@ fn conflict_exit_codes() {
         "--",
         "sleep",
         "30",
-    ]);
-    assert_code(&nine, 9);
+    ])
+    .expect_code(9);
     // 0 turns the conflict into a quiet skip, as under cron.
-    let quiet = env.run([
+    env.cmd([
         "run",
         "--key",
         "c",
@@ -151,19 +147,15 @@ fn conflict_exit_codes() {
         "--",
         "sleep",
         "30",
-    ]);
-    assert_code(&quiet, 0);
-    assert_eq!(text(&quiet.stderr), "");
+    ])
+    .succeeds()
+    .stderr_is("");
     // --force never overlaps a live run, and --wait gives up in time.
-    assert_code(
-        &env.run(["run", "--key", "c", "--force", "--", "sleep", "30"]),
-        75,
-    );
+    env.cmd(["run", "--key", "c", "--force", "--", "sleep", "30"])
+        .expect_code(75);
     let started = Instant::now();
-    assert_code(
-        &env.run(["run", "--key", "c", "--wait", "300ms", "--", "sleep", "30"]),
-        75,
-    );
+    env.cmd(["run", "--key", "c", "--wait", "300ms", "--", "sleep", "30"])
+        .expect_code(75);
     assert!(started.elapsed() >= Duration::from_millis(300));
     owner.kill().unwrap();
     owner.wait().unwrap();
@@ -173,12 +165,11 @@ fn conflict_exit_codes() {
 fn wait_for_status(env: &Env, key: &str, status: &str) {
     let what = format!("{key} to become {status}");
     eventually(&what, Duration::from_secs(10), || {
-        let output = env.run(["ledger", "show", key, "--json"]);
-        if !output.status.success() {
+        let shown = env.cmd(["ledger", "show", key, "--json"]).run();
+        if !shown.output.status.success() {
             return false;
         }
-        let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        shown["status"] == status
+        shown.json()["status"] == status
     });
 }
 
@@ -220,10 +211,10 @@ fn an_abandoned_run_is_rerun_with_idem_recovered() {
     // The command heard of its wrapper's death (PR_SET_PDEATHSIG); once the
     // whole group is gone the next run takes over by itself.
     let script = format!("echo ${{IDEM_RECOVERED:-0}} >> '{}'", recovered.display());
-    let output = env.run([
+    env.cmd([
         "run", "--key", "a", "--wait", "10s", "--shell", "--", &script,
-    ]);
-    assert_code(&output, 0);
+    ])
+    .succeeds();
     assert_eq!(std::fs::read_to_string(&recovered).unwrap(), "0\n1\n");
     let shown = env.show_json("a");
     assert_eq!(shown["status"], "succeeded");
@@ -243,11 +234,9 @@ fn a_key_stays_running_while_its_group_lives() {
     wait_for_file(&marker, Duration::from_secs(30), &mut first);
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
-    assert_code(&env.run(["run", "--key", "g", "--", "true"]), 75);
-    assert_code(
-        &env.run(["run", "--key", "g", "--wait", "10s", "--", "true"]),
-        0,
-    );
+    env.cmd(["run", "--key", "g", "--", "true"]).expect_code(75);
+    env.cmd(["run", "--key", "g", "--wait", "10s", "--", "true"])
+        .succeeds();
 }
 
 #[test]
@@ -273,9 +262,9 @@ fn a_command_that_kills_idem_at_once_keeps_its_key() {
             .parse()
             .unwrap();
         std::fs::remove_file(&group).unwrap();
-        let next = env.run(["run", "--key", &key, "--", "true"]);
+        let next = env.cmd(["run", "--key", &key, "--", "true"]).run();
         killpg(Pid::from_raw(leader), Signal::SIGKILL).unwrap();
-        assert_code(&next, 75);
+        next.expect_code(75);
     }
 }
 
@@ -290,41 +279,40 @@ fn on_abandoned_fail_leaves_the_key_for_a_person() {
     let count = env.count_cmd("count");
     for _ in 0..2 {
         // --wait: the command may take a moment to die of its wrapper's death.
-        let refused = env.run([
-            "run",
-            "--key",
-            "p",
-            "--wait",
-            "10s",
-            "--on-abandoned",
-            "fail",
-            "--shell",
-            "--",
-            &count,
-        ]);
-        assert_code(&refused, 69);
+        let refused = env
+            .cmd([
+                "run",
+                "--key",
+                "p",
+                "--wait",
+                "10s",
+                "--on-abandoned",
+                "fail",
+                "--shell",
+                "--",
+                &count,
+            ])
+            .expect_code(69);
         assert!(
-            text(&refused.stderr).contains("abandoned"),
+            refused.stderr().contains("abandoned"),
             "{}",
-            text(&refused.stderr)
+            refused.stderr()
         );
     }
     assert_eq!(env.count("count"), 0);
     assert_eq!(env.show_json("p")["status"], "abandoned");
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "p",
-            "--on-abandoned",
-            "fail",
-            "--force",
-            "--shell",
-            "--",
-            &count,
-        ]),
-        0,
-    );
+    env.cmd([
+        "run",
+        "--key",
+        "p",
+        "--on-abandoned",
+        "fail",
+        "--force",
+        "--shell",
+        "--",
+        &count,
+    ])
+    .succeeds();
     assert_eq!(env.count("count"), 1);
 }
 
@@ -345,10 +333,10 @@ fn crash_loop_recovers_every_time() {
         let _ = kill(Pid::from_raw(victim.id() as i32), Signal::SIGKILL);
         victim.wait().unwrap();
         let started = Instant::now();
-        let next = env.run([
+        env.cmd([
             "run", "--key", &key, "--wait", "20s", "--shell", "--", &command,
-        ]);
-        assert_code(&next, 0);
+        ])
+        .succeeds();
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "trial {trial} did not recover"

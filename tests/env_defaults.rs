@@ -4,27 +4,22 @@
 //! applies, a flag on the command line wins, and a bad value is a usage
 //! error naming the variable, before anything runs.
 
-use std::process::{Command, Output, Stdio};
-
 use clap::CommandFactory;
 use idem::cli::Cli;
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{Env, Idem};
 
 /// `idem ARGS` as cron would start it, with `vars` from the crontab's
 /// `NAME=value` lines and nothing else from the test's environment.
-fn cron(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
-    command
+fn cron(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Idem {
+    let idem = env
+        .cmd(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", env.dir.path())
-        .env("IDEM_DB", env.db())
-        .envs(vars.iter().copied())
-        .args(args)
-        .current_dir(env.dir.path())
-        .stdin(Stdio::null());
-    command.output().expect("idem runs")
+        .env("IDEM_DB", env.db());
+    vars.iter()
+        .fold(idem, |idem, (name, value)| idem.env(name, value))
 }
 
 /// `sh -c` words that count a start in `counter`, print, and exit `code`.
@@ -37,43 +32,31 @@ fn defaults_from_the_environment_apply() {
     let env = Env::new();
     let defaults = [("IDEM_RETRIES", "2"), ("IDEM_BACKOFF", "0s")];
     let failing = counted(&env, 1);
-    let output = cron(
+    cron(
         &env,
         &defaults,
         &["run", "-k", "a", "--shell", "--", &failing],
-    );
-    assert_code(&output, 1);
+    )
+    .expect_code(1);
     assert_eq!(env.count("counter"), 3, "IDEM_RETRIES=2: three attempts");
 
     // A switch from the environment: the output of a success is held.
     let env = Env::new();
     let quiet = [("IDEM_QUIET_SUCCESS", "1"), ("IDEM_SHELL", "1")];
     let succeeding = counted(&env, 0);
-    let output = cron(&env, &quiet, &["run", "-k", "b", "--", &succeeding]);
-    assert_code(&output, 0);
+    let ran = cron(&env, &quiet, &["run", "-k", "b", "--", &succeeding]).succeeds();
     assert_eq!(env.count("counter"), 1);
-    assert_eq!(
-        text(&output.stdout),
-        "",
-        "IDEM_QUIET_SUCCESS=1 holds output"
-    );
+    assert_eq!(ran.stdout(), "", "IDEM_QUIET_SUCCESS=1 holds output");
 
     // The skip's exit code: the second run is skipped, the command ran once.
     let skipped = [("IDEM_SKIPPED_EXIT_CODE", "3"), ("IDEM_SHELL", "yes")];
-    assert_code(
-        &cron(&env, &skipped, &["run", "-k", "c", "--", &succeeding]),
-        0,
-    );
-    assert_code(
-        &cron(&env, &skipped, &["run", "-k", "c", "--", &succeeding]),
-        3,
-    );
+    cron(&env, &skipped, &["run", "-k", "c", "--", &succeeding]).succeeds();
+    cron(&env, &skipped, &["run", "-k", "c", "--", &succeeding]).expect_code(3);
     assert_eq!(env.count("counter"), 2, "key c ran exactly once");
 
     // A timeout from the environment ends the attempt as a timeout.
     let timeout = [("IDEM_TIMEOUT", "200ms"), ("IDEM_RETRIES", "0")];
-    let output = cron(&env, &timeout, &["run", "-k", "d", "--", "sleep", "30"]);
-    assert_code(&output, 124);
+    cron(&env, &timeout, &["run", "-k", "d", "--", "sleep", "30"]).expect_code(124);
 }
 
 #[test]
@@ -91,7 +74,7 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
         "--",
         &failing,
     ];
-    assert_code(&cron(&env, &defaults, &args), 1);
+    cron(&env, &defaults, &args).expect_code(1);
     assert_eq!(
         env.count("counter"),
         1,
@@ -111,15 +94,14 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
         "--",
         &succeeding,
     ];
-    let output = cron(&env, &off, &args);
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "");
-    let output = cron(
+    cron(&env, &off, &args).succeeds().stdout_is("");
+    let ran = cron(
         &env,
         &off,
         &["run", "-k", "c", "--shell", "--", &succeeding],
-    );
-    assert_eq!(text(&output.stdout), "out\n", "IDEM_QUIET_SUCCESS=0 is off");
+    )
+    .succeeds();
+    assert_eq!(ran.stdout(), "out\n", "IDEM_QUIET_SUCCESS=0 is off");
 
     // The flag wins even over a variable that could not be read: it is
     // never parsed.
@@ -134,7 +116,7 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
         "--",
         &succeeding,
     ];
-    assert_code(&cron(&env, &bad, &args), 0);
+    cron(&env, &bad, &args).succeeds();
     assert_eq!(env.count("counter"), 3);
 }
 
@@ -155,20 +137,16 @@ fn a_malformed_variable_is_a_usage_error_naming_it() {
     ] {
         let env = Env::new();
         let command = env.count_cmd("counter");
-        let output = cron(
+        cron(
             &env,
             &[(variable, value)],
             &["run", "-k", "a", "--shell", "--", &command],
-        );
-        assert_code(&output, 2);
-        let stderr = text(&output.stderr);
-        assert_eq!(stderr.lines().count(), 1, "{variable}={value}: {stderr}");
-        assert!(
-            stderr.starts_with("idem: invalid value")
-                && stderr.contains(&format!("from {variable}"))
-                && stderr.contains(&format!("fix or unset {variable}")),
-            "{variable}={value}: {stderr}"
-        );
+        )
+        .expect_code(2)
+        .stderr_one_line()
+        .stderr_starts_with("idem: invalid value")
+        .stderr_has(&format!("from {variable}"))
+        .stderr_has(&format!("fix or unset {variable}"));
         assert_eq!(env.count("counter"), 0, "{variable}={value}: nothing runs");
     }
 }
@@ -176,15 +154,14 @@ fn a_malformed_variable_is_a_usage_error_naming_it() {
 #[test]
 fn a_malformed_flag_is_not_blamed_on_its_variable() {
     let env = Env::new();
-    let output = cron(
+    cron(
         &env,
         &[("IDEM_RETRIES", "many")],
         &["run", "-k", "a", "--retries", "many", "--", "true"],
-    );
-    assert_code(&output, 2);
-    let stderr = text(&output.stderr);
-    assert!(!stderr.contains("IDEM_RETRIES"), "{stderr}");
-    assert!(stderr.contains("'--retries <N>'"), "{stderr}");
+    )
+    .expect_code(2)
+    .stderr_lacks("IDEM_RETRIES")
+    .stderr_has("'--retries <N>'");
 }
 
 /// The twin of a flag: `IDEM_` and its name in upper snake case.
@@ -251,9 +228,7 @@ fn every_run_option_has_its_environment_twin() {
 
     // Shown by --help and by the man page.
     let env = Env::new();
-    let help = env.run(["run", "--help"]);
-    assert_code(&help, 0);
-    let help = text(&help.stdout);
+    let help = env.cmd(["run", "--help"]).succeeds().stdout();
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/idem-run.1"))
         .expect("man/idem-run.1");
     for name in &twins {
@@ -268,17 +243,13 @@ fn every_run_option_has_its_environment_twin() {
 #[test]
 fn help_never_prints_a_variables_value() {
     let env = Env::new();
-    let output = env
-        .idem(["run", "--help"])
+    env.cmd(["run", "--help"])
         .env("IDEM_DB", "postgres://idem:hunter2@db.internal/idem")
         .env("IDEM_RETRIES", "7")
-        .output()
-        .expect("idem runs");
-    assert_code(&output, 0);
-    let help = text(&output.stdout);
-    assert!(!help.contains("hunter2"), "{help}");
-    assert!(help.contains("[env: IDEM_DB]"), "{help}");
-    assert!(help.contains("[env: IDEM_RETRIES]"), "{help}");
+        .succeeds()
+        .stdout_lacks("hunter2")
+        .stdout_has("[env: IDEM_DB]")
+        .stdout_has("[env: IDEM_RETRIES]");
 }
 
 #[test]
@@ -305,15 +276,19 @@ fn a_nested_idem_inherits_the_defaults_not_the_outer_jobs_identity() {
         seen.display(),
         env.count_cmd("inner"),
     );
-    let output = cron(
+    let ran = cron(
         &env,
         &vars,
         &["run", "-k", "outer", "--shell", "--", &inner],
+    )
+    .succeeds();
+    assert_eq!(
+        env.count("inner"),
+        1,
+        "the inner run was let in: {}",
+        ran.stdout()
     );
-    assert_code(&output, 0);
-    let stdout = text(&output.stdout);
-    assert_eq!(env.count("inner"), 1, "the inner run was let in: {stdout}");
-    assert!(stdout.contains("inner=3"), "{stdout}");
+    ran.stdout_has("inner=3");
     assert!(
         !hooks.exists(),
         "the inner failure ran the outer job's hook: {}",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{assert_code, code, lives, text, wait_for_file, Env};
+use crate::util::{code, lives, text, wait_for_file, Env};
 
 /// A command that fails until it has run `n` times, then succeeds.
 fn flaky(env: &Env, n: usize) -> String {
@@ -23,19 +23,20 @@ fn flaky(env: &Env, n: usize) -> String {
 #[test]
 fn a_flaky_command_is_retried_until_it_succeeds() {
     let env = Env::new();
-    let output = env.run([
-        "run",
-        "--key",
-        "f",
-        "--retries",
-        "3",
-        "--backoff",
-        "0s",
-        "--shell",
-        "--",
-        &flaky(&env, 3),
-    ]);
-    assert_code(&output, 0);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "f",
+            "--retries",
+            "3",
+            "--backoff",
+            "0s",
+            "--shell",
+            "--",
+            &flaky(&env, 3),
+        ])
+        .succeeds();
     assert_eq!(env.count("count"), 3);
     let run = &env.list_json()[0];
     assert_eq!(run["status"], "succeeded");
@@ -49,7 +50,7 @@ fn a_flaky_command_is_retried_until_it_succeeds() {
         .collect();
     assert_eq!(codes, [1, 1, 0]);
     // Two retry lines, plain, naming the key, the attempt and the code.
-    let stderr = text(&output.stderr);
+    let stderr = output.stderr();
     assert!(
         stderr.contains("idem: f: attempt 1/4 exited 1; retrying in"),
         "{stderr}"
@@ -68,22 +69,23 @@ fn a_flaky_command_is_retried_until_it_succeeds() {
 fn exhausted_retries_return_the_last_code() {
     let env = Env::new();
     let script = format!("{}; exit 5", env.count_cmd("count"));
-    let output = env.run([
-        "run",
-        "--key",
-        "x",
-        "--retries",
-        "2",
-        "--backoff",
-        "0s",
-        "--shell",
-        "--",
-        &script,
-    ]);
-    assert_code(&output, 5);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "x",
+            "--retries",
+            "2",
+            "--backoff",
+            "0s",
+            "--shell",
+            "--",
+            &script,
+        ])
+        .expect_code(5);
     assert_eq!(env.count("count"), 3);
     assert_eq!(env.list_json()[0]["attempts"], 3);
-    assert!(text(&output.stderr).contains("idem: x failed: attempt 3/3 exited 5"));
+    output.stderr_has("idem: x failed: attempt 3/3 exited 5");
 }
 
 #[test]
@@ -95,19 +97,19 @@ fn retry_on_and_no_retry_on_choose_what_is_retried() {
         let mut args = vec!["run", "--key", key, "--retries", "2", "--backoff", "0s"];
         args.extend_from_slice(flags);
         args.extend_from_slice(&["--shell", "--", &script]);
-        env.run(args)
+        env.cmd(args)
     };
     let before = env.count("count");
-    assert_code(&run("a", &["--retry-on", "3,10-20"], 4), 4);
+    run("a", &["--retry-on", "3,10-20"], 4).expect_code(4);
     assert_eq!(env.count("count") - before, 1, "4 is not in 3,10-20");
     let before = env.count("count");
-    assert_code(&run("b", &["--retry-on", "3,10-20"], 15), 15);
+    run("b", &["--retry-on", "3,10-20"], 15).expect_code(15);
     assert_eq!(env.count("count") - before, 3, "15 is in 10-20");
     let before = env.count("count");
-    assert_code(&run("c", &["--no-retry-on", "9"], 9), 9);
+    run("c", &["--no-retry-on", "9"], 9).expect_code(9);
     assert_eq!(env.count("count") - before, 1, "9 is never retried");
     // 127 is permanent by default: a missing command will not appear.
-    let missing = env.run([
+    env.cmd([
         "run",
         "--key",
         "d",
@@ -117,15 +119,13 @@ fn retry_on_and_no_retry_on_choose_what_is_retried() {
         "0s",
         "--",
         "no-such-command-idem",
-    ]);
-    assert_code(&missing, 127);
+    ])
+    .expect_code(127);
     assert_eq!(env.list_json()[0]["attempts"], 1);
     // A malformed list is a usage error.
     for bad in ["1,,2", "5-3", "300", "a"] {
-        assert_code(
-            &env.run(["run", "--key", "e", "--retry-on", bad, "--", "true"]),
-            2,
-        );
+        env.cmd(["run", "--key", "e", "--retry-on", bad, "--", "true"])
+            .expect_code(2);
     }
 }
 
@@ -134,41 +134,37 @@ fn backoff_waits_within_its_bounds() {
     let env = Env::new();
     // Attempt 2 waits [100, 200] ms, attempt 3 waits [200, 400] ms.
     let started = Instant::now();
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "b",
-            "--retries",
-            "2",
-            "--backoff",
-            "200ms",
-            "--",
-            "false",
-        ]),
-        1,
-    );
+    env.cmd([
+        "run",
+        "--key",
+        "b",
+        "--retries",
+        "2",
+        "--backoff",
+        "200ms",
+        "--",
+        "false",
+    ])
+    .expect_code(1);
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(300), "waited only {took:?}");
     assert!(took < Duration::from_secs(10), "waited {took:?}");
     // The cap holds: a 1h base capped at 100ms waits at most 100ms a time.
     let started = Instant::now();
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "c",
-            "--retries",
-            "3",
-            "--backoff",
-            "1h",
-            "--max-backoff",
-            "100ms",
-            "--",
-            "false",
-        ]),
-        1,
-    );
+    env.cmd([
+        "run",
+        "--key",
+        "c",
+        "--retries",
+        "3",
+        "--backoff",
+        "1h",
+        "--max-backoff",
+        "100ms",
+        "--",
+        "false",
+    ])
+    .expect_code(1);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -190,20 +186,21 @@ fn a_timeout_kills_the_whole_group() {
         file.display()
     );
     let started = Instant::now();
-    let output = env.run([
-        "run",
-        "--key",
-        "t",
-        "--retries",
-        "0",
-        // Long enough for a loaded machine to start all three.
-        "--timeout",
-        "1s",
-        "--shell",
-        "--",
-        &script,
-    ]);
-    assert_code(&output, 124);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "t",
+            "--retries",
+            "0",
+            // Long enough for a loaded machine to start all three.
+            "--timeout",
+            "1s",
+            "--shell",
+            "--",
+            &script,
+        ])
+        .expect_code(124);
     assert!(
         started.elapsed() < Duration::from_secs(6),
         "no kill-after wait was needed"
@@ -215,7 +212,7 @@ fn a_timeout_kills_the_whole_group() {
     let run = &env.list_json()[0];
     assert_eq!(run["exit_code"], 124);
     assert_eq!(env.show_json("t")["attempts_detail"][0]["timed_out"], true);
-    assert!(text(&output.stderr).contains("timed out"));
+    assert!(output.stderr().contains("timed out"));
 }
 
 #[test]
@@ -227,7 +224,7 @@ fn a_timeout_kills_a_group_that_ignores_sigterm() {
         file.display()
     );
     let started = Instant::now();
-    let output = env.run([
+    env.cmd([
         "run",
         "--key",
         "t",
@@ -241,8 +238,8 @@ fn a_timeout_kills_a_group_that_ignores_sigterm() {
         "--shell",
         "--",
         &script,
-    ]);
-    assert_code(&output, 124);
+    ])
+    .expect_code(124);
     assert!(
         started.elapsed() >= Duration::from_millis(1300),
         "SIGKILL came only after --kill-after"
@@ -257,7 +254,7 @@ fn a_timeout_kills_a_group_that_ignores_sigterm() {
 fn a_timed_out_attempt_is_retried() {
     let env = Env::new();
     let script = format!("{}; sleep 100", env.count_cmd("count"));
-    let output = env.run([
+    env.cmd([
         "run",
         "--key",
         "t",
@@ -271,8 +268,8 @@ fn a_timed_out_attempt_is_retried() {
         "--shell",
         "--",
         &script,
-    ]);
-    assert_code(&output, 124);
+    ])
+    .expect_code(124);
     assert_eq!(env.count("count"), 2);
 }
 
@@ -331,20 +328,21 @@ fn a_second_sigint_escalates_to_sigkill() {
 #[test]
 fn quiet_success_holds_output_until_a_failure() {
     let env = Env::new();
-    let ok = env.run([
-        "run",
-        "--key",
-        "ok",
-        "--quiet-success",
-        "--shell",
-        "--",
-        "echo out; echo err >&2",
-    ]);
-    assert_code(&ok, 0);
-    assert_eq!(text(&ok.stdout), "");
-    assert_eq!(text(&ok.stderr), "");
+    let ok = env
+        .cmd([
+            "run",
+            "--key",
+            "ok",
+            "--quiet-success",
+            "--shell",
+            "--",
+            "echo out; echo err >&2",
+        ])
+        .succeeds();
+    assert_eq!(ok.stdout(), "");
+    assert_eq!(ok.stderr(), "");
     // A success after a retry is silent too, retry line included.
-    let flaky = env.run([
+    env.cmd([
         "run",
         "--key",
         "fl",
@@ -354,25 +352,26 @@ fn quiet_success_holds_output_until_a_failure() {
         "--shell",
         "--",
         &flaky(&env, 2),
-    ]);
-    assert_code(&flaky, 0);
-    assert_eq!(text(&flaky.stderr), "");
-    let bad = env.run([
-        "run",
-        "--key",
-        "bad",
-        "--quiet-success",
-        "--retries",
-        "1",
-        "--backoff",
-        "0s",
-        "--shell",
-        "--",
-        "echo out; echo err >&2; exit 3",
-    ]);
-    assert_code(&bad, 3);
-    assert_eq!(text(&bad.stdout), "out\nout\n");
-    let stderr = text(&bad.stderr);
+    ])
+    .succeeds()
+    .stderr_is("");
+    let bad = env
+        .cmd([
+            "run",
+            "--key",
+            "bad",
+            "--quiet-success",
+            "--retries",
+            "1",
+            "--backoff",
+            "0s",
+            "--shell",
+            "--",
+            "echo out; echo err >&2; exit 3",
+        ])
+        .expect_code(3);
+    assert_eq!(bad.stdout(), "out\nout\n");
+    let stderr = bad.stderr();
     assert!(
         stderr.starts_with("err\nidem: bad: attempt 1/2 exited 3; retrying in"),
         "{stderr}"
@@ -386,25 +385,27 @@ fn quiet_success_holds_output_until_a_failure() {
 #[test]
 fn quiet_silences_idem_but_not_the_command() {
     let env = Env::new();
-    let output = env.run([
-        "-q",
-        "run",
-        "--key",
-        "q",
-        "--retries",
-        "1",
-        "--backoff",
-        "0s",
-        "--shell",
-        "--",
-        "echo err >&2; exit 4",
-    ]);
-    assert_code(&output, 4);
-    assert_eq!(text(&output.stderr), "err\nerr\n");
+    let output = env
+        .cmd([
+            "-q",
+            "run",
+            "--key",
+            "q",
+            "--retries",
+            "1",
+            "--backoff",
+            "0s",
+            "--shell",
+            "--",
+            "echo err >&2; exit 4",
+        ])
+        .expect_code(4);
+    assert_eq!(output.stderr(), "err\nerr\n");
     // Errors that stop idem itself still print.
-    let usage = env.run(["-q", "run", "--key", "{nope}", "--", "true"]);
-    assert_code(&usage, 2);
-    assert!(!text(&usage.stderr).is_empty());
+    let usage = env
+        .cmd(["-q", "run", "--key", "{nope}", "--", "true"])
+        .expect_code(2);
+    assert!(!usage.stderr().is_empty());
 }
 
 #[test]

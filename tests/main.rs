@@ -5,6 +5,7 @@
 mod util;
 
 mod alerts;
+mod completions;
 mod concurrency;
 mod env_defaults;
 mod examples;
@@ -13,6 +14,7 @@ mod faults;
 mod generated;
 mod guardian_steps;
 mod hardening;
+mod hooks;
 mod jobs;
 mod ledger;
 mod ledger_rules;

@@ -1,21 +1,18 @@
 //! `idem run` on a SQLite ledger: skips, fingerprints, exit codes, the
 //! child's environment and its streams.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{text, Env};
 
 #[test]
 fn runs_once_then_skips() {
     let env = Env::new();
     let count = env.count_cmd("count");
     for _ in 0..3 {
-        assert_code(
-            &env.run(["run", "--key", "backup", "--shell", "--", &count]),
-            0,
-        );
+        env.cmd(["run", "--key", "backup", "--shell", "--", &count])
+            .succeeds();
     }
     assert_eq!(env.count("count"), 1);
     let runs = env.list_json();
@@ -43,19 +40,22 @@ fn runs_once_then_skips() {
 #[test]
 fn a_skip_is_silent_unless_verbose() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
-    let quiet = env.run(["run", "--key", "k", "--", "true"]);
-    assert_code(&quiet, 0);
-    assert_eq!(text(&quiet.stderr), "");
-    let verbose = env.run(["-v", "run", "--key", "k", "--", "true"]);
-    assert_code(&verbose, 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    env.cmd(["run", "--key", "k", "--", "true"])
+        .succeeds()
+        .stderr_is("");
+    let verbose = env
+        .cmd(["-v", "run", "--key", "k", "--", "true"])
+        .succeeds();
     assert!(
-        text(&verbose.stderr).starts_with("idem: skipped k: succeeded at "),
+        verbose
+            .stderr()
+            .starts_with("idem: skipped k: succeeded at "),
         "{}",
-        text(&verbose.stderr)
+        verbose.stderr()
     );
-    assert!(text(&verbose.stderr).contains("--force runs it again"));
-    let code = env.run([
+    assert!(verbose.stderr().contains("--force runs it again"));
+    env.cmd([
         "run",
         "--key",
         "k",
@@ -63,40 +63,36 @@ fn a_skip_is_silent_unless_verbose() {
         "3",
         "--",
         "true",
-    ]);
-    assert_code(&code, 3);
+    ])
+    .expect_code(3);
 }
 
 #[test]
 fn failure_passes_the_exit_code_and_runs_again() {
     let env = Env::new();
     let script = format!("{}; exit 7", env.count_cmd("count"));
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "f",
-            "--retries",
-            "0",
-            "--shell",
-            "--",
-            &script,
-        ]),
-        7,
-    );
-    assert_code(
-        &env.run([
-            "run",
-            "--key",
-            "f",
-            "--retries",
-            "0",
-            "--shell",
-            "--",
-            &script,
-        ]),
-        7,
-    );
+    env.cmd([
+        "run",
+        "--key",
+        "f",
+        "--retries",
+        "0",
+        "--shell",
+        "--",
+        &script,
+    ])
+    .expect_code(7);
+    env.cmd([
+        "run",
+        "--key",
+        "f",
+        "--retries",
+        "0",
+        "--shell",
+        "--",
+        &script,
+    ])
+    .expect_code(7);
     assert_eq!(env.count("count"), 2);
     assert_eq!(env.list_json()[0]["status"], "failed");
     assert_eq!(env.list_json()[0]["exit_code"], 7);
@@ -106,58 +102,58 @@ fn failure_passes_the_exit_code_and_runs_again() {
 fn force_runs_a_succeeded_key_again() {
     let env = Env::new();
     let count = env.count_cmd("count");
-    assert_code(&env.run(["run", "--key", "k", "--shell", "--", &count]), 0);
-    assert_code(
-        &env.run(["run", "--key", "k", "--force", "--shell", "--", &count]),
-        0,
-    );
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .succeeds();
+    env.cmd(["run", "--key", "k", "--force", "--shell", "--", &count])
+        .succeeds();
     assert_eq!(env.count("count"), 2);
 }
 
 #[test]
 fn a_different_command_is_refused_with_65() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
-    let other = env.run(["run", "--key", "k", "--", "echo", "other"]);
-    assert_code(&other, 65);
-    assert!(text(&other.stdout).is_empty(), "nothing ran");
-    assert!(text(&other.stderr).contains("--force"));
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    let other = env
+        .cmd(["run", "--key", "k", "--", "echo", "other"])
+        .expect_code(65);
+    assert!(other.stdout().is_empty(), "nothing ran");
+    assert!(other.stderr().contains("--force"));
     // --shell changes the fingerprint too.
-    assert_code(&env.run(["run", "--key", "k", "--shell", "--", "true"]), 65);
+    env.cmd(["run", "--key", "k", "--shell", "--", "true"])
+        .expect_code(65);
     // After a failure a changed command simply runs.
-    assert_code(
-        &env.run(["run", "--key", "g", "--retries", "0", "--", "false"]),
-        1,
-    );
-    assert_code(&env.run(["run", "--key", "g", "--", "true"]), 0);
+    env.cmd(["run", "--key", "g", "--retries", "0", "--", "false"])
+        .expect_code(1);
+    env.cmd(["run", "--key", "g", "--", "true"]).succeeds();
 }
 
 #[test]
 fn ttl_lets_a_success_expire() {
     let env = Env::new();
     let count = env.count_cmd("count");
-    let run = |ttl: &str| env.run(["run", "--key", "t", "--ttl", ttl, "--shell", "--", &count]);
-    assert_code(&run("1h"), 0);
-    assert_code(&run("1h"), 0);
+    let run = |ttl: &str| env.cmd(["run", "--key", "t", "--ttl", ttl, "--shell", "--", &count]);
+    run("1h").succeeds();
+    run("1h").succeeds();
     assert_eq!(env.count("count"), 1);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_code(&run("200ms"), 0);
+    run("200ms").succeeds();
     assert_eq!(env.count("count"), 2);
 }
 
 #[test]
 fn command_not_found_is_127_and_not_executable_is_126() {
     let env = Env::new();
-    let missing = env.run(["run", "--key", "m", "--", "no-such-command-idem"]);
-    assert_code(&missing, 127);
-    assert!(text(&missing.stderr).contains("command not found: no-such-command-idem"));
+    let missing = env
+        .cmd(["run", "--key", "m", "--", "no-such-command-idem"])
+        .expect_code(127);
+    assert!(missing
+        .stderr()
+        .contains("command not found: no-such-command-idem"));
     let script = env.path("script.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_code(
-        &env.run(["run", "--key", "x", "--", script.to_str().unwrap()]),
-        126,
-    );
+    env.cmd(["run", "--key", "x", "--", script.to_str().unwrap()])
+        .expect_code(126);
     // Neither is retried by default: one attempt each.
     let runs = env.list_json();
     assert!(
@@ -172,7 +168,7 @@ fn command_not_found_is_127_and_not_executable_is_126() {
 #[test]
 fn a_signal_death_is_128_plus_n() {
     let env = Env::new();
-    let output = env.run([
+    env.cmd([
         "run",
         "--key",
         "s",
@@ -181,26 +177,28 @@ fn a_signal_death_is_128_plus_n() {
         "--shell",
         "--",
         "kill -USR1 $$",
-    ]);
-    assert_code(&output, 128 + 10);
+    ])
+    .expect_code(128 + 10);
     assert_eq!(env.list_json()[0]["signal"], 10);
 }
 
 #[test]
 fn the_child_gets_its_environment() {
     let env = Env::new();
-    let output = env.run([
-        "run",
-        "--key",
-        "e",
-        "--retries",
-        "2",
-        "--shell",
-        "--",
-        "echo $IDEM_KEY $IDEM_ATTEMPT $IDEM_MAX_ATTEMPTS ${IDEM_RECOVERED:-none} $IDEM_RUN_ID",
-    ]);
-    assert_code(&output, 0);
-    let words: Vec<String> = text(&output.stdout)
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "e",
+            "--retries",
+            "2",
+            "--shell",
+            "--",
+            "echo $IDEM_KEY $IDEM_ATTEMPT $IDEM_MAX_ATTEMPTS ${IDEM_RECOVERED:-none} $IDEM_RUN_ID",
+        ])
+        .succeeds();
+    let words: Vec<String> = output
+        .stdout()
         .split_whitespace()
         .map(str::to_owned)
         .collect();
@@ -211,32 +209,20 @@ fn the_child_gets_its_environment() {
 #[test]
 fn streams_pass_through_and_tails_are_kept() {
     let env = Env::new();
-    let mut child = env
-        .idem([
-            "run",
-            "--key",
-            "io",
-            "--capture",
-            "4",
-            "--shell",
-            "--",
-            "cat; echo to-stderr >&2",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"from stdin\n")
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "from stdin\n");
-    assert_eq!(text(&output.stderr), "to-stderr\n");
+    env.cmd([
+        "run",
+        "--key",
+        "io",
+        "--capture",
+        "4",
+        "--shell",
+        "--",
+        "cat; echo to-stderr >&2",
+    ])
+    .stdin("from stdin\n")
+    .succeeds()
+    .stdout_is("from stdin\n")
+    .stderr_is("to-stderr\n");
     let shown = env.show_json("io");
     assert_eq!(shown["attempts_detail"][0]["stdout_tail"], "din\n");
     assert_eq!(shown["attempts_detail"][0]["stderr_tail"], "err\n");
@@ -246,7 +232,7 @@ fn streams_pass_through_and_tails_are_kept() {
 fn key_templates_expand_in_local_time() {
     let env = Env::new();
     let output = env
-        .idem([
+        .cmd([
             "run",
             "--key",
             "r-{date}-{year}",
@@ -256,15 +242,13 @@ fn key_templates_expand_in_local_time() {
             "echo $IDEM_KEY",
         ])
         .env("TZ", "Pacific/Kiritimati")
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
+        .succeeds();
     let today = std::process::Command::new("date")
         .env("TZ", "Pacific/Kiritimati")
         .arg("+r-%Y-%m-%d-%Y")
         .output()
         .unwrap();
-    assert_eq!(text(&output.stdout), text(&today.stdout));
+    assert_eq!(output.stdout(), text(&today.stdout));
 }
 
 #[test]
@@ -282,9 +266,8 @@ fn bad_input_is_a_one_line_usage_error() {
         &["run", "--", "true"],
     ];
     for args in cases {
-        let output = env.run(*args);
-        assert_code(&output, 2);
-        let stderr = text(&output.stderr);
+        let output = env.cmd(*args).expect_code(2);
+        let stderr = output.stderr();
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("idem: "), "{stderr}");
     }
@@ -295,12 +278,9 @@ fn bad_input_is_a_one_line_usage_error() {
 fn ledger_is_private() {
     let env = Env::new();
     let db = env.path("deep/er/ledger.db");
-    let output = env
-        .idem(["run", "--key", "k", "--", "true"])
-        .env("IDEM_DB", &db)
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
+    env.cmd(["run", "--key", "k", "--", "true"])
+        .db(&db)
+        .succeeds();
     let mode =
         |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&db), 0o600);
@@ -310,14 +290,9 @@ fn ledger_is_private() {
 #[test]
 fn default_ledger_lives_in_the_data_dir() {
     let env = Env::new();
-    let output = env
-        .idem(["ledger", "path"])
-        .env_remove("IDEM_DB")
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
+    let output = env.cmd(["ledger", "path"]).env_remove("IDEM_DB").succeeds();
     assert_eq!(
-        text(&output.stdout).trim(),
+        output.stdout().trim(),
         env.path("data/idem/ledger.db").to_str().unwrap()
     );
 }
@@ -333,13 +308,9 @@ fn foreign_and_newer_ledgers_are_refused_untouched() {
         .arg("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
         .status();
     let newer = env.path("newer.db");
-    assert_code(
-        &env.idem(["run", "--key", "k", "--", "true"])
-            .env("IDEM_DB", &newer)
-            .output()
-            .unwrap(),
-        0,
-    );
+    env.cmd(["run", "--key", "k", "--", "true"])
+        .db(&newer)
+        .succeeds();
     if made.is_ok() {
         std::process::Command::new("sqlite3")
             .arg(&newer)
@@ -353,12 +324,9 @@ fn foreign_and_newer_ledgers_are_refused_untouched() {
         }
         let before = std::fs::read(db).unwrap();
         let count = env.count_cmd("count");
-        let output = env
-            .idem(["run", "--key", "k2", "--shell", "--", &count])
-            .env("IDEM_DB", db)
-            .output()
-            .unwrap();
-        assert_code(&output, 125);
+        env.cmd(["run", "--key", "k2", "--shell", "--", &count])
+            .db(db)
+            .expect_code(125);
         assert_eq!(
             std::fs::read(db).unwrap(),
             before,

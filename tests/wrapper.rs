@@ -141,7 +141,7 @@ fn timeout_signal_is_sent_first() {
     let env = Env::new();
     let script =
         "trap 'echo got INT; exit 9' INT; trap 'echo got TERM; exit 8' TERM; sleep 30 & wait";
-    let output = env.run([
+    env.cmd([
         "run",
         "--key",
         "t",
@@ -154,14 +154,10 @@ fn timeout_signal_is_sent_first() {
         "--shell",
         "--",
         script,
-    ]);
-    assert_code(&output, 124);
-    assert!(
-        text(&output.stdout).starts_with("got INT"),
-        "{}",
-        text(&output.stdout)
-    );
-    let bad = env.run([
+    ])
+    .expect_code(124)
+    .stdout_starts_with("got INT");
+    env.cmd([
         "run",
         "--key",
         "t",
@@ -169,31 +165,22 @@ fn timeout_signal_is_sent_first() {
         "NOPE",
         "--",
         "true",
-    ]);
-    assert_code(&bad, 2);
-    assert!(
-        text(&bad.stderr).contains("not a signal"),
-        "{}",
-        text(&bad.stderr)
-    );
+    ])
+    .expect_code(2)
+    .stderr_has("not a signal");
 }
 
 #[test]
 fn splay_waits_before_the_claim() {
     let env = Env::new();
     let began = Instant::now();
-    let output = env
-        .idem(["run", "--key", "s", "--", "true"])
+    env.cmd(["run", "--key", "s", "--", "true"])
         .env("IDEM_SPLAY", "300ms")
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
+        .succeeds();
     assert!(began.elapsed() <= Duration::from_secs(5));
     // Never beyond its bound: 0s runs at once.
-    assert_code(
-        &env.run(["run", "--key", "s2", "--splay", "0s", "--", "true"]),
-        0,
-    );
+    env.cmd(["run", "--key", "s2", "--splay", "0s", "--", "true"])
+        .succeeds();
 }
 
 #[test]

@@ -1,16 +1,15 @@
 //! idem's own words: skip lines under CI, usage errors that help, tables
-//! that fit the width, completions that hand over to the wrapped command,
-//! and the man pages' extra sections.
+//! that fit the width, and the man pages' extra sections (completions are
+//! in `completions.rs`, which shares [`have`] and [`in_pty`]).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::util::{assert_code, text, wait_for_file, Env};
+use crate::util::{text, wait_for_file, Env};
 
 /// Whether a tool is on PATH; a missing one fails the test.
-fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
@@ -19,15 +18,14 @@ fn have(tool: &str) -> bool {
     crate::util::require(found, tool)
 }
 
-/// Whether the bash-completion package is here (a test needs it).
-fn have_bash_completion() -> bool {
-    let found = Path::new("/usr/share/bash-completion/bash_completion").exists();
-    crate::util::require(found, "bash-completion")
-}
-
 /// Runs `argv` in a fresh pseudo-terminal of `columns` columns, typing
 /// each of `keys` after `pause`; returns everything the terminal showed.
-fn in_pty(argv: &[&str], env: &[(&str, &str)], keys: &[&str], pause: Duration) -> String {
+pub(crate) fn in_pty(
+    argv: &[&str],
+    env: &[(&str, &str)],
+    keys: &[&str],
+    pause: Duration,
+) -> String {
     const SCRIPT: &str = r#"
 import json, os, pty, select, sys, time, fcntl, termios, struct
 spec = json.load(sys.stdin)
@@ -87,42 +85,30 @@ sys.stdout.buffer.write(out)
     text(&child.wait_with_output().unwrap().stdout)
 }
 
-/// The folder of the idem under test, for a PATH that finds it.
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_idem"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
 // ---- 1. skip lines under CI -------------------------------------------------
 
 #[test]
 fn a_skip_is_told_when_ci_is_set() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
-    let cron = env.run(["run", "--key", "k", "--", "true"]);
-    assert_code(&cron, 0);
-    assert_eq!(text(&cron.stderr), "", "silent under cron");
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    let cron = env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    assert_eq!(cron.stderr(), "", "silent under cron");
     let ci = env
-        .idem(["run", "--key", "k", "--", "true"])
+        .cmd(["run", "--key", "k", "--", "true"])
         .env("CI", "true")
-        .output()
-        .unwrap();
-    assert_code(&ci, 0);
-    let stderr = text(&ci.stderr);
+        .succeeds()
+        .stderr_starts_with("idem: skipped k: succeeded at ")
+        .stderr_one_line();
     assert!(
-        stderr.starts_with("idem: skipped k: succeeded at ")
-            && stderr.trim_end().ends_with("--force runs it again")
-            && stderr.lines().count() == 1,
-        "{stderr}"
+        ci.stderr().trim_end().ends_with("--force runs it again"),
+        "{}",
+        ci.stderr()
     );
     let quiet = env
-        .idem(["-q", "run", "--key", "k", "--", "true"])
+        .cmd(["-q", "run", "--key", "k", "--", "true"])
         .env("CI", "true")
-        .output()
-        .unwrap();
-    assert_eq!(text(&quiet.stderr), "", "-q wins over CI");
+        .run();
+    assert_eq!(quiet.stderr(), "", "-q wins over CI");
     // A job turns CI off as CI services document it: empty, 0 or false.
     for off in ["", "0", "false", "FALSE"] {
         let skipped = env
@@ -150,7 +136,7 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
     wait_for_file(&pgid_file, Duration::from_secs(10), &mut holder);
     let pgid = std::fs::read_to_string(&pgid_file).unwrap();
     let pgid = pgid.trim();
-    let cron = env.run([
+    env.cmd([
         "run",
         "--key",
         "busy",
@@ -158,11 +144,11 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
         "0",
         "--",
         "true",
-    ]);
-    assert_code(&cron, 0);
-    assert_eq!(text(&cron.stderr), "");
-    let ci = env
-        .idem([
+    ])
+    .succeeds()
+    .stderr_is("");
+    let stderr = env
+        .cmd([
             "run",
             "--key",
             "busy",
@@ -172,11 +158,9 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
             "true",
         ])
         .env("CI", "1")
-        .output()
-        .unwrap();
-    assert_code(&ci, 0);
-    let stderr = text(&ci.stderr);
-    assert!(stderr.contains("busy is running elsewhere"), "{stderr}");
+        .succeeds()
+        .stderr_has("busy is running elsewhere")
+        .stderr();
     // The process group of the run's guardian (the command's parent, which
     // holds every process of the run), not idem's pid, holds the key.
     assert!(
@@ -211,25 +195,22 @@ fn recovering_an_abandoned_run_is_told_with_verbose() {
     )
     .unwrap();
     first.wait().unwrap();
-    let output = env.run(["-v", "run", "--key", "a", "--wait", "10s", "--", "true"]);
-    assert_code(&output, 0);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("idem: a: the last run was abandoned")
-            && stderr.contains("IDEM_RECOVERED=1"),
-        "{stderr}"
-    );
+    env.cmd(["-v", "run", "--key", "a", "--wait", "10s", "--", "true"])
+        .succeeds()
+        .stderr_has("idem: a: the last run was abandoned")
+        .stderr_has("IDEM_RECOVERED=1");
 }
 
 // ---- 2. usage errors that help ---------------------------------------------
 
 /// The one line of a usage error (exit 2).
 fn usage_line(env: &Env, args: &[&str]) -> String {
-    let output = env.run(args);
-    assert_code(&output, 2);
-    let stderr = text(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.starts_with("idem: "), "{stderr}");
+    let stderr = env
+        .cmd(args)
+        .expect_code(2)
+        .stderr_one_line()
+        .stderr_starts_with("idem: ")
+        .stderr();
     let first = stderr.trim_start_matches("idem: ").chars().next().unwrap();
     assert!(!first.is_uppercase(), "lowercase: {stderr}");
     stderr
@@ -265,25 +246,19 @@ fn suggestions_match_what_was_meant() {
 #[test]
 fn a_bad_idem_progress_is_a_warning_not_a_failed_job() {
     let env = Env::new();
-    let output = env
-        .idem(["run", "--key", "k", "--", "echo", "ran"])
+    env.cmd(["run", "--key", "k", "--", "echo", "ran"])
         .env("IDEM_PROGRESS", "sometimes")
-        .output()
-        .unwrap();
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "ran\n");
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.starts_with("idem: warning: ")
-            && stderr.contains("IDEM_PROGRESS")
-            && stderr.contains("auto")
-            && stderr.contains("never")
-            && stderr.lines().count() == 1,
-        "{stderr}"
-    );
-    let help = env.run(["run", "--help"]);
-    assert!(text(&help.stdout).contains("IDEM_PROGRESS"));
-    assert!(text(&help.stdout).contains("--progress"));
+        .succeeds()
+        .stdout_is("ran\n")
+        .stderr_starts_with("idem: warning: ")
+        .stderr_has("IDEM_PROGRESS")
+        .stderr_has("auto")
+        .stderr_has("never")
+        .stderr_one_line();
+    env.cmd(["run", "--help"])
+        .succeeds()
+        .stdout_has("IDEM_PROGRESS")
+        .stdout_has("--progress");
 }
 
 // ---- 4. tables that fit ----------------------------------------------------
@@ -309,7 +284,8 @@ fn table_env() -> Env {
     let env = Env::new();
     let long = "echo a-long-command-line-that-would-never-fit-in-a-narrow-terminal-at-all";
     for key in ["nightly-backup-2026-12-01", "k"] {
-        assert_code(&env.run(["run", "--key", key, "--shell", "--", long]), 0);
+        env.cmd(["run", "--key", key, "--shell", "--", long])
+            .succeeds();
     }
     env
 }
@@ -319,12 +295,10 @@ fn the_list_table_fits_the_width_and_never_splits_a_header() {
     let env = table_env();
     for columns in [40usize, 60, 100, 200] {
         let output = env
-            .idem(["ledger", "list", "--color", "always"])
+            .cmd(["ledger", "list", "--color", "always"])
             .env("COLUMNS", columns.to_string())
-            .output()
-            .unwrap();
-        assert_code(&output, 0);
-        let table = strip_ansi(&text(&output.stdout));
+            .succeeds();
+        let table = strip_ansi(&output.stdout());
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(
             lines.len(),
@@ -362,11 +336,10 @@ fn the_list_table_fits_the_width_and_never_splits_a_header() {
 fn colour_follows_color_term_and_no_color() {
     let env = table_env();
     let list = |args: &[&str], vars: &[(&str, &str)]| {
-        let mut command = env.idem(args);
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        text(&command.output().unwrap().stdout)
+        vars.iter()
+            .fold(env.cmd(args), |idem, (name, value)| idem.env(name, value))
+            .succeeds()
+            .stdout()
     };
     assert!(list(&["ledger", "list", "--color", "always"], &[]).contains('\x1b'));
     assert!(list(&["--color", "always", "ledger", "list"], &[]).contains('\x1b'));
@@ -375,8 +348,8 @@ fn colour_follows_color_term_and_no_color() {
         !list(&["ledger", "list"], &[]).contains('\x1b'),
         "not a terminal"
     );
-    let bad = env.run(["ledger", "list", "--color", "sometimes"]);
-    assert_code(&bad, 2);
+    env.cmd(["ledger", "list", "--color", "sometimes"])
+        .expect_code(2);
     if !have("python3") {
         return;
     }
@@ -414,24 +387,16 @@ fn colour_follows_color_term_and_no_color() {
 #[test]
 fn an_unreachable_postgres_names_the_host_port_or_socket_tried() {
     let env = Env::new();
-    let output = env
-        .idem(["--db", "postgres:///x", "ledger", "list"])
+    env.cmd(["--db", "postgres:///x", "ledger", "list"])
         .env("PGHOST", "/nonexistent/pg")
         .env_remove("PGPORT")
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains("/nonexistent/pg/.s.PGSQL.5432"), "{stderr}");
-    let output = env
-        .idem(["--db", "postgres:///x", "ledger", "list"])
+        .expect_code(125)
+        .stderr_has("/nonexistent/pg/.s.PGSQL.5432");
+    env.cmd(["--db", "postgres:///x", "ledger", "list"])
         .env("PGHOST", "127.0.0.1")
         .env("PGPORT", "1")
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains("127.0.0.1 port 1"), "{stderr}");
+        .expect_code(125)
+        .stderr_has("127.0.0.1 port 1");
 }
 
 #[test]
@@ -468,305 +433,6 @@ fn the_wait_spinner_is_cleared_when_the_wait_ends() {
     let skipped = after.find("idem: skipped w").expect("the skip line");
     assert!(after[..skipped].contains("\r\x1b[2K"), "{shown:?}");
 }
-// ---- 3. completions ----------------------------------------------------------
-
-/// An interactive bash with bash-completion and idem's script loaded.
-fn bash_completes(env: &Env, typed: &str) -> String {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let rc = env.path("bashrc");
-    std::fs::write(
-        &rc,
-        format!(
-            "PS1='$ '\nsource /usr/share/bash-completion/bash_completion\n\
-             source {root}/completions/idem.bash\nbind 'set show-all-if-ambiguous on'\n\
-             bind 'set completion-query-items 0'\nbind 'set page-completions off'\n"
-        ),
-    )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let db = env.db();
-    in_pty(
-        &[
-            "bash",
-            "--noprofile",
-            "--rcfile",
-            rc.to_str().unwrap(),
-            "-i",
-        ],
-        &[
-            ("PATH", &path),
-            ("IDEM_DB", db.to_str().unwrap()),
-            ("TERM", "dumb"),
-            ("HOME", env.dir.path().to_str().unwrap()),
-        ],
-        &[typed, "\t", "\t"],
-        Duration::from_millis(1500),
-    )
-}
-
-#[test]
-fn bash_hands_the_words_after_double_dash_to_the_command() {
-    if !have("bash") || !have("git") || !have("python3") {
-        return;
-    }
-    if !have_bash_completion() {
-        return;
-    }
-    let env = Env::new();
-    let shown = bash_completes(&env, "idem run --key k -- git ch");
-    assert!(
-        shown.contains("checkout") && shown.contains("cherry-pick"),
-        "{shown}"
-    );
-    let shown = bash_completes(&env, "idem run --key k -- ech");
-    assert!(shown.contains("idem run --key k -- echo "), "{shown}");
-}
-
-#[test]
-fn bash_completes_keys_from_the_ledger() {
-    if !have("bash") || !have("python3") {
-        return;
-    }
-    if !have_bash_completion() {
-        return;
-    }
-    let env = Env::new();
-    for key in ["backup-2026-12-01", "backup-2026-12-02", "report"] {
-        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
-    }
-    let shown = bash_completes(&env, "idem ledger show back");
-    assert!(
-        shown.contains("backup-2026-12-01") && shown.contains("backup-2026-12-02"),
-        "{shown}"
-    );
-    assert!(!shown.contains("report"), "{shown}");
-    let shown = bash_completes(&env, "idem ledger forget rep");
-    assert!(shown.contains("idem ledger forget report "), "{shown}");
-    let shown = bash_completes(&env, "idem run --key rep");
-    assert!(shown.contains("idem run --key report "), "{shown}");
-}
-
-/// Keys of `{hour}` and `{minute}` templates hold a colon, where bash
-/// splits words (COMP_WORDBREAKS): completion goes on past it.
-#[test]
-fn bash_completes_keys_past_a_colon() {
-    if !have("bash") || !have("python3") || !have_bash_completion() {
-        return;
-    }
-    let env = Env::new();
-    for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
-        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
-    }
-    for (typed, completed) in [
-        (
-            "idem ledger show backup-2026-12-02T16:",
-            "idem ledger show backup-2026-12-02T16:00 ",
-        ),
-        (
-            "idem ledger forget backup-2026-12-02T17:0",
-            "idem ledger forget backup-2026-12-02T17:00 ",
-        ),
-        (
-            "idem run --key backup-2026-12-02T16:",
-            "idem run --key backup-2026-12-02T16:00 ",
-        ),
-    ] {
-        let shown = bash_completes(&env, typed);
-        assert!(shown.contains(completed), "{typed}: {shown}");
-    }
-    // Both keys offered whole, before the colon and after it.
-    for typed in [
-        "idem ledger show backup-2026-12-02T1",
-        "idem run --key backup-2026-12-02T1",
-    ] {
-        let shown = bash_completes(&env, typed);
-        assert!(
-            shown.contains("backup-2026-12-02T16:00") && shown.contains("backup-2026-12-02T17:00"),
-            "{typed}: {shown}"
-        );
-    }
-}
-
-#[test]
-fn the_key_helper_answers_fast_at_a_million_runs() {
-    if !have("sqlite3") {
-        return;
-    }
-    let env = Env::new();
-    assert_code(&env.run(["run", "--key", "seed", "--", "true"]), 0);
-    crate::util::sqlite(
-        &env.db(),
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
-         INSERT INTO keys (key) SELECT printf('job-%07d', i) FROM n;",
-    );
-    let ask = |prefix: &str| env.run(["__complete", "keys", prefix]);
-    let output = ask("job-000012");
-    assert_code(&output, 0);
-    let keys: Vec<String> = text(&output.stdout).lines().map(str::to_owned).collect();
-    assert_eq!(keys.len(), 10, "{keys:?}");
-    assert_eq!(keys[0], "job-0000120");
-    assert_eq!(text(&ask("se").stdout), "seed\n");
-    assert_eq!(text(&ask("nothing").stdout), "");
-    let fastest = (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            assert_code(&ask("job-09"), 0);
-            start.elapsed()
-        })
-        .min()
-        .unwrap();
-    assert!(fastest < Duration::from_millis(50), "took {fastest:?}");
-    // No ledger yet: nothing, quietly.
-    let empty = Env::new();
-    let output = empty.run(["__complete", "keys", ""]);
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "");
-    assert!(!empty.db().exists(), "completing creates no ledger");
-}
-
-#[test]
-fn zsh_and_fish_scripts_hand_over_and_complete_keys() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let zsh = std::fs::read_to_string(format!("{root}/completions/_idem")).unwrap();
-    assert!(zsh.contains("_normal"), "zsh hands over with _normal");
-    assert!(zsh.contains("__complete keys"), "zsh completes keys");
-    let fish = std::fs::read_to_string(format!("{root}/completions/idem.fish")).unwrap();
-    assert!(fish.contains("__fish_complete_subcommand"));
-    assert!(fish.contains("__complete keys"));
-    if have("zsh") {
-        let check = Command::new("zsh")
-            .args(["-n", &format!("{root}/completions/_idem")])
-            .output()
-            .unwrap();
-        assert!(check.status.success(), "{}", text(&check.stderr));
-    }
-    if have("fish") {
-        let env = Env::new();
-        assert_code(&env.run(["run", "--key", "report", "--", "true"]), 0);
-        let path = format!(
-            "{}:{}",
-            bin_dir().display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let complete = |line: &str| {
-            let output = Command::new("fish")
-                .args([
-                    "--no-config",
-                    "-c",
-                    &format!("source {root}/completions/idem.fish; complete -C '{line}'"),
-                ])
-                .env("PATH", &path)
-                .env("IDEM_DB", env.db())
-                .env("HOME", env.dir.path())
-                .output()
-                .unwrap();
-            text(&output.stdout)
-        };
-        let keys = complete("idem ledger show rep");
-        assert!(
-            keys.lines().any(|line| line.starts_with("report")),
-            "{keys}"
-        );
-        let commands = complete("idem run --key k -- ech");
-        assert!(
-            commands.lines().any(|line| line.starts_with("echo")),
-            "{commands}"
-        );
-    }
-}
-
-/// An interactive zsh with compinit and idem's script on its fpath.
-fn zsh_completes(env: &Env, typed: &str) -> String {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let home = env.dir.path().to_str().unwrap();
-    std::fs::write(
-        env.path(".zshrc"),
-        format!(
-            "PS1='$ '\nfpath=({root}/completions $fpath)\n\
-             autoload -Uz compinit && compinit -u -d {home}/.zcompdump\n"
-        ),
-    )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let db = env.db();
-    in_pty(
-        &["zsh", "-i"],
-        &[
-            ("PATH", &path),
-            ("IDEM_DB", db.to_str().unwrap()),
-            ("TERM", "dumb"),
-            ("HOME", home),
-            ("ZDOTDIR", home),
-        ],
-        &[typed, "\t"],
-        Duration::from_millis(1500),
-    )
-}
-
-/// zsh and fish complete the keys of `run --key`, `ledger show` and
-/// `ledger forget`, a colon ({hour}, {minute}) included.
-#[test]
-fn zsh_and_fish_complete_keys_past_a_colon() {
-    if !have("zsh") || !have("fish") || !have("python3") {
-        return;
-    }
-    let env = Env::new();
-    for key in ["backup-2026-12-02T16:00", "backup-2026-12-02T17:00"] {
-        assert_code(&env.run(["run", "--key", key, "--", "true"]), 0);
-    }
-    let lines = [
-        (
-            "idem ledger show backup-2026-12-02T16:",
-            "backup-2026-12-02T16:00",
-        ),
-        (
-            "idem ledger forget backup-2026-12-02T17:0",
-            "backup-2026-12-02T17:00",
-        ),
-        (
-            "idem run --key backup-2026-12-02T16:",
-            "backup-2026-12-02T16:00",
-        ),
-    ];
-    for (typed, key) in lines {
-        let shown = zsh_completes(&env, typed);
-        let completed = format!("{} {key} ", typed.rsplit_once(' ').unwrap().0);
-        assert!(shown.contains(&completed), "zsh: {typed}: {shown:?}");
-    }
-    let root = env!("CARGO_MANIFEST_DIR");
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    for (typed, key) in lines {
-        let output = Command::new("fish")
-            .args([
-                "--no-config",
-                "-c",
-                &format!("source {root}/completions/idem.fish; complete -C '{typed}'"),
-            ])
-            .env("PATH", &path)
-            .env("IDEM_DB", env.db())
-            .env("HOME", env.dir.path())
-            .output()
-            .unwrap();
-        let shown = text(&output.stdout);
-        assert!(
-            shown.lines().any(|line| line == key),
-            "fish: {typed}: {shown}"
-        );
-    }
-}
-
 // ---- 6. man pages ------------------------------------------------------------
 
 #[test]

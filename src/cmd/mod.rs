@@ -18,6 +18,9 @@ use crate::exit::usage;
 /// are drawn, so it is a warning, and the job runs as if the variable
 /// were unset.
 pub fn parse(argv: &[OsString]) -> Result<Cli, u8> {
+    if let Some(code) = usage::refuse_single_dash_long(argv) {
+        return Err(code);
+    }
     if argv.get(1).is_some_and(|word| word == "run") {
         if let Ok(cli) = parse_run(&argv[1..]) {
             return Ok(cli);

@@ -6,8 +6,9 @@
 //! they hold it: the variable a bad value came from, the line as it should
 //! be when a command lacks its `--`, the flag a negative value was given
 //! to, the argument that is not UTF-8, the flag or subcommand a typo most
-//! likely meant, the long flag given one dash, the duration split by a
-//! space.
+//! likely meant, the duration split by a space. A long flag given one dash
+//! is refused before clap parses the line, which could take it for short
+//! flags and run.
 
 use std::ffi::OsString;
 
@@ -43,9 +44,6 @@ fn line(error: &clap::Error, argv: &[OsString], path: &[String]) -> String {
     if error.kind() == ErrorKind::InvalidUtf8 {
         let what = not_utf8_argument(argv);
         return format!("{what} is not valid UTF-8; write it in UTF-8");
-    }
-    if let Some((typed, meant)) = single_dash_long(argv, path) {
-        return format!("unknown option '{typed}'; did you mean '{meant}'?");
     }
     if let Some(line) = split_duration(error, argv, path) {
         return line;
@@ -328,26 +326,86 @@ fn built() -> Command {
     command
 }
 
-/// `-key`: a long flag of the command given one dash, which clap reads as
-/// short flags (`-k ey`) and then fails on whatever follows. Returns the
-/// word as typed and the flag.
-fn single_dash_long(argv: &[OsString], path: &[String]) -> Option<(String, String)> {
-    let target = named(&built(), path)?;
+/// `-key`: a long flag of its command given one dash, which clap reads
+/// as short flags (`-k ey`): a key "ey" that runs without complaint, or a
+/// failure on whatever follows. Refused before clap parses the line: prints
+/// its one line and returns the exit code. A short flag glued to its value
+/// (`-kbackup`) is not such a word and stays as clap reads it.
+pub fn refuse_single_dash_long(argv: &[OsString]) -> Option<u8> {
+    let (typed, meant, path) = single_dash_long(argv)?;
+    say(&format!(
+        "unknown option '{typed}'; did you mean '{meant}'? (see {} --help)",
+        path.join(" ")
+    ));
+    Some(USAGE)
+}
+
+/// The first word before `--` whose letters after one dash are a long
+/// flag's name (or name=value) of the command it falls in; that word, the
+/// flag, and the words naming that command (`idem ledger list`).
+fn single_dash_long(argv: &[OsString]) -> Option<(String, String, Vec<String>)> {
     let args = words(argv);
     let end = args
         .iter()
         .position(|arg| arg == "--")
         .unwrap_or(args.len());
-    args[..end].iter().find_map(|arg| {
-        let name = arg.strip_prefix('-')?.split('=').next()?;
-        if name.starts_with('-') || name.chars().count() < 2 {
-            return None;
+    let args = &args[..end];
+    // Most lines have no such word: clap's tree is built only for one
+    // that might be, since building it costs a skip a good share of its time.
+    if !args.iter().any(|arg| one_dash_name(arg).is_some()) {
+        return None;
+    }
+    let command = built();
+    let mut target = &command;
+    let mut path = vec!["idem".to_owned()];
+    let mut is_value = false;
+    for arg in args {
+        if let Some(name) = one_dash_name(arg) {
+            let long = target
+                .get_arguments()
+                .any(|flag| !flag.is_hide_set() && flag.get_long() == Some(name));
+            if long {
+                return Some((arg.clone(), format!("--{name}"), path));
+            }
         }
-        target
-            .get_arguments()
-            .any(|flag| !flag.is_hide_set() && flag.get_long() == Some(name))
-            .then(|| (arg.clone(), format!("--{name}")))
-    })
+        // clap takes no value that starts with a dash here but a negative
+        // number, which names no subcommand either.
+        if std::mem::take(&mut is_value) && !arg.starts_with('-') {
+            continue;
+        }
+        if arg.starts_with('-') {
+            is_value = takes_value(target, arg);
+        } else if let Some(sub) = target.find_subcommand(arg) {
+            target = sub;
+            path.push(sub.get_name().to_owned());
+        }
+    }
+    None
+}
+
+/// The letters after the one dash of `-key` or `-key=x`, when there are
+/// at least two (a long flag's name is never shorter).
+fn one_dash_name(arg: &str) -> Option<&str> {
+    let name = arg.strip_prefix('-')?.split('=').next()?;
+    (!name.starts_with('-') && name.chars().count() >= 2).then_some(name)
+}
+
+/// Whether the flag `arg` (`--key`, `-k`) of `command` takes the next word
+/// for its value.
+fn takes_value(command: &Command, arg: &str) -> bool {
+    let named = |flag: &clap::Arg| match arg.strip_prefix("--") {
+        Some(long) => !long.contains('=') && flag.get_long() == Some(long),
+        None => {
+            let mut shorts = arg[1..].chars();
+            shorts
+                .next()
+                .is_some_and(|short| flag.get_short() == Some(short))
+                && shorts.next().is_none()
+        }
+    };
+    command
+        .get_arguments()
+        .any(|flag| named(flag) && flag.get_action().takes_values())
 }
 
 /// An unknown `--flag` and the flag of the same command it most likely
@@ -483,6 +541,39 @@ mod tests {
         }
         for typed in ["nope", "foo", "x", "zzzzzzzz"] {
             assert_eq!(nearest(typed), None, "{typed}");
+        }
+    }
+
+    #[test]
+    fn a_long_flag_with_one_dash_is_found_in_its_command() {
+        let found = |line: &str| {
+            let argv: Vec<OsString> = std::iter::once("idem")
+                .chain(line.split(' '))
+                .map(OsString::from)
+                .collect();
+            single_dash_long(&argv).map(|(typed, meant, path)| (typed, meant, path.join(" ")))
+        };
+        let named = |typed: &str, meant: &str, path: &str| {
+            Some((typed.to_owned(), meant.to_owned(), path.to_owned()))
+        };
+        assert_eq!(
+            found("run -key -- true"),
+            named("-key", "--key", "idem run")
+        );
+        assert_eq!(
+            found("--db ledger ledger list -limit 3"),
+            named("-limit", "--limit", "idem ledger list")
+        );
+        assert_eq!(found("-quiet status"), named("-quiet", "--quiet", "idem"));
+        for line in [
+            "run -kbackup -- true",
+            "run -k-key -- true",
+            "run -vq --key k -- true",
+            "run --key k -- echo -key",
+            "run --backoff -1s --key k -- true",
+            "status -retries",
+        ] {
+            assert_eq!(found(line), None, "{line}");
         }
     }
 

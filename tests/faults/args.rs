@@ -319,10 +319,23 @@ fn each_says(lines: &[(&[&str], &str)]) {
 }
 
 /// A long flag given one dash: clap reads `-key` as `-k ey` and then
-/// fails on the next word, which is not what went wrong.
+/// fails on the next word, which is not what went wrong, or runs under
+/// the key "ey".
 #[test]
 fn a_long_flag_with_one_dash_is_named() {
     each_says(&[
+        (
+            &["run", "-key", "--", "true"],
+            "unknown option '-key'; did you mean '--key'? (see idem run --help)",
+        ),
+        (
+            &["run", "-key=x", "--", "true"],
+            "unknown option '-key=x'; did you mean '--key'? (see idem run --help)",
+        ),
+        (
+            &["-verbose", "run", "--key", "k", "--", "true"],
+            "unknown option '-verbose'; did you mean '--verbose'? (see idem --help)",
+        ),
         (
             &["run", "-key", "k", "--", "true"],
             "unknown option '-key'; did you mean '--key'? (see idem run --help)",
@@ -349,6 +362,26 @@ fn a_long_flag_with_one_dash_is_named() {
         .cmd(["run", "--key", "k", "--", "echo", "-key"])
         .succeeds()
         .stdout_is("-key\n");
+}
+
+/// Nothing ran under "ey" when `-key` was refused; a short flag glued to
+/// its value is still that flag and value.
+#[test]
+fn a_short_flag_glued_to_its_value_still_runs() {
+    let env = Env::new();
+    env.cmd(["run", "-key", "--", "true"]).expect_code(2);
+    env.cmd(["run", "-kbackup", "--", "true"]).succeeds();
+    env.cmd(["run", "-k", "ey", "--", "true"]).succeeds();
+    env.cmd(["run", "-k-key", "--", "true"]).succeeds();
+    let mut keys: Vec<String> = env
+        .list_json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["key"].as_str().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["-key", "backup", "ey"]);
 }
 
 /// A duration split by a space (`--timeout 5 minutes`): its second word

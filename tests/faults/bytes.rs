@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::process::Command;
 
-use crate::util::{assert_code, integrity_check, text, Env};
+use crate::util::{integrity_check, text, Env};
 
 /// A child that writes each argument, NUL-terminated, to `argv.out`.
 fn argv_writer(env: &Env) -> Vec<OsString> {
@@ -43,8 +43,7 @@ fn keys_and_arguments_reach_the_child_and_the_ledger_byte_for_byte() {
     let mut argv: Vec<OsString> = vec!["run".into(), "--key".into(), key.into(), "--".into()];
     argv.extend(argv_writer(&env));
     argv.extend(args.iter().cloned());
-    let output = env.run(&argv);
-    assert_code(&output, 0);
+    env.cmd(&argv).succeeds();
     let written = fs::read(env.path("argv.out")).unwrap();
     let expected: Vec<u8> = args
         .iter()
@@ -81,24 +80,25 @@ fn keys_and_arguments_reach_the_child_and_the_ledger_byte_for_byte() {
     assert_eq!(words[8], "ünïcödé ✓ 日本 🦀");
     assert_eq!(words[9], "\u{fffd}\u{fffd}x\u{fffd}");
     assert_eq!(words[12], "two\nlines\ttab");
-    let table = env.run(["ledger", "show", stored_key]);
-    assert_code(&table, 0);
-    assert!(text(&table.stdout).contains("日本"));
+    env.cmd(["ledger", "show", stored_key])
+        .succeeds()
+        .stdout_has("日本");
 
     // The same bytes are the same command: skipped, not a mismatch.
     fs::remove_file(env.path("argv.out")).unwrap();
-    assert_code(&env.run(&argv), 0);
+    env.cmd(&argv).succeeds();
     assert!(!env.path("argv.out").exists(), "it ran twice");
     // A glob full of quotes finds the key and breaks nothing.
-    let found = env.run([
-        "ledger",
-        "list",
-        "--json",
-        "--key",
-        "it's \"quoted\" '); DROP*",
-    ]);
-    assert_code(&found, 0);
-    let found: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
+    let found = env
+        .cmd([
+            "ledger",
+            "list",
+            "--json",
+            "--key",
+            "it's \"quoted\" '); DROP*",
+        ])
+        .succeeds()
+        .json();
     assert_eq!(found.as_array().unwrap().len(), 1);
     assert_eq!(integrity_check(&env.db()), "ok");
 }
@@ -106,17 +106,18 @@ fn keys_and_arguments_reach_the_child_and_the_ledger_byte_for_byte() {
 #[test]
 fn binary_output_keeps_json_valid() {
     let env = Env::new();
-    let output = env.run([
-        "run",
-        "--key",
-        "bin",
-        "--shell",
-        "--",
-        "head -c 20000 /dev/urandom; printf '\\0\\377\\033[31m\"\\\\' >&2",
-    ]);
-    assert_code(&output, 0);
+    let ran = env
+        .cmd([
+            "run",
+            "--key",
+            "bin",
+            "--shell",
+            "--",
+            "head -c 20000 /dev/urandom; printf '\\0\\377\\033[31m\"\\\\' >&2",
+        ])
+        .succeeds();
     assert_eq!(
-        output.stdout.len(),
+        ran.output.stdout.len(),
         20000,
         "stdout passed through byte for byte"
     );
@@ -125,15 +126,16 @@ fn binary_output_keeps_json_valid() {
     assert_eq!(tail, "\0\u{fffd}\u{1b}[31m\"\\");
     let _ = env.list_json();
     // --replay gives back the raw bytes.
-    let replay = env.run([
-        "run",
-        "--key",
-        "bin",
-        "--replay",
-        "--shell",
-        "--",
-        "head -c 20000 /dev/urandom; printf '\\0\\377\\033[31m\"\\\\' >&2",
-    ]);
-    assert_code(&replay, 0);
-    assert_eq!(replay.stderr, b"\0\xff\x1b[31m\"\\");
+    let replay = env
+        .cmd([
+            "run",
+            "--key",
+            "bin",
+            "--replay",
+            "--shell",
+            "--",
+            "head -c 20000 /dev/urandom; printf '\\0\\377\\033[31m\"\\\\' >&2",
+        ])
+        .succeeds();
+    assert_eq!(replay.output.stderr, b"\0\xff\x1b[31m\"\\");
 }
