@@ -1,7 +1,9 @@
 //! The ledger: where runs, their attempts and each key's deciding run live.
 //!
-//! The run logic talks to one small trait, [`Ledger`]; `sqlite.rs` stores a
-//! ledger in a local file and a PostgreSQL backend can slot in beside it.
+//! A run talks to [`RunLedger`], people's tools to [`Records`]; a
+//! [`Ledger`] is both. `sqlite.rs` stores a ledger in a local file,
+//! `postgres.rs` in a shared database; the rules both follow are written
+//! once, in `rules.rs`, over a small transaction interface.
 //! `idem doctor` reads a ledger through another, [`Inspect`], which changes
 //! nothing.
 //!
@@ -71,9 +73,12 @@ pub(crate) use sqlite::SqliteInspector;
 pub use sqlite::SqliteLedger;
 pub use types::*;
 
-/// The storage behind `idem`. Implementations keep every write short and
-/// make `claim` atomic: the head is read and rewritten in one transaction.
-pub trait Ledger {
+/// What a run asks of its ledger on its way, top to bottom: the key's head
+/// (the skip path), the claim, each attempt, the outcome, the lease, the
+/// stamp of a skip, its named locks. Implementations keep every write
+/// short and make `claim` atomic: the head is read and rewritten in one
+/// transaction.
+pub trait RunLedger {
     /// The key's deciding run, read without writing anything (the skip path).
     fn head(&mut self, key: &str) -> Result<Option<Head>>;
 
@@ -112,6 +117,39 @@ pub trait Ledger {
         false
     }
 
+    /// Records the hooks that ran for run `run_id`.
+    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()>;
+
+    /// Stamps that `job` was called (a skip): bookkeeping, not durable.
+    fn checked(&mut self, job: &str) -> Result<()>;
+
+    /// Takes the named locks for run `run_id` of the claim to come, each
+    /// its own lease of `lease`; all or none. `None`: one of them is held
+    /// (its name is returned). Local ledgers hold them in the kernel.
+    fn take_locks(
+        &mut self,
+        names: &[String],
+        run_id: Uuid,
+        lease: std::time::Duration,
+    ) -> Result<Result<Locks, String>>;
+
+    /// Releases the named locks of run `run_id` that never ran (its key
+    /// was skipped or busy); a run's outcome releases them by itself.
+    fn release_locks(&mut self, _run_id: Uuid) -> Result<()> {
+        Ok(())
+    }
+
+    /// Done with the ledger, with nothing left to write: closes it, or
+    /// leaves that to the process's exit where closing costs more than it
+    /// does (see SQLite's).
+    fn leave(self: Box<Self>) {}
+}
+
+/// What people's tools ask of a ledger: `ledger list|show|forget|prune|
+/// export|import|metrics`, `status`, and key completion. Reads, and the
+/// maintenance writes that never race a run's own rules (those live in
+/// `rules.rs`, once for both backends).
+pub trait Records {
     /// Runs, newest first.
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>>;
 
@@ -139,9 +177,6 @@ pub trait Ledger {
         dry_run: bool,
         force: bool,
     ) -> Result<ForgetReport>;
-
-    /// Records the hooks that ran for run `run_id`.
-    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()>;
 
     /// The hooks that ran for run `run_id`, in order.
     fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>>;
@@ -175,33 +210,15 @@ pub trait Ledger {
     /// Per-key figures, in key order.
     fn metrics(&mut self) -> Result<Vec<KeyMetrics>>;
 
-    /// Stamps that `job` was called (a skip): bookkeeping, not durable.
-    fn checked(&mut self, job: &str) -> Result<()>;
-
     /// Every job matching `glob` (all without one), in job order.
     fn jobs(&mut self, glob: Option<&str>) -> Result<Vec<JobState>>;
 
     /// The keys matching `glob`, in key order.
     fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>>;
-
-    /// Takes the named locks for run `run_id` of the claim to come, each
-    /// its own lease of `lease`; all or none. `None`: one of them is held
-    /// (its name is returned). Local ledgers hold them in the kernel.
-    fn take_locks(
-        &mut self,
-        names: &[String],
-        run_id: Uuid,
-        lease: std::time::Duration,
-    ) -> Result<Result<Locks, String>>;
-
-    /// Releases the named locks of run `run_id` that never ran (its key
-    /// was skipped or busy); a run's outcome releases them by itself.
-    fn release_locks(&mut self, _run_id: Uuid) -> Result<()> {
-        Ok(())
-    }
-
-    /// Done with the ledger, with nothing left to write: closes it, or
-    /// leaves that to the process's exit where closing costs more than it
-    /// does (see SQLite's).
-    fn leave(self: Box<Self>) {}
 }
+
+/// A whole ledger, as opened: both faces, so that one handle serves a run
+/// and the tools.
+pub trait Ledger: RunLedger + Records {}
+
+impl<T: RunLedger + Records + ?Sized> Ledger for T {}

@@ -54,7 +54,8 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, Ledger, ListFilter, Locks, Outcome, Plan, PruneReport, Run, RunAttempts, Tails,
+    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Run, RunAttempts,
+    RunLedger, Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;
@@ -123,7 +124,7 @@ fn begin(client: &mut Client) -> Result<Transaction<'_>, tokio_postgres::Error> 
     Transaction::begin(client, READ_COMMITTED)
 }
 
-impl Ledger for PostgresLedger {
+impl RunLedger for PostgresLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
         // A read, safe to repeat on a new connection after a cut one.
         self.retrying(|client| client.pipeline(async |db| query_head(db, key).await))
@@ -176,6 +177,44 @@ impl Ledger for PostgresLedger {
             .map_err(|error| self.fail("renew the lease in", &error))
     }
 
+    fn leased(&self) -> bool {
+        true
+    }
+
+    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
+        self.retrying(|client| outcome::hooks_ran(client, run_id, hooks))
+            .map_err(|error| self.fail("record hooks in", &error))
+    }
+
+    fn checked(&mut self, job: &str) -> Result<()> {
+        // Bookkeeping: its commit does not wait for the server's disk.
+        self.client
+            .query_typed_one(
+                "WITH u AS (UPDATE idem.jobs SET checked_at = now() WHERE job = $1 RETURNING 1)
+                 SELECT (SELECT count(*) FROM u), set_config('synchronous_commit', 'off', true)",
+                typed![&job => TEXT],
+            )
+            .map(|_| ())
+            .map_err(|error| self.fail("stamp a job in", &error))
+    }
+
+    fn take_locks(
+        &mut self,
+        names: &[String],
+        run_id: Uuid,
+        lease: Duration,
+    ) -> Result<Result<Locks, String>> {
+        lease::take_locks(&mut self.client, names, run_id, lease)
+            .map_err(|error| self.fail("take a lock in", &error))
+    }
+
+    fn release_locks(&mut self, run_id: Uuid) -> Result<()> {
+        lease::release_locks(&mut self.client, run_id)
+            .map_err(|error| self.fail("release a lock in", &error))
+    }
+}
+
+impl Records for PostgresLedger {
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
         reads::list(&mut self.client, filter).map_err(|error| self.fail("read", &error))
     }
@@ -188,10 +227,6 @@ impl Ledger for PostgresLedger {
         reads::output(&mut self.client, run_id, number).map_err(|error| self.fail("read", &error))
     }
 
-    fn leased(&self) -> bool {
-        true
-    }
-
     fn forget(
         &mut self,
         keys: &[String],
@@ -202,11 +237,6 @@ impl Ledger for PostgresLedger {
         self.write_or_rehearse("forget keys in", dry_run, |tx| {
             rules::forget(tx, keys, purge, force)
         })
-    }
-
-    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
-        self.retrying(|client| outcome::hooks_ran(client, run_id, hooks))
-            .map_err(|error| self.fail("record hooks in", &error))
     }
 
     fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
@@ -246,39 +276,12 @@ impl Ledger for PostgresLedger {
         result.map_err(|error: tokio_postgres::Error| self.fail("read", &error))
     }
 
-    fn checked(&mut self, job: &str) -> Result<()> {
-        // Bookkeeping: its commit does not wait for the server's disk.
-        self.client
-            .query_typed_one(
-                "WITH u AS (UPDATE idem.jobs SET checked_at = now() WHERE job = $1 RETURNING 1)
-                 SELECT (SELECT count(*) FROM u), set_config('synchronous_commit', 'off', true)",
-                typed![&job => TEXT],
-            )
-            .map(|_| ())
-            .map_err(|error| self.fail("stamp a job in", &error))
-    }
-
     fn jobs(&mut self, glob: Option<&str>) -> Result<Vec<JobState>> {
         reads::jobs(&mut self.client, glob).map_err(|error| self.fail("read", &error))
     }
 
     fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>> {
         reads::keys_matching(&mut self.client, glob).map_err(|error| self.fail("read", &error))
-    }
-
-    fn take_locks(
-        &mut self,
-        names: &[String],
-        run_id: Uuid,
-        lease: Duration,
-    ) -> Result<Result<Locks, String>> {
-        lease::take_locks(&mut self.client, names, run_id, lease)
-            .map_err(|error| self.fail("take a lock in", &error))
-    }
-
-    fn release_locks(&mut self, run_id: Uuid) -> Result<()> {
-        lease::release_locks(&mut self.client, run_id)
-            .map_err(|error| self.fail("release a lock in", &error))
     }
 }
 

@@ -36,8 +36,8 @@ use super::rules;
 use super::runlock::{Hold, RunLocks};
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, Ledger, ListFilter, Locks, Outcome, Plan, PruneReport, Run, RunAttempts, Status,
-    Tails,
+    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Run, RunAttempts,
+    RunLedger, Status, Tails,
 };
 use durability::{Sync, LOCK_WAIT};
 pub use inspect::SqliteInspector;
@@ -130,7 +130,7 @@ impl SqliteLedger {
     }
 }
 
-impl Ledger for SqliteLedger {
+impl RunLedger for SqliteLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
         let head = query_head(&self.conn, key, &mut by_the_kernel(&self.locks))
             .map(|head| head.map(|(_, head)| head))
@@ -271,6 +271,61 @@ impl Ledger for SqliteLedger {
         Ok(())
     }
 
+    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
+        self.write("record hooks in", Sync::InCommit, &[], |tx| {
+            let mut insert = tx.conn.prepare_cached(
+                "INSERT INTO hooks (run, event, exit_code, at)
+                 SELECT id, ?2, ?3, ?4 FROM runs WHERE run_id = ?1",
+            )?;
+            for hook in hooks {
+                insert.execute(params![
+                    run_id.as_bytes().as_slice(),
+                    hook.event,
+                    hook.exit_code,
+                    millis(hook.at)
+                ])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn checked(&mut self, job: &str) -> Result<()> {
+        self.write("stamp a job in", Sync::Later, &[], |tx| {
+            tx.conn
+                .prepare_cached("UPDATE jobs SET checked_at = ?2 WHERE job = ?1")?
+                .execute(params![job, millis(Timestamp::now())])?;
+            Ok(())
+        })
+    }
+
+    fn take_locks(
+        &mut self,
+        names: &[String],
+        _run_id: Uuid,
+        _lease: Duration,
+    ) -> Result<Result<Locks, String>> {
+        let mut locks = Locks::default();
+        for name in names {
+            let slot = super::runlock::named_slot(name);
+            match self.locks.take(slot) {
+                Ok(Some(hold)) => locks.holds.push(hold),
+                Ok(None) => return Ok(Err(name.clone())),
+                Err(error) => return Err(lock_file_fault(&self.locks, &error).into()),
+            }
+            locks.names.push(name.clone());
+        }
+        Ok(Ok(locks))
+    }
+
+    fn leave(self: Box<Self>) {
+        // Everything is committed, and no checkpoint runs at close (see
+        // `configure`): closing would only free memory and unmap the WAL
+        // index, which the exit does, for 5% of a skip's instructions.
+        std::mem::forget(self);
+    }
+}
+
+impl Records for SqliteLedger {
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
         let (sql, values) = list_query(filter);
         let result = (|| {
@@ -323,24 +378,6 @@ impl Ledger for SqliteLedger {
             )
             .optional()
             .map_err(|error| self.fail("read", &error))
-    }
-
-    fn hooks_ran(&mut self, run_id: Uuid, hooks: &[HookRun]) -> Result<()> {
-        self.write("record hooks in", Sync::InCommit, &[], |tx| {
-            let mut insert = tx.conn.prepare_cached(
-                "INSERT INTO hooks (run, event, exit_code, at)
-                 SELECT id, ?2, ?3, ?4 FROM runs WHERE run_id = ?1",
-            )?;
-            for hook in hooks {
-                insert.execute(params![
-                    run_id.as_bytes().as_slice(),
-                    hook.event,
-                    hook.exit_code,
-                    millis(hook.at)
-                ])?;
-            }
-            Ok(())
-        })
     }
 
     fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
@@ -423,15 +460,6 @@ impl Ledger for SqliteLedger {
         rules::metrics(&mut self.reader()).map_err(|error| self.fail("read", &error))
     }
 
-    fn checked(&mut self, job: &str) -> Result<()> {
-        self.write("stamp a job in", Sync::Later, &[], |tx| {
-            tx.conn
-                .prepare_cached("UPDATE jobs SET checked_at = ?2 WHERE job = ?1")?
-                .execute(params![job, millis(Timestamp::now())])?;
-            Ok(())
-        })
-    }
-
     fn jobs(&mut self, glob: Option<&str>) -> Result<Vec<JobState>> {
         let result = (|| {
             let mut statement = self.conn.prepare(&format!(
@@ -470,32 +498,6 @@ impl Ledger for SqliteLedger {
             rows.collect::<rusqlite::Result<Vec<String>>>()
         })();
         result.map_err(|error| self.fail("read", &error))
-    }
-
-    fn take_locks(
-        &mut self,
-        names: &[String],
-        _run_id: Uuid,
-        _lease: Duration,
-    ) -> Result<Result<Locks, String>> {
-        let mut locks = Locks::default();
-        for name in names {
-            let slot = super::runlock::named_slot(name);
-            match self.locks.take(slot) {
-                Ok(Some(hold)) => locks.holds.push(hold),
-                Ok(None) => return Ok(Err(name.clone())),
-                Err(error) => return Err(lock_file_fault(&self.locks, &error).into()),
-            }
-            locks.names.push(name.clone());
-        }
-        Ok(Ok(locks))
-    }
-
-    fn leave(self: Box<Self>) {
-        // Everything is committed, and no checkpoint runs at close (see
-        // `configure`): closing would only free memory and unmap the WAL
-        // index, which the exit does, for 5% of a skip's instructions.
-        std::mem::forget(self);
     }
 }
 

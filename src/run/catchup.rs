@@ -10,13 +10,13 @@ use super::decide::Rules;
 use super::run_key;
 use crate::exit;
 use crate::key::Period;
-use crate::ledger::{self, Head, JobInfo, Ledger, Location, Status, CHECK_EVERY};
+use crate::ledger::{self, Head, JobInfo, Location, RunLedger, Status, CHECK_EVERY};
 use crate::report::Reporter;
 
 /// After a skip: stamps that the job was called, at most once a minute,
 /// so `status` can tell a job cron still calls. Bookkeeping only: a ledger
 /// that refuses it (read-only) changes nothing about the skip.
-pub(super) fn stamp(job: &JobInfo, head: Option<&Head>, rules: &Rules, ledger: &mut dyn Ledger) {
+pub(super) fn stamp(job: &JobInfo, head: Option<&Head>, rules: &Rules, ledger: &mut dyn RunLedger) {
     let now = rules.clock(head);
     let due = head
         .and_then(|head| head.checked_at)

@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::config::Config;
-use crate::ledger::{Claim, Ledger, Locks};
+use crate::ledger::{Claim, Locks, RunLedger};
 use crate::report::{self, Reporter};
 
 /// Takes every lock of the run, waiting until `wait_until` (`--wait`);
@@ -23,7 +23,7 @@ use crate::report::{self, Reporter};
 pub(super) fn take(
     config: &Config,
     key: &str,
-    ledger: &mut dyn Ledger,
+    ledger: &mut dyn RunLedger,
     run_id: uuid::Uuid,
     wait_until: Option<Instant>,
     reporter: &Reporter,
@@ -69,7 +69,7 @@ pub(super) fn attach(claim: &mut Claim, locks: Locks) {
 }
 
 /// Lets go of locks taken for a claim that was not made.
-pub(super) fn release(locks: Option<Locks>, ledger: &mut dyn Ledger, run_id: uuid::Uuid) {
+pub(super) fn release(locks: Option<Locks>, ledger: &mut dyn RunLedger, run_id: uuid::Uuid) {
     if let Some(locks) = locks {
         drop(locks.holds);
         if !locks.names.is_empty() {
