@@ -1,7 +1,7 @@
 //! The world moving under a SQLite ledger: its lock file deleted or
 //! replaced while a run holds it, one ledger reached as two files (a hard
-//! link, a file mounted alone). Never a second run beside a live one, and
-//! `idem doctor` fails whenever `run` would.
+//! link, a file mounted alone), a link in a folder above it. Never a second
+//! run beside a live one, and `idem doctor` fails whenever `run` would.
 //!
 //! Some cases need root (to hand a file to another user, to mount) and
 //! `unshare`; where either is missing the test fails, naming it.
@@ -202,6 +202,33 @@ fn a_ledger_file_mounted_alone_is_refused() {
         "a side file beside the mount"
     );
     assert_eq!(fs::metadata(&mounted).unwrap().len(), 0);
+}
+
+/// `/home -> var/home`, a stowed `~/.local`: a link in a folder above the
+/// ledger is the system's own layout and is followed; only the ledger's own
+/// path is never a link. doctor agrees with run.
+#[test]
+fn a_link_in_a_folder_above_the_ledger_is_followed() {
+    let env = Env::new();
+    fs::create_dir_all(env.path("var/home/alice")).unwrap();
+    std::os::unix::fs::symlink("var/home", env.path("home")).unwrap();
+    let db = env.path("home/alice/.local/idem/ledger.db");
+    let command = env.count_cmd("count");
+    for _ in 0..2 {
+        let output = run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &command]);
+        assert_code(&output, 0);
+    }
+    assert_eq!(env.count("count"), 1);
+    let real = env.path("var/home/alice/.local/idem/ledger.db");
+    assert!(real.is_file() && lock_file(&real).is_file());
+    let doctor = run_with_db(&env, &db, &["doctor"]);
+    assert_code(&doctor, 0);
+    // The ledger's own path still never is a link.
+    let link = env.path("var/home/alice/linked.db");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let output = run_with_db(&env, &link, &["run", "--key", "k", "--", "true"]);
+    refused(&output, &["symbolic link"]);
+    assert_code(&run_with_db(&env, &link, &["doctor"]), 1);
 }
 
 /// doctor reports the lock file as run judges it: its owner, its mode and

@@ -9,12 +9,12 @@ use anyhow::Result;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use super::super::error::LedgerError;
+use super::super::error::{LedgerError, Why};
 use super::super::inspect::Schema;
 use super::super::runlock::RunLocks;
 use super::super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::durability::LOCK_WAIT;
-use super::path::{check_side_files, open_file, prepare_folder, read_only_uri};
+use super::path::{check_side_files, open_file, prepare_folder, read_only_uri, real_path};
 use super::rows::{get, lock_file_fault};
 use super::{describe, SqliteLedger};
 
@@ -30,29 +30,22 @@ impl SqliteLedger {
         // The side files first: a refusal leaves nothing behind.
         check_side_files(path)?;
         let (file, writable) = open_file(path)?;
-        // NOFOLLOW: SQLite opens the file again by name; should a link
-        // replace it meanwhile, SQLite refuses it too.
-        let opened = if writable {
-            Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                    | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-            )
-        } else {
-            Connection::open_with_flags(
-                read_only_uri(path)?,
-                OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | OpenFlags::SQLITE_OPEN_URI
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                    | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-            )
-        };
-        let conn = opened.map_err(|error| LedgerError::Could {
-            doing: "open".into(),
-            ledger: path.display().to_string(),
-            why: describe(&error, path),
-        })?;
+        // SQLite's NOFOLLOW refuses a link anywhere in the path, but a link
+        // above the ledger's folder is the system's own layout (`/home ->
+        // var/home`, a stowed ~/.local): SQLite is given the folder's real
+        // path and the ledger's own name, which is never a link.
+        let real = real_path(path)?;
+        let conn = connect(path, &real, writable)?;
+        // The folder's link could be changed between the two opens: the
+        // writers' lock must be on the file SQLite writes.
+        if !same_file(&real, &file) {
+            return Err(LedgerError::Could {
+                doing: "open".into(),
+                ledger: path.display().to_string(),
+                why: Why::Said("its folder was moved while it was opened; try again".into()),
+            }
+            .into());
+        }
         let mut ledger = SqliteLedger {
             conn,
             lock: Arc::new(file),
@@ -215,6 +208,45 @@ impl SqliteLedger {
             self.checkpoint();
         }
         migrated
+    }
+}
+
+/// SQLite's connection to the ledger at `path`, opened by its `real` path.
+/// NOFOLLOW: SQLite opens the file again by name; should a link replace it
+/// meanwhile, SQLite refuses it too.
+fn connect(path: &Path, real: &Path, writable: bool) -> Result<Connection> {
+    let opened = if writable {
+        Connection::open_with_flags(
+            real,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+    } else {
+        Connection::open_with_flags(
+            read_only_uri(real)?,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+    };
+    opened.map_err(|error| {
+        LedgerError::Could {
+            doing: "open".into(),
+            ledger: path.display().to_string(),
+            why: describe(&error, path),
+        }
+        .into()
+    })
+}
+
+/// Whether `real` names the file open as `file`.
+fn same_file(real: &Path, file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(real), file.metadata()) {
+        (Ok(there), Ok(opened)) => there.dev() == opened.dev() && there.ino() == opened.ino(),
+        _ => false,
     }
 }
 

@@ -165,6 +165,18 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The ledger's path with its folder's real path: every link above the
+/// ledger followed, its own name kept (never a link: see [`open_file`]).
+pub(super) fn real_path(path: &Path) -> Result<PathBuf> {
+    let folder = crate::ledger::folder_of(path);
+    let Some(name) = path.file_name() else {
+        return Ok(path.to_owned());
+    };
+    let real = std::fs::canonicalize(folder)
+        .map_err(|error| folder_fault(folder, FolderFault::Unreadable(io_words(&error))))?;
+    Ok(real.join(name))
+}
+
 /// Opens (creating with 0600) the ledger file; falls back to read-only
 /// where the file or its file system refuses writes, so reading still works.
 ///
