@@ -240,10 +240,10 @@ impl RunLocks {
             }
             // Locked: but a lock on a file deleted or replaced since it was
             // opened guards nothing, so take it again on the one there now.
-            if !still_at(&file, &self.path)? {
+            let Some(locked) = still_at(&file, &self.path)? else {
                 continue;
-            }
-            let stamp = self.stamp_of(&file.metadata()?)?;
+            };
+            let stamp = self.stamp_of(&locked)?;
             // Taken alone; now shared, for the attempts to join (an atomic
             // conversion: no claim can slip in between).
             set(&file, slot, libc::F_RDLCK)?;
@@ -333,16 +333,17 @@ fn byte_held(probe: &File, slot: i64) -> io::Result<bool> {
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// Whether `file` is the file at `path`, still linked there: not deleted
-/// or replaced since it was opened.
-fn still_at(file: &File, path: &Path) -> io::Result<bool> {
+/// What `file` is, when it is the file at `path`, still linked there;
+/// `None` when it was deleted or replaced since it was opened.
+fn still_at(file: &File, path: &Path) -> io::Result<Option<Metadata>> {
     let opened = file.metadata()?;
     let there = match std::fs::symlink_metadata(path) {
         Ok(there) => there,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
     };
-    Ok(opened.nlink() > 0 && opened.dev() == there.dev() && opened.ino() == there.ino())
+    let same = opened.nlink() > 0 && opened.dev() == there.dev() && opened.ino() == there.ino();
+    Ok(same.then_some(opened))
 }
 
 fn byte(slot: i64, kind: libc::c_int) -> libc::flock {

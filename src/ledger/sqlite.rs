@@ -442,7 +442,7 @@ impl Ledger for SqliteLedger {
             let mut ids = std::collections::HashMap::new();
             let mut jobs = Vec::new();
             for row in statement.query_map([glob], |row| {
-                Ok((row.get::<_, i64>(0)?, job_from_row(row, 1)?))
+                Ok((get::<i64>(row, "id")?, job_from_row(row, 1)?))
             })? {
                 let (id, job) = row?;
                 ids.insert(id, jobs.len());

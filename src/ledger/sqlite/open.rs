@@ -30,22 +30,7 @@ impl SqliteLedger {
         // The side files first: a refusal leaves nothing behind.
         check_side_files(path)?;
         let (file, writable) = open_file(path)?;
-        // SQLite's NOFOLLOW refuses a link anywhere in the path, but a link
-        // above the ledger's folder is the system's own layout (`/home ->
-        // var/home`, a stowed ~/.local): SQLite is given the folder's real
-        // path and the ledger's own name, which is never a link.
-        let real = real_path(path)?;
-        let conn = connect(path, &real, writable)?;
-        // The folder's link could be changed between the two opens: the
-        // writers' lock must be on the file SQLite writes.
-        if !same_file(&real, &file) {
-            return Err(LedgerError::Could {
-                doing: "open".into(),
-                ledger: path.display().to_string(),
-                why: Why::Said("its folder was moved while it was opened; try again".into()),
-            }
-            .into());
-        }
+        let conn = connect(path, &file, writable)?;
         let mut ledger = SqliteLedger {
             conn,
             lock: Arc::new(file),
@@ -211,33 +196,64 @@ impl SqliteLedger {
     }
 }
 
-/// SQLite's connection to the ledger at `path`, opened by its `real` path.
-/// NOFOLLOW: SQLite opens the file again by name; should a link replace it
-/// meanwhile, SQLite refuses it too.
-fn connect(path: &Path, real: &Path, writable: bool) -> Result<Connection> {
-    let opened = if writable {
-        Connection::open_with_flags(
-            real,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-        )
-    } else {
-        Connection::open_with_flags(
-            read_only_uri(real)?,
-            OpenFlags::SQLITE_OPEN_READ_ONLY
-                | OpenFlags::SQLITE_OPEN_URI
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-        )
-    };
-    opened.map_err(|error| {
+/// SQLite's connection to the ledger at `path`, whose file idem opened as
+/// `file`. SQLite's NOFOLLOW refuses a link anywhere in the path, but a
+/// link above the ledger's folder is the system's own layout (`/home ->
+/// var/home`, a stowed ~/.local): where the path has one, SQLite is given
+/// the folder's real path and the ledger's own name, which is never a link
+/// (asked only then: resolving every path would cost each run a call per
+/// folder).
+fn connect(path: &Path, file: &std::fs::File, writable: bool) -> Result<Connection> {
+    let fail = |error: rusqlite::Error| -> anyhow::Error {
         LedgerError::Could {
             doing: "open".into(),
             ledger: path.display().to_string(),
             why: describe(&error, path),
         }
         .into()
+    };
+    let error = match open_by(path, writable)? {
+        Ok(conn) => return Ok(conn),
+        Err(error) if error.sqlite_error_code() == Some(ErrorCode::CannotOpen) => error,
+        Err(error) => return Err(fail(error)),
+    };
+    let real = real_path(path)?;
+    if real == path {
+        return Err(fail(error));
+    }
+    let conn = open_by(&real, writable)?.map_err(fail)?;
+    // The folder's link could be changed between the two opens: the
+    // writers' lock must be on the file SQLite writes.
+    if !same_file(&real, file) {
+        return Err(LedgerError::Could {
+            doing: "open".into(),
+            ledger: path.display().to_string(),
+            why: Why::Said("its folder was moved while it was opened; try again".into()),
+        }
+        .into());
+    }
+    Ok(conn)
+}
+
+/// SQLite's connection to the ledger file at `path`. NOFOLLOW: SQLite
+/// opens the file again by name; should a link replace it meanwhile,
+/// SQLite refuses it too.
+fn open_by(path: &Path, writable: bool) -> Result<rusqlite::Result<Connection>> {
+    Ok(if writable {
+        Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+    } else {
+        Connection::open_with_flags(
+            read_only_uri(path)?,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
     })
 }
 
