@@ -55,6 +55,9 @@ pub struct Hold {
     slot: i64,
     /// Which file this is, as a claim records it.
     stamp: i64,
+    /// Which file this is, for its attempts to open it again: its device
+    /// and inode.
+    identity: (u64, u64),
     /// Named locks (`--lock`) the run holds besides its key: their own
     /// open files, and their bytes, which each attempt's file holds too.
     named: Vec<(Arc<OwnedFd>, i64)>,
@@ -140,26 +143,21 @@ impl Hold {
     /// it is still there, else through the kernel's link to the open file
     /// (a lock file deleted or replaced during the run).
     fn reopen(&self) -> io::Result<File> {
-        let ours = File::from(self.file.try_clone()?).metadata()?;
-        let same = |file: File| -> io::Result<Option<File>> {
-            let metadata = file.metadata()?;
-            Ok((metadata.dev() == ours.dev() && metadata.ino() == ours.ino()).then_some(file))
+        let same = |(file, metadata): (File, Metadata)| {
+            ((metadata.dev(), metadata.ino()) == self.identity).then_some(file)
         };
-        match open(&self.path, false) {
-            Ok(file) => {
-                if let Some(file) = same(file)? {
-                    return Ok(file);
-                }
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error),
+        // Whatever is at the path now (nothing, another file, another
+        // user's plant), the kernel's link still leads to the run's file.
+        if let Some(file) = open_checked(&self.path, false).ok().and_then(same) {
+            return Ok(file);
         }
         let link = format!("/proc/self/fd/{}", self.file.as_raw_fd());
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(link)?;
-        same(file)?.ok_or_else(|| {
+        let metadata = file.metadata()?;
+        same((file, metadata)).ok_or_else(|| {
             io::Error::other("the lock file was replaced during the run and cannot be reopened")
         })
     }
@@ -244,6 +242,7 @@ impl RunLocks {
                 continue;
             };
             let stamp = self.stamp_of(&locked)?;
+            let identity = (locked.dev(), locked.ino());
             // Taken alone; now shared, for the attempts to join (an atomic
             // conversion: no claim can slip in between).
             set(&file, slot, libc::F_RDLCK)?;
@@ -252,6 +251,7 @@ impl RunLocks {
                 path: self.path.clone(),
                 slot,
                 stamp,
+                identity,
                 named: Vec::new(),
             }));
         }
@@ -365,6 +365,11 @@ fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
 /// writable by no one else: whoever can lock its bytes can keep keys busy,
 /// or let two runs of one key overlap.
 fn open(path: &Path, create: bool) -> io::Result<File> {
+    open_checked(path, create).map(|(file, _)| file)
+}
+
+/// [`open`], with what the file was found to be.
+fn open_checked(path: &Path, create: bool) -> io::Result<(File, Metadata)> {
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -395,7 +400,7 @@ fn open(path: &Path, create: bool) -> io::Result<File> {
             io::ErrorKind::PermissionDenied,
             format!("{wrong}; remove it (idem makes its own, private)"),
         )),
-        None => Ok(file),
+        None => Ok((file, metadata)),
     }
 }
 
