@@ -10,9 +10,10 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use super::run_with_db;
-use crate::util::{assert_code, guarded, text, wait_for_count, wrapped, Env};
+use crate::util::{assert_code, eventually, guarded, text, wait_for_count, wrapped, Env};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
@@ -92,6 +93,40 @@ fn a_lock_file_deleted_or_replaced_under_a_live_run_keeps_its_key_busy() {
         assert_code(&env.run(args), 0);
         assert_eq!(env.count("count"), 1, "{way}: ran again");
     }
+}
+
+/// A run that died, then its lock file deleted: nothing can tell any more
+/// whether the run lives, so its key stays busy (doctor names it) until
+/// the host reboots, or a person frees it.
+#[test]
+fn a_dead_run_whose_lock_file_was_deleted_waits_for_a_reboot_or_a_person() {
+    let env = Env::new();
+    let command = guarded(&env, 30);
+    let args = ["run", "--key", "k", "--shell", "--", &command];
+    let mut first = env.idem(args).stderr(Stdio::null()).spawn().unwrap();
+    wait_for_count(&env, 1, &mut first);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let stuck = || {
+        let output = env.run(["doctor", "--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["stuck_keys"] == serde_json::json!(["k"])
+    };
+    eventually("the run to be gone", Duration::from_secs(30), stuck);
+    fs::remove_file(lock_file(&env.db())).unwrap();
+    let quick = guarded(&env, 0);
+    let args = ["run", "--key", "k", "--shell", "--", &quick];
+    assert_eq!(env.run(args).status.code(), Some(75));
+    let (code, check) = doctor_check(&env, &env.db(), "running keys");
+    assert_eq!((code, &check["status"]), (1, &"problem".into()), "{check}");
+    assert!(
+        check["message"].as_str().unwrap().contains(": k"),
+        "{check}"
+    );
+    // As after a reboot: the claim's boot is not this one.
+    crate::util::sqlite(&env.db(), "UPDATE keys SET owner_boot = 'another boot';");
+    assert_code(&env.run(args), 0);
+    assert_eq!(env.count("count"), 2);
 }
 
 /// A lock file another user planted in a shared sticky folder, or one that
