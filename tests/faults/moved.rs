@@ -95,6 +95,34 @@ fn a_lock_file_deleted_or_replaced_under_a_live_run_keeps_its_key_busy() {
     }
 }
 
+/// Runs of two keys sharing a named lock never overlap, even when the
+/// lock file is deleted while the first holds the lock.
+#[test]
+fn a_named_lock_outlives_its_lock_file() {
+    let env = Env::new();
+    let command = guarded(&env, 3);
+    let run = |key: &str| {
+        env.idem([
+            "run", "--key", key, "--lock", "db", "--shell", "--", &command,
+        ])
+    };
+    let mut first = run("backup").stderr(Stdio::null()).spawn().unwrap();
+    wait_for_count(&env, 1, &mut first);
+    fs::remove_file(lock_file(&env.db())).unwrap();
+    let second = run("vacuum").output().unwrap();
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("lock db is held by another run"),
+        "{stderr}"
+    );
+    assert!(first.wait().unwrap().success());
+    assert_eq!(env.count("overlaps"), 0, "overlapped");
+    // Once the first run is over, the lock is free.
+    assert_code(&run("vacuum").output().unwrap(), 0);
+    assert_eq!(env.count("count"), 2);
+}
+
 /// A run that died, then its lock file deleted: nothing can tell any more
 /// whether the run lives, so its key stays busy (doctor names it) until
 /// the host reboots, or a person frees it.
