@@ -25,7 +25,9 @@
 //! byte is taken only on the file found at the path once it is locked (its
 //! device and inode, and a link left), and a claim records which file its
 //! run holds ([`Hold::stamp`]): a later judge that finds another file there
-//! cannot ask the kernel about that run, and presumes it alive. (The bytes
+//! cannot ask the kernel about that run, and presumes it alive unless the
+//! host rebooted since its claim; a claim recorded in another ledger file
+//! (this one is a copy) is over. (The bytes
 //! are not kept in the ledger file itself: closing any descriptor of that
 //! file drops SQLite's own POSIX locks on it, and an idem of this kind and
 //! an older one must keep seeing each other's runs.)
@@ -99,11 +101,14 @@ enum Stamped {
     Moved,
 }
 
+/// A ledger part of 0 is a ledger file whose inode could not be read (or
+/// ends in 31 zero bits): it tells no copy, so nothing is judged over by it.
 fn stamped(recorded: i64, now: i64) -> Stamped {
     const LEDGER: i64 = ((1 << 31) - 1) << 31;
+    let (was, is) = (recorded & LEDGER, now & LEDGER);
     if recorded == UNSTAMPED || recorded == now {
         Stamped::Here
-    } else if recorded & LEDGER != now & LEDGER {
+    } else if was != is && was != 0 && is != 0 {
         Stamped::Copied
     } else {
         Stamped::Moved
@@ -442,6 +447,7 @@ mod tests {
     fn a_lock_file_deleted_under_a_hold_says_nothing_of_it() {
         let dir = tempfile::tempdir().expect("a tempdir");
         let ledger = dir.path().join("ledger.db");
+        std::fs::write(&ledger, b"").expect("a ledger");
         let hold = RunLocks::new(&ledger)
             .take(7)
             .expect("takes")
