@@ -217,10 +217,10 @@ fn connect(path: &Path, file: &std::fs::File, writable: bool) -> Result<Connecti
         Err(error) if error.sqlite_error_code() == Some(ErrorCode::CannotOpen) => error,
         Err(error) => return Err(fail(error)),
     };
-    let real = real_path(path)?;
-    if real == path {
-        return Err(fail(error));
-    }
+    let real = match real_path(path) {
+        Some(real) if real != path => real,
+        _ => return Err(fail(error)),
+    };
     let conn = open_by(&real, writable)?.map_err(fail)?;
     // The folder's link could be changed between the two opens: the
     // writers' lock must be on the file SQLite writes.

@@ -166,15 +166,12 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
 }
 
 /// The ledger's path with its folder's real path: every link above the
-/// ledger followed, its own name kept (never a link: see [`open_file`]).
-pub(super) fn real_path(path: &Path) -> Result<PathBuf> {
+/// ledger followed, its own name kept (never a link: see [`open_file`]);
+/// `None` when the folder cannot be resolved.
+pub(super) fn real_path(path: &Path) -> Option<PathBuf> {
     let folder = crate::ledger::folder_of(path);
-    let Some(name) = path.file_name() else {
-        return Ok(path.to_owned());
-    };
-    let real = std::fs::canonicalize(folder)
-        .map_err(|error| folder_fault(folder, FolderFault::Unreadable(io_words(&error))))?;
-    Ok(real.join(name))
+    let real = std::fs::canonicalize(folder).ok()?;
+    Some(real.join(path.file_name()?))
 }
 
 /// Opens (creating with 0600) the ledger file; falls back to read-only
