@@ -145,12 +145,12 @@ fn a_dead_run_whose_lock_file_was_deleted_waits_for_a_reboot_or_a_person() {
     let quick = guarded(&env, 0);
     let args = ["run", "--key", "k", "--shell", "--", &quick];
     assert_eq!(env.run(args).status.code(), Some(75));
-    let (code, check) = doctor_check(&env, &env.db(), "running keys");
-    assert_eq!((code, &check["status"]), (1, &"problem".into()), "{check}");
-    assert!(
-        check["message"].as_str().unwrap().contains(": k"),
-        "{check}"
-    );
+    for name in ["running keys", "lock file"] {
+        let (code, check) = doctor_check(&env, &env.db(), name);
+        assert_eq!((code, &check["status"]), (1, &"problem".into()), "{check}");
+        let message = check["message"].as_str().unwrap();
+        assert!(message.contains(": k"), "{check}");
+    }
     // As after a reboot: the claim's boot is not this one.
     crate::util::sqlite(&env.db(), "UPDATE keys SET owner_boot = 'another boot';");
     assert_code(&env.run(args), 0);
