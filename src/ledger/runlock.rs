@@ -25,7 +25,9 @@
 //! byte is taken only on the file found at the path once it is locked (its
 //! device and inode, and a link left), and a claim records which file its
 //! run holds ([`Hold::stamp`]): a later judge that finds another file there
-//! cannot ask the kernel about that run, and presumes it alive. (The bytes
+//! cannot ask the kernel about that run, and presumes it alive unless the
+//! host rebooted since its claim; a claim recorded in another ledger file
+//! (this one is a copy) is over. (The bytes
 //! are not kept in the ledger file itself: closing any descriptor of that
 //! file drops SQLite's own POSIX locks on it, and an idem of this kind and
 //! an older one must keep seeing each other's runs.)
@@ -55,6 +57,9 @@ pub struct Hold {
     slot: i64,
     /// Which file this is, as a claim records it.
     stamp: i64,
+    /// Which file this is, for its attempts to open it again: its device
+    /// and inode.
+    identity: (u64, u64),
     /// Named locks (`--lock`) the run holds besides its key: their own
     /// open files, and their bytes, which each attempt's file holds too.
     named: Vec<(Arc<OwnedFd>, i64)>,
@@ -96,11 +101,14 @@ enum Stamped {
     Moved,
 }
 
+/// A ledger part of 0 is a ledger file whose inode could not be read (or
+/// ends in 31 zero bits): it tells no copy, so nothing is judged over by it.
 fn stamped(recorded: i64, now: i64) -> Stamped {
     const LEDGER: i64 = ((1 << 31) - 1) << 31;
+    let (was, is) = (recorded & LEDGER, now & LEDGER);
     if recorded == UNSTAMPED || recorded == now {
         Stamped::Here
-    } else if recorded & LEDGER != now & LEDGER {
+    } else if was != is && was != 0 && is != 0 {
         Stamped::Copied
     } else {
         Stamped::Moved
@@ -140,26 +148,21 @@ impl Hold {
     /// it is still there, else through the kernel's link to the open file
     /// (a lock file deleted or replaced during the run).
     fn reopen(&self) -> io::Result<File> {
-        let ours = File::from(self.file.try_clone()?).metadata()?;
-        let same = |file: File| -> io::Result<Option<File>> {
-            let metadata = file.metadata()?;
-            Ok((metadata.dev() == ours.dev() && metadata.ino() == ours.ino()).then_some(file))
+        let same = |(file, metadata): (File, Metadata)| {
+            ((metadata.dev(), metadata.ino()) == self.identity).then_some(file)
         };
-        match open(&self.path, false) {
-            Ok(file) => {
-                if let Some(file) = same(file)? {
-                    return Ok(file);
-                }
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error),
+        // Whatever is at the path now (nothing, another file, another
+        // user's plant), the kernel's link still leads to the run's file.
+        if let Some(file) = open_checked(&self.path, false).ok().and_then(same) {
+            return Ok(file);
         }
         let link = format!("/proc/self/fd/{}", self.file.as_raw_fd());
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(link)?;
-        same(file)?.ok_or_else(|| {
+        let metadata = file.metadata()?;
+        same((file, metadata)).ok_or_else(|| {
             io::Error::other("the lock file was replaced during the run and cannot be reopened")
         })
     }
@@ -240,10 +243,11 @@ impl RunLocks {
             }
             // Locked: but a lock on a file deleted or replaced since it was
             // opened guards nothing, so take it again on the one there now.
-            if !still_at(&file, &self.path)? {
+            let Some(locked) = still_at(&file, &self.path)? else {
                 continue;
-            }
-            let stamp = self.stamp_of(&file.metadata()?)?;
+            };
+            let stamp = self.stamp_of(&locked)?;
+            let identity = (locked.dev(), locked.ino());
             // Taken alone; now shared, for the attempts to join (an atomic
             // conversion: no claim can slip in between).
             set(&file, slot, libc::F_RDLCK)?;
@@ -252,6 +256,7 @@ impl RunLocks {
                 path: self.path.clone(),
                 slot,
                 stamp,
+                identity,
                 named: Vec::new(),
             }));
         }
@@ -333,16 +338,17 @@ fn byte_held(probe: &File, slot: i64) -> io::Result<bool> {
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// Whether `file` is the file at `path`, still linked there: not deleted
-/// or replaced since it was opened.
-fn still_at(file: &File, path: &Path) -> io::Result<bool> {
+/// What `file` is, when it is the file at `path`, still linked there;
+/// `None` when it was deleted or replaced since it was opened.
+fn still_at(file: &File, path: &Path) -> io::Result<Option<Metadata>> {
     let opened = file.metadata()?;
     let there = match std::fs::symlink_metadata(path) {
         Ok(there) => there,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
     };
-    Ok(opened.nlink() > 0 && opened.dev() == there.dev() && opened.ino() == there.ino())
+    let same = opened.nlink() > 0 && opened.dev() == there.dev() && opened.ino() == there.ino();
+    Ok(same.then_some(opened))
 }
 
 fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
@@ -364,6 +370,11 @@ fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
 /// writable by no one else: whoever can lock its bytes can keep keys busy,
 /// or let two runs of one key overlap.
 fn open(path: &Path, create: bool) -> io::Result<File> {
+    open_checked(path, create).map(|(file, _)| file)
+}
+
+/// [`open`], with what the file was found to be.
+fn open_checked(path: &Path, create: bool) -> io::Result<(File, Metadata)> {
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -394,7 +405,7 @@ fn open(path: &Path, create: bool) -> io::Result<File> {
             io::ErrorKind::PermissionDenied,
             format!("{wrong}; remove it (idem makes its own, private)"),
         )),
-        None => Ok(file),
+        None => Ok((file, metadata)),
     }
 }
 
@@ -436,6 +447,7 @@ mod tests {
     fn a_lock_file_deleted_under_a_hold_says_nothing_of_it() {
         let dir = tempfile::tempdir().expect("a tempdir");
         let ledger = dir.path().join("ledger.db");
+        std::fs::write(&ledger, b"").expect("a ledger");
         let hold = RunLocks::new(&ledger)
             .take(7)
             .expect("takes")

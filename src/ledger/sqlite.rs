@@ -45,7 +45,8 @@ use path::disk_full;
 use rows::{
     attempt_from_row, by_the_kernel, get, hook_from_row, job_from_row, judge_in_claim,
     lock_file_error, lock_file_fault, millis, query_head, run_from_row, running_heads,
-    tails_from_row, HookCol, RunCol, StatusCode, TailCol, TimeOutOfRange, RUNS,
+    runs_on_a_moved_file, tails_from_row, HookCol, RunCol, StatusCode, TailCol, TimeOutOfRange,
+    RUNS,
 };
 use statements::{list_query, start_run, Ahead, END_RUN, KEY_ID, NEW_KEY};
 use tx::{count_outcome, upsert_attempt, Tx, END_ATTEMPT};
@@ -314,6 +315,17 @@ impl RunLedger for SqliteLedger {
             }
             locks.names.push(name.clone());
         }
+        // A run whose lock file was deleted or replaced may hold these on
+        // its own file, where no byte taken here can see it.
+        let mut stamps: Vec<i64> = locks.holds.iter().map(Hold::stamp).collect();
+        stamps.dedup();
+        for stamp in stamps {
+            let moved = runs_on_a_moved_file(&self.conn, stamp)
+                .map_err(|error| self.fail("read", &error))?;
+            if moved {
+                return Ok(Err(names[0].clone()));
+            }
+        }
         Ok(Ok(locks))
     }
 
@@ -469,7 +481,7 @@ impl Records for SqliteLedger {
             let mut ids = std::collections::HashMap::new();
             let mut jobs = Vec::new();
             for row in statement.query_map([glob], |row| {
-                Ok((row.get::<_, i64>(0)?, job_from_row(row, 1)?))
+                Ok((get::<i64>(row, "id")?, job_from_row(row, 1)?))
             })? {
                 let (id, job) = row?;
                 ids.insert(id, jobs.len());

@@ -1,7 +1,7 @@
 //! The world moving under a SQLite ledger: its lock file deleted or
 //! replaced while a run holds it, one ledger reached as two files (a hard
-//! link, a file mounted alone). Never a second run beside a live one, and
-//! `idem doctor` fails whenever `run` would.
+//! link, a file mounted alone), a link in a folder above it. Never a second
+//! run beside a live one, and `idem doctor` fails whenever `run` would.
 //!
 //! Some cases need root (to hand a file to another user, to mount) and
 //! `unshare`; where either is missing the test fails, naming it.
@@ -10,9 +10,10 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use super::run_with_db;
-use crate::util::{assert_code, guarded, text, wait_for_count, wrapped, Env};
+use crate::util::{assert_code, eventually, guarded, text, wait_for_count, wrapped, Env};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
@@ -92,6 +93,68 @@ fn a_lock_file_deleted_or_replaced_under_a_live_run_keeps_its_key_busy() {
         assert_code(&env.run(args), 0);
         assert_eq!(env.count("count"), 1, "{way}: ran again");
     }
+}
+
+/// Runs of two keys sharing a named lock never overlap, even when the
+/// lock file is deleted while the first holds the lock.
+#[test]
+fn a_named_lock_outlives_its_lock_file() {
+    let env = Env::new();
+    let command = guarded(&env, 3);
+    let run = |key: &str| {
+        env.idem([
+            "run", "--key", key, "--lock", "db", "--shell", "--", &command,
+        ])
+    };
+    let mut first = run("backup").stderr(Stdio::null()).spawn().unwrap();
+    wait_for_count(&env, 1, &mut first);
+    fs::remove_file(lock_file(&env.db())).unwrap();
+    let second = run("vacuum").output().unwrap();
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("lock db is held by another run"),
+        "{stderr}"
+    );
+    assert!(first.wait().unwrap().success());
+    assert_eq!(env.count("overlaps"), 0, "overlapped");
+    // Once the first run is over, the lock is free.
+    assert_code(&run("vacuum").output().unwrap(), 0);
+    assert_eq!(env.count("count"), 2);
+}
+
+/// A run that died, then its lock file deleted: nothing can tell any more
+/// whether the run lives, so its key stays busy (doctor names it) until
+/// the host reboots, or a person frees it.
+#[test]
+fn a_dead_run_whose_lock_file_was_deleted_waits_for_a_reboot_or_a_person() {
+    let env = Env::new();
+    let command = guarded(&env, 30);
+    let args = ["run", "--key", "k", "--shell", "--", &command];
+    let mut first = env.idem(args).stderr(Stdio::null()).spawn().unwrap();
+    wait_for_count(&env, 1, &mut first);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let stuck = || {
+        let output = env.run(["doctor", "--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["stuck_keys"] == serde_json::json!(["k"])
+    };
+    eventually("the run to be gone", Duration::from_secs(30), stuck);
+    fs::remove_file(lock_file(&env.db())).unwrap();
+    let quick = guarded(&env, 0);
+    let args = ["run", "--key", "k", "--shell", "--", &quick];
+    assert_eq!(env.run(args).status.code(), Some(75));
+    for name in ["running keys", "lock file"] {
+        let (code, check) = doctor_check(&env, &env.db(), name);
+        assert_eq!((code, &check["status"]), (1, &"problem".into()), "{check}");
+        let message = check["message"].as_str().unwrap();
+        assert!(message.contains(": k"), "{check}");
+    }
+    // As after a reboot: the claim's boot is not this one.
+    crate::util::sqlite(&env.db(), "UPDATE keys SET owner_boot = 'another boot';");
+    assert_code(&env.run(args), 0);
+    assert_eq!(env.count("count"), 2);
 }
 
 /// A lock file another user planted in a shared sticky folder, or one that
@@ -202,6 +265,33 @@ fn a_ledger_file_mounted_alone_is_refused() {
         "a side file beside the mount"
     );
     assert_eq!(fs::metadata(&mounted).unwrap().len(), 0);
+}
+
+/// `/home -> var/home`, a stowed `~/.local`: a link in a folder above the
+/// ledger is the system's own layout and is followed; only the ledger's own
+/// path is never a link. doctor agrees with run.
+#[test]
+fn a_link_in_a_folder_above_the_ledger_is_followed() {
+    let env = Env::new();
+    fs::create_dir_all(env.path("var/home/alice")).unwrap();
+    std::os::unix::fs::symlink("var/home", env.path("home")).unwrap();
+    let db = env.path("home/alice/.local/idem/ledger.db");
+    let command = env.count_cmd("count");
+    for _ in 0..2 {
+        let output = run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &command]);
+        assert_code(&output, 0);
+    }
+    assert_eq!(env.count("count"), 1);
+    let real = env.path("var/home/alice/.local/idem/ledger.db");
+    assert!(real.is_file() && lock_file(&real).is_file());
+    let doctor = run_with_db(&env, &db, &["doctor"]);
+    assert_code(&doctor, 0);
+    // The ledger's own path still never is a link.
+    let link = env.path("var/home/alice/linked.db");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let output = run_with_db(&env, &link, &["run", "--key", "k", "--", "true"]);
+    refused(&output, &["symbolic link"]);
+    assert_code(&run_with_db(&env, &link, &["doctor"]), 1);
 }
 
 /// doctor reports the lock file as run judges it: its owner, its mode and

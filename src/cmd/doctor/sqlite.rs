@@ -58,8 +58,12 @@ pub(super) fn examine(path: &Path) -> Report {
     }
     permissions(path, &metadata, &mut report);
     side_files(path, &mut report);
-    lock_file(path, &mut report);
-    match SqliteInspector::open(path) {
+    let opened = SqliteInspector::open(path);
+    let moved = opened
+        .as_ref()
+        .map_or_else(|_| Vec::new(), |ledger| ledger.moved_lock_file());
+    lock_file(path, &moved, &mut report);
+    match opened {
         Ok(mut opened) => contents(&mut opened, &mut report),
         Err(message) => report.push(
             "open",
@@ -281,15 +285,30 @@ fn side_file_fault(meta: &fs::Metadata, lock: bool) -> Option<String> {
 }
 
 /// The lock file whose bytes say which runs live, judged as `run` judges
-/// it, and which file it is: a claim records that, and a run whose file was
-/// deleted or replaced since is presumed alive (see the running keys).
-fn lock_file(path: &Path, report: &mut Report) {
+/// it, and which file it is: a claim records that, and the runs of the keys
+/// `moved`, whose lock file was deleted or replaced since, are presumed
+/// alive.
+fn lock_file(path: &Path, moved: &[String], report: &mut Report) {
     let lock = ledger::side_file(path, "-lock");
     let name = file_name(&lock);
+    if !moved.is_empty() {
+        report.push(
+            "lock file",
+            Level::Problem,
+            format!(
+                "{name} was deleted or replaced while {} key(s) ran: {}; idem cannot tell whether those runs live, so their keys stay busy",
+                moved.len(),
+                moved.join(", ")
+            ),
+            Some("check that nothing of those runs lives, then `idem ledger forget --force KEY`"),
+        );
+    }
     let meta = match fs::symlink_metadata(&lock) {
         Ok(meta) => meta,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            report.ok("lock file", format!("none yet: the first run makes {name}"));
+            if moved.is_empty() {
+                report.ok("lock file", format!("none yet: the first run makes {name}"));
+            }
             return;
         }
         Err(error) => {
@@ -317,6 +336,7 @@ fn lock_file(path: &Path, report: &mut Report) {
             format!("{name} {wrong}"),
             Some("find out who put it there, then remove it: idem makes its own, private"),
         ),
+        None if !moved.is_empty() => {}
         None => report.ok(
             "lock file",
             format!(

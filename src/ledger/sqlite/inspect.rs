@@ -16,7 +16,7 @@ use super::super::Owner;
 use super::durability::LOCK_WAIT;
 use super::open::{schema_state, versions};
 use super::path::{check_one_name, read_only_uri, side_file, symbolic_link};
-use super::rows::running_heads;
+use super::rows::{get, running_heads, RUNNING, SUCCEEDED};
 use crate::exit::io_words;
 
 pub struct SqliteInspector {
@@ -78,6 +78,31 @@ impl SqliteInspector {
         check_one_name(path, &file, &metadata)
             .err()
             .map(|error| error.to_string())
+    }
+
+    /// The keys whose running head's claim locked a lock file that is no
+    /// longer at the path (deleted or replaced since), so the kernel cannot
+    /// tell whether their runs live; none where the ledger cannot say.
+    pub fn moved_lock_file(&self) -> Vec<String> {
+        let moved = || -> rusqlite::Result<Vec<String>> {
+            let mut statement = self.conn.prepare(&format!(
+                "SELECT k.key AS key, k.id AS id, k.owner_lock AS lock
+                 FROM runs r CROSS JOIN keys k ON k.id = r.key_id
+                 WHERE r.status = {RUNNING} AND r.status <> {SUCCEEDED} AND k.head = r.id
+                   AND k.owner_lock > 1
+                 ORDER BY k.key"
+            ))?;
+            let mut rows = statement.query([])?;
+            let mut keys = Vec::new();
+            while let Some(row) = rows.next()? {
+                let judged = self.locks.judge(get(row, "id")?, get(row, "lock")?);
+                if matches!(judged, Ok(None)) {
+                    keys.push(get(row, "key")?);
+                }
+            }
+            Ok(keys)
+        };
+        moved().unwrap_or_default()
     }
 
     /// The rows of `PRAGMA integrity_check`: `["ok"]` when the file is sound.

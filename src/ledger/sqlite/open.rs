@@ -9,12 +9,12 @@ use anyhow::Result;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use super::super::error::LedgerError;
+use super::super::error::{LedgerError, Why};
 use super::super::inspect::Schema;
 use super::super::runlock::RunLocks;
 use super::super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::durability::LOCK_WAIT;
-use super::path::{check_side_files, open_file, prepare_folder, read_only_uri};
+use super::path::{check_side_files, open_file, prepare_folder, read_only_uri, real_path};
 use super::rows::{get, lock_file_fault};
 use super::{describe, SqliteLedger};
 
@@ -30,29 +30,7 @@ impl SqliteLedger {
         // The side files first: a refusal leaves nothing behind.
         check_side_files(path)?;
         let (file, writable) = open_file(path)?;
-        // NOFOLLOW: SQLite opens the file again by name; should a link
-        // replace it meanwhile, SQLite refuses it too.
-        let opened = if writable {
-            Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                    | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-            )
-        } else {
-            Connection::open_with_flags(
-                read_only_uri(path)?,
-                OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | OpenFlags::SQLITE_OPEN_URI
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                    | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-            )
-        };
-        let conn = opened.map_err(|error| LedgerError::Could {
-            doing: "open".into(),
-            ledger: path.display().to_string(),
-            why: describe(&error, path),
-        })?;
+        let conn = connect(path, &file, writable)?;
         let mut ledger = SqliteLedger {
             conn,
             lock: Arc::new(file),
@@ -215,6 +193,76 @@ impl SqliteLedger {
             self.checkpoint();
         }
         migrated
+    }
+}
+
+/// SQLite's connection to the ledger at `path`, whose file idem opened as
+/// `file`. SQLite's NOFOLLOW refuses a link anywhere in the path, but a
+/// link above the ledger's folder is the system's own layout (`/home ->
+/// var/home`, a stowed ~/.local): where the path has one, SQLite is given
+/// the folder's real path and the ledger's own name, which is never a link
+/// (asked only then: resolving every path would cost each run a call per
+/// folder).
+fn connect(path: &Path, file: &std::fs::File, writable: bool) -> Result<Connection> {
+    let fail = |error: rusqlite::Error| -> anyhow::Error {
+        LedgerError::Could {
+            doing: "open".into(),
+            ledger: path.display().to_string(),
+            why: describe(&error, path),
+        }
+        .into()
+    };
+    let error = match open_by(path, writable)? {
+        Ok(conn) => return Ok(conn),
+        Err(error) if error.sqlite_error_code() == Some(ErrorCode::CannotOpen) => error,
+        Err(error) => return Err(fail(error)),
+    };
+    let real = match real_path(path) {
+        Some(real) if real != path => real,
+        _ => return Err(fail(error)),
+    };
+    let conn = open_by(&real, writable)?.map_err(fail)?;
+    // The folder's link could be changed between the two opens: the
+    // writers' lock must be on the file SQLite writes.
+    if !same_file(&real, file) {
+        return Err(LedgerError::Could {
+            doing: "open".into(),
+            ledger: path.display().to_string(),
+            why: Why::Said("its folder was moved while it was opened; try again".into()),
+        }
+        .into());
+    }
+    Ok(conn)
+}
+
+/// SQLite's connection to the ledger file at `path`. NOFOLLOW: SQLite
+/// opens the file again by name; should a link replace it meanwhile,
+/// SQLite refuses it too.
+fn open_by(path: &Path, writable: bool) -> Result<rusqlite::Result<Connection>> {
+    Ok(if writable {
+        Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+    } else {
+        Connection::open_with_flags(
+            read_only_uri(path)?,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+    })
+}
+
+/// Whether `real` names the file open as `file`.
+fn same_file(real: &Path, file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(real), file.metadata()) {
+        (Ok(there), Ok(opened)) => there.dev() == opened.dev() && there.ino() == opened.ino(),
+        _ => false,
     }
 }
 

@@ -165,6 +165,15 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The ledger's path with its folder's real path: every link above the
+/// ledger followed, its own name kept (never a link: see [`open_file`]);
+/// `None` when the folder cannot be resolved.
+pub(super) fn real_path(path: &Path) -> Option<PathBuf> {
+    let folder = crate::ledger::folder_of(path);
+    let real = std::fs::canonicalize(folder).ok()?;
+    Some(real.join(path.file_name()?))
+}
+
 /// Opens (creating with 0600) the ledger file; falls back to read-only
 /// where the file or its file system refuses writes, so reading still works.
 ///

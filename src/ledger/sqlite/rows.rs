@@ -347,6 +347,28 @@ pub(super) fn judge_in_claim(
     }
 }
 
+/// Whether some running head's claim locked another lock file than the one
+/// of stamp `taken` (deleted or replaced since) and its run cannot be
+/// judged over: a named lock taken on `taken`'s file cannot see whether
+/// that run holds it on its own.
+pub(super) fn runs_on_a_moved_file(conn: &Connection, taken: i64) -> rusqlite::Result<bool> {
+    // The literal term lets the planner use the partial index.
+    let mut statement = conn.prepare(&format!(
+        "SELECT k.owner_lock AS lock, k.owner_boot AS boot
+         FROM runs r CROSS JOIN keys k ON k.id = r.key_id
+         WHERE r.status = {RUNNING} AND r.status <> {SUCCEEDED} AND k.head = r.id
+           AND k.owner_lock > 1"
+    ))?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let boot: Option<String> = get(row, "boot")?;
+        if judge_in_claim(Some(taken), get(row, "lock")?, boot.as_deref()).is_none() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// A claim made without the lock file lives, for all idem can tell, until
 /// its host reboots.
 fn unlocked_owner(boot: Option<&str>) -> Option<bool> {
