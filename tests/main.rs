@@ -23,5 +23,6 @@ mod postgres;
 mod recipes;
 mod run;
 mod run_engine;
+mod serve;
 mod wrapper;
 mod wrapper_ux;
