@@ -44,7 +44,7 @@ fn figures(page: &JobPage, now: Timestamp) -> Markup {
             dt { "Failures in a row" } dd { (status.failures) }
             dt { "Missed periods" } dd {
                 @match status.missed {
-                    Some(missed) => { (missed) " of the last 10 " (status.period.unwrap_or("period")) "s" }
+                    Some(missed) => { (missed) " of the last 10 " (periods(status.period)) }
                     None => "- (no period in its key)",
                 }
             }
@@ -52,6 +52,15 @@ fn figures(page: &JobPage, now: Timestamp) -> Markup {
             dt { "Key" } dd { code { (status.template) } }
             dt { "Command" } dd { code.wrap { (command_text(&status.argv, status.shell)) } }
         }
+    }
+}
+
+/// The periods of a job's template in words: `{date}` makes one a day.
+fn periods(period: Option<&str>) -> String {
+    match period {
+        Some("date") => "days".to_owned(),
+        Some(period) => format!("{period}s"),
+        None => "periods".to_owned(),
     }
 }
 
