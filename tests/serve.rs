@@ -367,6 +367,33 @@ fn the_health_check_fails_where_no_ledger_is() {
     let board = server.get("/");
     assert_eq!(board.status, 200);
     assert!(board.body.contains("No jobs yet"), "{}", board.body);
+    // Ctrl-C stops it as SIGTERM does.
+    let mut server = server;
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn a_url_in_a_command_shows_its_host_alone() {
+    let env = Env::new();
+    let secret = "0f3c1d2e-5b6a-4c7d-8e9f-a0b1c2d3e4f5";
+    let ping = format!("https://hc-ping.example/{secret}");
+    env.cmd(["run", "--key", "pinged", "--", "echo", &ping])
+        .succeeds();
+    let server = Server::start(&env, &[]);
+    for path in ["/", "/job/pinged"] {
+        let page = server.get(path);
+        assert_eq!(page.status, 200);
+        assert!(
+            page.body.contains("https://hc-ping.example/***"),
+            "{}",
+            page.body
+        );
+        // The page shows the command, masked; the output is the command's.
+        let shown = page.body.replace(&format!("{ping}\n</pre>"), "");
+        assert!(!shown.contains(secret), "{path}: {}", page.body);
+    }
 }
 
 #[test]
