@@ -25,5 +25,6 @@ mod postgres;
 mod recipes;
 mod run;
 mod run_engine;
+mod serve;
 mod wrapper;
 mod wrapper_ux;
