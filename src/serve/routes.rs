@@ -181,7 +181,7 @@ async fn metrics(State(shared): State<Handle>) -> Response {
             Some(ledger) => ledger.jobs(None),
             None => Ok(Vec::new()),
         })?;
-        let body = render::job_metrics_text(&jobs);
+        let body = render::metrics::job_metrics_text(&jobs);
         Ok(text(StatusCode::OK, METRICS_TYPE, body))
     })
     .await
