@@ -845,7 +845,8 @@ Examples:
 
 Exit codes:
   0    every job is ok or running (or there are none)
-  1    a job is failing or overdue
+  1    a job is failing or overdue; or no ledger at --db (nothing has run with it yet), or no
+       job matches --job
   2    usage error: bad flag or glob
   125  idem itself failed (ledger unreadable, corrupt or newer)
 
@@ -863,7 +864,8 @@ idem-run(1), idem-ledger(1), idem-doctor(1), crontab(5)";
 pub const LEDGER_EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    done
-  1    show: the key is not in the ledger; forget: a key is not (the others are forgotten)
+  1    list, show, metrics: no ledger at --db (nothing has run with it yet); show: the key is
+       not in the ledger; forget: a key is not (the others are forgotten)
   2    usage error: bad flag, duration, time, or a line import cannot read
   75   forget: a key is running under a live owner; nothing was forgotten
   125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)

@@ -23,5 +23,6 @@ mod postgres;
 mod recipes;
 mod run;
 mod run_engine;
+mod truth;
 mod wrapper;
 mod wrapper_ux;
