@@ -53,3 +53,48 @@ fn a_job_glob_that_matches_nothing_is_told() {
         .succeeds()
         .stdout_has("backup");
 }
+
+// ---- an output cut to its tail says so -----------------------------------
+
+#[test]
+fn show_marks_an_output_cut_to_its_tail() {
+    let env = Env::new();
+    let run = |key: &str, capture: &str, script: &str| {
+        env.cmd(["run", "--key", key, "--capture", capture, "--shell", "--"])
+            .arg(script)
+            .succeeds();
+    };
+    run("long", "16", "seq 1 100; echo oops >&2");
+    let shown = env.cmd(["ledger", "show", "long"]).succeeds().stdout();
+    let lines: Vec<&str> = shown.lines().collect();
+    let attempt = lines
+        .iter()
+        .position(|line| line.starts_with("  attempt 1: exit 0"))
+        .unwrap_or_else(|| panic!("no attempt line in\n{shown}"));
+    assert_eq!(
+        lines[attempt + 1],
+        "    [… earlier output cut: only the last 16 B of each stream kept (--capture)]",
+        "{shown}"
+    );
+    assert_eq!(lines[attempt + 2], "    stdout:", "{shown}");
+    assert!(shown.contains("      100\n"), "{shown}");
+    let json = env.show_json("long");
+    assert_eq!(json["attempts_detail"][0]["output_cut"], true, "{json}");
+
+    // Output kept whole is shown without a word; none kept says why.
+    run("short", "16", "echo hi");
+    env.cmd(["ledger", "show", "short"])
+        .succeeds()
+        .stdout_has("      hi\n")
+        .stdout_lacks("cut")
+        .stdout_lacks("not kept");
+    assert_eq!(
+        env.show_json("short")["attempts_detail"][0]["output_cut"],
+        false
+    );
+    run("secret", "0", "echo hunter2");
+    env.cmd(["ledger", "show", "secret"])
+        .succeeds()
+        .stdout_has("    [output not kept: --capture 0]\n")
+        .stdout_lacks("stdout:");
+}
