@@ -590,6 +590,9 @@ pub struct StatusArgs {
     /// Print a JSON array
     #[arg(long)]
     pub json: bool,
+    /// Every column and the whole command, however wide the table
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Args)]
@@ -835,7 +838,12 @@ Columns:
   RECENT        its latest 10 outcomes, oldest first: + succeeded, x failed, ? abandoned,
                 > running; at a colour terminal dots of the same order (green succeeded,
                 red failed, magenta abandoned, yellow running)
-  COMMAND       what it runs: the program and its last arguments where the width is short
+  COMMAND       what it runs: the program's base name and its last arguments where the width
+                is short (backup.sh … --daily)
+
+  The table fits the terminal (else $COLUMNS): the command shrinks first, then LAST SUCCESS,
+  MISSED and LAST RUN give way, RECENT keeps its latest 6, then FAILS and RECENT give way.
+  --wide shows every column and the whole command.
 
 Examples:
   idem status                       every job, those that need a person first

@@ -2,7 +2,10 @@
 //! there, an output cut to its tail marked as such, and a status table that
 //! fits the terminal it is drawn on.
 
-use crate::util::Env;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::util::{text, wait_for_file, Env};
 
 // ---- a ledger that is not there is told, not read as empty ---------------
 
@@ -97,4 +100,177 @@ fn show_marks_an_output_cut_to_its_tail() {
         .succeeds()
         .stdout_has("    [output not kept: --capture 0]\n")
         .stdout_lacks("stdout:");
+}
+
+// ---- `idem status` fits the terminal it is drawn on ----------------------
+
+/// Runs `idem ARGS` of `env` in a fresh pseudo-terminal of `columns`
+/// columns (set before idem starts, whatever terminal the tests run
+/// from), with colour on and a `$COLUMNS` that lies; returns what the
+/// terminal showed, without its carriage returns, and idem's exit code.
+fn in_pty(env: &Env, columns: u16, args: &[&str]) -> (String, i32) {
+    const SCRIPT: &str = r#"
+import fcntl, os, pty, struct, sys, termios
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, int(sys.argv[1]), 0, 0))
+    os.execv(sys.argv[2], sys.argv[2:])
+out = b""
+while True:
+    try:
+        data = os.read(fd, 65536)
+    except OSError:
+        break
+    if not data:
+        break
+    out += data
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+    let idem = env.idem(args);
+    let mut python = Command::new("python3");
+    for (name, value) in idem.get_envs() {
+        match value {
+            Some(value) => python.env(name, value),
+            None => python.env_remove(name),
+        };
+    }
+    let output = python
+        .env("TERM", "xterm-256color")
+        .env("COLUMNS", "500")
+        .env_remove("NO_COLOR")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(columns.to_string())
+        .arg(idem.get_program())
+        .args(idem.get_args())
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs");
+    let shown = text(&output.stdout).replace('\r', "");
+    (shown, output.status.code().unwrap_or(-1))
+}
+
+/// A line as it is seen: without its colour escapes.
+fn seen(line: &str) -> String {
+    let mut seen = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters, then a final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            seen.push(c);
+        }
+    }
+    seen
+}
+
+/// An idem run stopped (SIGTERM, which it passes to its command) when the
+/// test ends, passed or failed.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn status_fits_a_colour_terminal_of_80_120_and_200_columns() {
+    let env = Env::new();
+    let program = env.path("usr/local/bin/backup.sh");
+    std::fs::create_dir_all(program.parent().unwrap()).unwrap();
+    std::fs::write(
+        &program,
+        "#!/bin/sh\n[ -z \"$HOLD\" ] || { : > \"$HOLD\"; sleep 30; }\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let program = program.display().to_string();
+    let backup = |key: &str| {
+        let mut args = vec![
+            "run",
+            "--job",
+            "backup-nightly",
+            "--retries",
+            "0",
+            "--key",
+            key,
+            "--",
+        ];
+        args.extend([program.as_str(), "--target", "/srv/data", "--daily"]);
+        env.idem(args)
+    };
+    for key in ["backup-1", "backup-2", "backup-3"] {
+        assert_eq!(backup(key).output().unwrap().status.code(), Some(3));
+    }
+    // One run goes on while the next fails: the runs overlap.
+    let held = env.path("held");
+    let mut long = Stopped(
+        backup("backup-long")
+            .env("HOLD", &held)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_file(&held, Duration::from_secs(10), &mut long.0);
+    assert_eq!(backup("backup-4").output().unwrap().status.code(), Some(3));
+    env.cmd(["run", "--key", "tick-{minute}", "--", "true"])
+        .succeeds();
+    let whole = format!("{program} --target /srv/data --daily");
+
+    for columns in [80, 120, 200] {
+        let (shown, code) = in_pty(&env, columns, &["status"]);
+        assert_eq!(code, 1, "a job is failing:\n{shown}");
+        assert!(shown.contains("\x1b["), "coloured at a terminal:\n{shown}");
+        let lines: Vec<String> = shown.lines().map(seen).collect();
+        assert_eq!(lines.len(), 3, "{shown}");
+        for line in &lines {
+            assert!(
+                line.chars().count() <= usize::from(columns),
+                "{} characters at {columns} columns:\n{}",
+                line.chars().count(),
+                lines.join("\n")
+            );
+        }
+        let header = &lines[0];
+        for column in ["JOB", "STATE", "RECENT", "COMMAND"] {
+            assert!(header.contains(column), "{column} at {columns}: {header}");
+        }
+        let row = &lines[1];
+        assert!(row.starts_with("backup-nightly  failing"), "{row}");
+        // The strip: three failures, the one that goes on, the last failure.
+        assert!(row.contains("●●●●●"), "{row}");
+        // The command by what identifies it: its base name and last words.
+        if columns == 200 {
+            assert!(row.ends_with(&whole), "{row}");
+            assert!(header.contains("LAST SUCCESS") && header.contains("MISSED"));
+        } else {
+            assert!(
+                row.contains("  backup.sh ") && row.ends_with(" --daily"),
+                "{row}"
+            );
+        }
+    }
+    // --wide: every column and the whole command, however narrow.
+    let (shown, _) = in_pty(&env, 80, &["status", "--wide"]);
+    let lines: Vec<String> = shown.lines().map(seen).collect();
+    assert!(
+        lines[0].contains("LAST SUCCESS") && lines[0].contains("MISSED"),
+        "{shown}"
+    );
+    assert!(lines[1].ends_with(&whole), "{shown}");
 }

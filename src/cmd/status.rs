@@ -48,7 +48,8 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
     if args.json {
         render::status::json(&mut out, &statuses)?;
     } else {
-        render::status::text(&mut out, &statuses, now, render::Style::for_stdout(colour))?;
+        let style = render::Style::for_stdout(colour);
+        render::status::text(&mut out, &statuses, now, style, args.wide)?;
     }
     Ok(if statuses.iter().any(|job| job.state.needs_a_person()) {
         exit::NOT_FOUND
