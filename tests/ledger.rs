@@ -94,11 +94,15 @@ fn start_sleeper(backend: &Backend, env: &Env, key: &str) -> Child {
         .spawn()
         .unwrap();
     eventually("the sleeper to run", Duration::from_secs(30), || {
-        env.list_json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|run| run["key"] == key && run["status"] == "running")
+        // Until the sleeper has made the ledger, list says there is none.
+        let listed = env.run(["ledger", "list", "--json"]);
+        listed.status.success()
+            && serde_json::from_slice::<Value>(&listed.stdout)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|run| run["key"] == key && run["status"] == "running")
     });
     child
 }
