@@ -963,7 +963,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__status)
-            opts="-q -v -h -V --job --json --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --job --json --wide --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

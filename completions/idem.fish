@@ -193,6 +193,7 @@ complete -c idem -n "__fish_idem_using_subcommand status" -l color -d 'Colour in
 always\t'Always, even into a pipe'
 never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand status" -l json -d 'Print a JSON array'
+complete -c idem -n "__fish_idem_using_subcommand status" -l wide -d 'Every column and the whole command, however wide the table'
 complete -c idem -n "__fish_idem_using_subcommand status" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand status" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'

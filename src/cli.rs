@@ -606,6 +606,9 @@ pub struct StatusArgs {
     /// Print a JSON array
     #[arg(long)]
     pub json: bool,
+    /// Every column and the whole command, however wide the table
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Args)]
@@ -887,7 +890,12 @@ Columns:
   RECENT        its latest 10 outcomes, oldest first: + succeeded, x failed, ? abandoned,
                 > running; at a colour terminal dots of the same order (green succeeded,
                 red failed, magenta abandoned, yellow running)
-  COMMAND       what it runs: the program and its last arguments where the width is short
+  COMMAND       what it runs: the program's base name and its last arguments where the width
+                is short (backup.sh … --daily)
+
+  The table fits the terminal (else $COLUMNS): the command shrinks first, then LAST SUCCESS,
+  MISSED and LAST RUN give way, RECENT keeps its latest 6, then FAILS and RECENT give way.
+  --wide shows every column and the whole command.
 
 Examples:
   idem status                       every job, those that need a person first
@@ -897,7 +905,8 @@ Examples:
 
 Exit codes:
   0    every job is ok or running (or there are none)
-  1    a job is failing or overdue
+  1    a job is failing or overdue; or no ledger at --db (nothing has run with it yet), or no
+       job matches --job
   2    usage error: bad flag or glob
   125  idem itself failed (ledger unreadable, corrupt or newer)
 
@@ -945,7 +954,8 @@ idem-status(1), idem-ledger(1)";
 pub const LEDGER_EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    done
-  1    show: the key is not in the ledger; forget: a key is not (the others are forgotten)
+  1    list, show, metrics: no ledger at --db (nothing has run with it yet); show: the key is
+       not in the ledger; forget: a key is not (the others are forgotten)
   2    usage error: bad flag, duration, time, or a line import cannot read
   75   forget: a key is running under a live owner; nothing was forgotten
   125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)

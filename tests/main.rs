@@ -26,5 +26,6 @@ mod recipes;
 mod run;
 mod run_engine;
 mod serve;
+mod truth;
 mod wrapper;
 mod wrapper_ux;
