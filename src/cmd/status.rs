@@ -37,13 +37,7 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
         .into());
     }
     let now = Timestamp::now();
-    let mut zones = Zones::default();
-    let host = crate::host::name();
-    let mut statuses: Vec<JobStatus> = jobs
-        .iter()
-        .map(|job| judge(job, now, &mut zones, &host))
-        .collect();
-    statuses.sort_by(|a, b| a.state.cmp(&b.state).then_with(|| a.job.cmp(&b.job)));
+    let statuses = judged(&jobs, now);
     let mut out = std::io::stdout().lock();
     if args.json {
         render::status::json(&mut out, &statuses)?;
@@ -56,6 +50,19 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
     } else {
         exit::SUCCESS
     })
+}
+
+/// Every job judged at `now`, the jobs that need a person first: what
+/// `idem status` prints and `idem serve` shows.
+pub fn judged(jobs: &[JobState], now: Timestamp) -> Vec<JobStatus> {
+    let mut zones = Zones::default();
+    let host = crate::host::name();
+    let mut statuses: Vec<JobStatus> = jobs
+        .iter()
+        .map(|job| judge(job, now, &mut zones, &host))
+        .collect();
+    statuses.sort_by(|a, b| a.state.cmp(&b.state).then_with(|| a.job.cmp(&b.job)));
+    statuses
 }
 
 /// Time zones by name, each read once.

@@ -157,7 +157,7 @@ pub fn job_state(ledger: &mut dyn Ledger, job: &str) -> Result<Option<JobState>>
 }
 
 /// A glob that matches `text` alone.
-fn glob_literal(text: &str) -> String {
+pub fn glob_literal(text: &str) -> String {
     let mut glob = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -170,4 +170,14 @@ fn glob_literal(text: &str) -> String {
         }
     }
     glob
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_name_is_its_own_glob() {
+        assert_eq!(glob_literal("a*b?[c]"), "a[*]b[?][[]c]");
+    }
 }

@@ -61,14 +61,7 @@ pub fn statuses(ledger: Option<&mut dyn Ledger>, now: Timestamp) -> Result<Vec<J
         Some(ledger) => ledger.jobs(None)?,
         None => Vec::new(),
     };
-    let mut zones = Zones::default();
-    let host = crate::host::name();
-    let mut statuses: Vec<JobStatus> = jobs
-        .iter()
-        .map(|job| judge(job, now, &mut zones, &host))
-        .collect();
-    statuses.sort_by(|a, b| a.state.cmp(&b.state).then_with(|| a.job.cmp(&b.job)));
-    Ok(statuses)
+    Ok(crate::cmd::status::judged(&jobs, now))
 }
 
 /// A job's page: its figures and its latest runs.
@@ -117,7 +110,7 @@ pub fn job_page(ledger: &mut dyn Ledger, job: &str, now: Timestamp) -> Result<Op
     };
     let status = judge(&state, now, &mut Zones::default(), &crate::host::name());
     let filter = ListFilter {
-        job_glob: Some(glob_literal(job)),
+        job_glob: Some(crate::ledger::glob_literal(job)),
         // One more than shown, to tell whether more are there.
         limit: RUNS_SHOWN + 1,
         ..ListFilter::default()
@@ -169,20 +162,6 @@ fn attempts_of(ledger: &mut dyn Ledger, runs: &[Run]) -> Result<HashMap<uuid::Uu
     Ok(attempts)
 }
 
-/// A glob that matches `text` alone (`*`, `?` and `[` bracketed).
-fn glob_literal(text: &str) -> String {
-    let mut glob = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[') {
-            glob.push('[');
-            glob.push(c);
-            glob.push(']');
-        } else {
-            glob.push(c);
-        }
-    }
-    glob
-}
 
 #[cfg(test)]
 mod tests {
@@ -196,10 +175,5 @@ mod tests {
         assert!(tail.cut);
         let short = Tail::of(b"done\n", false);
         assert_eq!((short.text.as_str(), short.cut), ("done\n", false));
-    }
-
-    #[test]
-    fn a_job_name_is_its_own_glob() {
-        assert_eq!(glob_literal("a*b?[c]"), "a[*]b[?][[]c]");
     }
 }
