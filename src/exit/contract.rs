@@ -1,5 +1,5 @@
 //! The exit codes as `--help`, the man pages and the flags' defaults tell
-//! them, held against the constants of `exit.rs`. `cli.rs` knows nothing
+//! them, held against the constants of `exit.rs`. `cli` knows nothing
 //! of the crate (so that completions and man pages come from it alone),
 //! so its words are checked here rather than built from the constants.
 
