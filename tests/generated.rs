@@ -311,7 +311,7 @@ fn idem_completions_prints_the_checked_in_scripts() {
             "idem completions {shell}"
         );
     }
-    crate::util::assert_code(&env.run(["completions", "tcsh"]), 2);
+    env.cmd(["completions", "tcsh"]).expect_code(2);
 }
 
 #[test]

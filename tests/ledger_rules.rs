@@ -49,7 +49,7 @@ fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
 #[test]
 fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     // SQLite cannot drop a CHECK constraint; writing the schema's text
     // without it is what a hand-edited ledger looks like.
     crate::util::sqlite(
@@ -62,9 +62,8 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     // A code no idem wrote, and a name where the ledger keeps codes.
     for (stored, shown) in [("7", "7"), ("'paused'", "\"paused\"")] {
         crate::util::sqlite(&env.db(), &format!("UPDATE runs SET status = {stored};"));
-        let output = env.run(["ledger", "list"]);
-        assert_code(&output, 125);
-        let stderr = text(&output.stderr);
+        let output = env.cmd(["ledger", "list"]).expect_code(125);
+        let stderr = output.stderr();
         assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
         assert!(
             stderr.contains(&format!(

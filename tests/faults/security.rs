@@ -40,26 +40,27 @@ fn the_ledger_is_private_under_a_permissive_umask() {
 #[test]
 fn no_shell_without_the_flag() {
     let env = Env::new();
-    let output = env.run(["run", "--key", "a", "--", "touch pwned; echo $HOME"]);
-    assert_code(&output, 127);
-    let output = env.run([
-        "run",
-        "--key",
-        "b",
-        "--",
-        "echo",
-        "$(touch pwned)",
-        ";",
-        "touch",
-        "pwned",
-        "|",
-        "&&",
-    ]);
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "$(touch pwned) ; touch pwned | &&\n");
+    env.cmd(["run", "--key", "a", "--", "touch pwned; echo $HOME"])
+        .expect_code(127);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "b",
+            "--",
+            "echo",
+            "$(touch pwned)",
+            ";",
+            "touch",
+            "pwned",
+            "|",
+            "&&",
+        ])
+        .succeeds();
+    assert_eq!(output.stdout(), "$(touch pwned) ; touch pwned | &&\n");
     assert!(!env.path("pwned").exists());
-    let output = env.run(["run", "--key", "c", "--shell", "--", "touch", "pwned"]);
-    assert_code(&output, 0);
+    env.cmd(["run", "--key", "c", "--shell", "--", "touch", "pwned"])
+        .succeeds();
     assert!(env.path("pwned").exists(), "--shell runs a shell");
 }
 
