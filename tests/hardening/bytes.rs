@@ -3,7 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-use crate::util::{assert_code, sqlite, text, Env};
+use crate::util::{sqlite, Env};
 
 // ------------------------------------------------------------ hostile bytes
 
@@ -11,7 +11,7 @@ use crate::util::{assert_code, sqlite, text, Env};
 fn list_and_show_escape_control_characters() {
     let env = Env::new();
     let hostile = "\x1b]0;owned\x07\x1b[2J\r";
-    let output = env.run([
+    env.cmd([
         OsStr::new("run"),
         "--key".as_ref(),
         "k".as_ref(),
@@ -19,23 +19,23 @@ fn list_and_show_escape_control_characters() {
         "printf".as_ref(),
         OsString::from(format!("{hostile}%s\u{202e}\n")).as_os_str(),
         "tail".as_ref(),
-    ]);
-    assert_code(&output, 0);
+    ])
+    .succeeds();
     // A key recorded by some other means, with a right-to-left override.
     sqlite(
         &env.db(),
         "UPDATE keys SET key = 'a' || char(0x202e) || char(7) || 'b' WHERE key = 'k'",
     );
-    let list = env.run(["ledger", "list"]);
-    assert_code(&list, 0);
-    let show = env.run([
-        OsStr::new("ledger"),
-        "show".as_ref(),
-        OsStr::from_bytes("a\u{202e}\x07b".as_bytes()),
-    ]);
-    assert_code(&show, 0);
+    let list = env.cmd(["ledger", "list"]).succeeds();
+    let show = env
+        .cmd([
+            OsStr::new("ledger"),
+            "show".as_ref(),
+            OsStr::from_bytes("a\u{202e}\x07b".as_bytes()),
+        ])
+        .succeeds();
     for (name, output) in [("list", &list), ("show", &show)] {
-        let stdout = text(&output.stdout);
+        let stdout = output.stdout();
         for bad in ['\x1b', '\x07', '\r', '\u{202e}'] {
             assert!(
                 !stdout.contains(bad),
@@ -46,8 +46,10 @@ fn list_and_show_escape_control_characters() {
         assert!(stdout.contains("\\u{202e}"), "{name}: {stdout}");
     }
     // JSON keeps the exact text.
-    let json = env.run([OsStr::new("ledger"), "list".as_ref(), "--json".as_ref()]);
-    let runs: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let runs = env
+        .cmd([OsStr::new("ledger"), "list".as_ref(), "--json".as_ref()])
+        .run()
+        .json();
     assert_eq!(runs[0]["key"], "a\u{202e}\x07b");
 }
 
@@ -60,9 +62,8 @@ fn keys_with_format_characters_are_refused() {
         "zero\u{200b}width",
         "a\u{feff}",
     ] {
-        let output = env.run(["run", "--key", key, "--", "true"]);
-        assert_code(&output, 2);
-        let stderr = text(&output.stderr);
+        let output = env.cmd(["run", "--key", key, "--", "true"]).expect_code(2);
+        let stderr = output.stderr();
         assert!(stderr.contains("invalid --key"), "{stderr}");
         assert!(
             !stderr.contains(key),

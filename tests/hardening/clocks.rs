@@ -1,6 +1,6 @@
 //! Clocks that lie: a success stamped in the future.
 
-use crate::util::{assert_code, sqlite, Env};
+use crate::util::{sqlite, Env};
 
 // ------------------------------------------------------------------ clocks
 
@@ -12,21 +12,21 @@ fn a_success_stamped_in_the_future_is_not_fresh() {
     let run = |env: &Env| {
         let mut all: Vec<&str> = args.to_vec();
         all.push(&count);
-        env.run(all)
+        env.cmd(all)
     };
-    assert_code(&run(&env), 0);
+    run(&env).succeeds();
     // As if the clock had run 30 days ahead when it succeeded.
     sqlite(
         &env.db(),
         "UPDATE runs SET started_at = started_at + 30 * 86400000,
              finished_at = finished_at + 30 * 86400000",
     );
-    assert_code(&run(&env), 0);
+    run(&env).succeeds();
     assert_eq!(
         env.count("count"),
         2,
         "a success from the future was skipped"
     );
-    assert_code(&run(&env), 0);
+    run(&env).succeeds();
     assert_eq!(env.count("count"), 2, "the success made now is fresh");
 }

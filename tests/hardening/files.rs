@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::util::{assert_code, listing, require, sqlite, text, Env};
+use crate::util::{assert_code, listing, require, sqlite, Env};
 
-use super::{chmod, chown, refused, root, with_db, within, STRANGER};
+use super::{chmod, chown, refused, refused_output, root, with_db, within, STRANGER};
 
 // ------------------------------------------------ the ledger's path and files
 
@@ -26,24 +26,27 @@ fn a_symbolic_link_at_the_ledger_path_is_never_followed() {
         &["ledger", "list"],
         &["ledger", "show", "k"],
     ] {
-        let output = with_db(&env, &planted, args);
-        refused(&output, &["planted.db", "symbolic link", "--db"]);
+        refused(
+            with_db(&env, &planted, args),
+            &["planted.db", "symbolic link", "--db"],
+        );
     }
     assert!(!victim.exists(), "the link's target was created");
     assert_eq!(listing(env.dir.path()), before);
 
     // A link to a real ledger: refused too, and the ledger is untouched.
     let real = env.path("real.db");
-    assert_code(
-        &with_db(&env, &real, &["run", "--key", "k", "--", "true"]),
-        0,
-    );
+    env.cmd(["run", "--key", "k", "--", "true"])
+        .db(&real)
+        .succeeds();
     let link = env.path("link.db");
     std::os::unix::fs::symlink(&real, &link).unwrap();
     let bytes = fs::read(&real).unwrap();
     let before = listing(env.dir.path());
-    let output = with_db(&env, &link, &["run", "--key", "other", "--", "true"]);
-    refused(&output, &["link.db", "symbolic link"]);
+    refused(
+        with_db(&env, &link, &["run", "--key", "other", "--", "true"]),
+        &["link.db", "symbolic link"],
+    );
     assert_eq!(fs::read(&real).unwrap(), bytes);
     assert_eq!(listing(env.dir.path()), before);
 }
@@ -52,7 +55,7 @@ fn a_symbolic_link_at_the_ledger_path_is_never_followed() {
 fn a_linked_wal_or_shm_file_is_refused() {
     let env = Env::new();
     let db = env.db();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     // Fold the log into the file, so that removing it loses nothing.
     sqlite(&db, "PRAGMA wal_checkpoint(TRUNCATE);");
     for suffix in ["-wal", "-shm"] {
@@ -63,12 +66,13 @@ fn a_linked_wal_or_shm_file_is_refused() {
         fs::write(&victim, b"precious").unwrap();
         let side = env.path(&format!("ledger.db{suffix}"));
         std::os::unix::fs::symlink(&victim, &side).unwrap();
-        let output = env.run(["run", "--key", "k2", "--", "true"]);
-        refused(&output, &[&format!("ledger.db{suffix}"), "symbolic link"]);
+        refused(
+            env.cmd(["run", "--key", "k2", "--", "true"]),
+            &[&format!("ledger.db{suffix}"), "symbolic link"],
+        );
         // doctor names it as the problem it is for run.
-        let doctor = env.run(["doctor", "--json"]);
-        assert_code(&doctor, 1);
-        let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+        let doctor = env.cmd(["doctor", "--json"]).expect_code(1);
+        let report: serde_json::Value = doctor.json();
         let check = report["checks"]
             .as_array()
             .unwrap()
@@ -84,7 +88,7 @@ fn a_linked_wal_or_shm_file_is_refused() {
         fs::remove_file(&side).unwrap();
     }
     // Without the links the ledger works again and kept its run.
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     assert_eq!(env.show_json("k")["status"], "succeeded");
     assert_eq!(env.show_json("k")["history"], serde_json::json!([]));
 }
@@ -101,8 +105,10 @@ fn a_ledger_file_of_another_user_is_refused_and_left_alone() {
     chmod(&db, 0o644);
     chown(&db, STRANGER);
     let before = listing(env.dir.path());
-    let output = env.run(["run", "--key", "k", "--", "true"]);
-    refused(&output, &["ledger.db", &format!("uid {STRANGER}")]);
+    refused(
+        env.cmd(["run", "--key", "k", "--", "true"]),
+        &["ledger.db", &format!("uid {STRANGER}")],
+    );
     let meta = fs::metadata(&db).unwrap();
     assert_eq!(meta.len(), 0, "the file was made a ledger");
     assert_eq!(meta.mode() & 0o7777, 0o644);
@@ -114,20 +120,22 @@ fn a_ledger_file_of_another_user_is_refused_and_left_alone() {
 fn a_ledger_file_others_can_write_is_refused() {
     let env = Env::new();
     let db = env.db();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     for mode in [0o666, 0o620] {
         chmod(&db, mode);
         let bytes = fs::read(&db).unwrap();
         let before = listing(env.dir.path());
-        let output = env.run(["run", "--key", "new", "--", "true"]);
-        refused(&output, &["ledger.db", &format!("{mode:04o}"), "chmod 600"]);
+        refused(
+            env.cmd(["run", "--key", "new", "--", "true"]),
+            &["ledger.db", &format!("{mode:04o}"), "chmod 600"],
+        );
         assert_eq!(fs::read(&db).unwrap(), bytes);
         assert_eq!(fs::metadata(&db).unwrap().mode() & 0o7777, mode);
         assert_eq!(listing(env.dir.path()), before);
     }
     // Readable by others is the owner's choice (doctor warns about it).
     chmod(&db, 0o644);
-    assert_code(&env.run(["run", "--key", "new", "--", "true"]), 0);
+    env.cmd(["run", "--key", "new", "--", "true"]).succeeds();
 }
 
 #[test]
@@ -137,18 +145,22 @@ fn a_folder_others_can_write_or_another_user_owns_is_refused() {
     fs::create_dir(&folder).unwrap();
     let db = folder.join("ledger.db");
     chmod(&folder, 0o777);
-    let output = with_db(&env, &db, &["run", "--key", "k", "--", "true"]);
-    refused(&output, &["shared", "0777", "chmod 700"]);
+    refused(
+        with_db(&env, &db, &["run", "--key", "k", "--", "true"]),
+        &["shared", "0777", "chmod 700"],
+    );
     assert!(listing(&folder).is_empty(), "{:?}", listing(&folder));
     chmod(&folder, 0o775);
     refused(
-        &with_db(&env, &db, &["run", "--key", "k", "--", "true"]),
+        with_db(&env, &db, &["run", "--key", "k", "--", "true"]),
         &["shared", "0775"],
     );
     assert!(listing(&folder).is_empty());
     // A sticky folder like /tmp: others cannot replace what is ours.
     chmod(&folder, 0o1777);
-    assert_code(&with_db(&env, &db, &["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"])
+        .db(&db)
+        .succeeds();
     assert_eq!(fs::metadata(&db).unwrap().mode() & 0o777, 0o600);
 
     if !require(root(), "root (to hand a folder to another user)") {
@@ -158,12 +170,14 @@ fn a_folder_others_can_write_or_another_user_owns_is_refused() {
     fs::create_dir(&theirs).unwrap();
     chmod(&theirs, 0o755);
     chown(&theirs, STRANGER);
-    let output = with_db(
-        &env,
-        &theirs.join("ledger.db"),
-        &["run", "--key", "k", "--", "true"],
+    refused(
+        with_db(
+            &env,
+            &theirs.join("ledger.db"),
+            &["run", "--key", "k", "--", "true"],
+        ),
+        &["theirs", &format!("uid {STRANGER}")],
     );
-    refused(&output, &["theirs", &format!("uid {STRANGER}")]);
     assert!(listing(&theirs).is_empty());
 }
 
@@ -196,7 +210,7 @@ fn a_fifo_a_device_or_a_folder_is_not_a_regular_file() {
             let mut command = env.idem(args);
             command.env("IDEM_DB", path);
             let output = within(command, Duration::from_secs(20));
-            refused(
+            refused_output(
                 &output,
                 &[&path.display().to_string(), "not a regular file"],
             );
@@ -254,7 +268,7 @@ fn a_folder_that_cannot_be_searched_says_so() {
     chmod(&folder, 0o600);
     let db = folder.join("ledger.db");
     let output = as_nobody(&env, &db, &["run", "--key", "k", "--", "true"]).unwrap();
-    let line = refused(&output, &["closed", "cannot be searched"]);
+    let line = refused_output(&output, &["closed", "cannot be searched"]);
     assert!(!line.contains("could not create"), "{line}");
 }
 
@@ -264,7 +278,9 @@ fn doctor_says_a_ledger_that_cannot_be_written_is_a_problem() {
     let folder = env.path("mine");
     fs::create_dir(&folder).unwrap();
     let db = folder.join("ledger.db");
-    assert_code(&with_db(&env, &db, &["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"])
+        .db(&db)
+        .succeeds();
     let Some(healthy) = as_nobody(&env, &db, &["doctor"]) else {
         return;
     };
@@ -297,15 +313,13 @@ fn doctor_says_a_ledger_that_cannot_be_written_is_a_problem() {
 #[test]
 fn doctor_says_never_to_delete_the_wal_and_shm_files() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     assert!(env.path("ledger.db-wal").exists());
-    let output = env.run(["doctor"]);
-    assert_code(&output, 0);
-    let stdout = text(&output.stdout);
+    let output = env.cmd(["doctor"]).succeeds();
+    let stdout = output.stdout();
     assert!(stdout.contains("never delete"), "{stdout}");
     assert!(stdout.contains("ledger.db-wal"), "{stdout}");
-    let output = env.run(["doctor", "--json"]);
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = env.cmd(["doctor", "--json"]).run().json();
     let leftovers = report["checks"]
         .as_array()
         .unwrap()

@@ -103,19 +103,20 @@ fn each_idem_line_is_one_write() {
 #[test]
 fn a_delay_under_a_second_is_told_in_milliseconds() {
     let env = Env::new();
-    let output = env.run([
-        "run",
-        "--key",
-        "k",
-        "--retries",
-        "1",
-        "--backoff",
-        "300ms",
-        "--",
-        "false",
-    ]);
-    assert_code(&output, 1);
-    let stderr = text(&output.stderr);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "k",
+            "--retries",
+            "1",
+            "--backoff",
+            "300ms",
+            "--",
+            "false",
+        ])
+        .expect_code(1);
+    let stderr = output.stderr();
     let said = stderr
         .split("retrying in ")
         .nth(1)
@@ -154,30 +155,25 @@ fn a_clock_before_1970_is_a_clear_125() {
 #[test]
 fn an_unusable_tmpdir_under_quiet_success_claims_nothing() {
     let env = Env::new();
-    let output = env
-        .idem([
-            "run",
-            "--key",
-            "k",
-            "--quiet-success",
-            "--shell",
-            "--",
-            &env.count_cmd("count"),
-        ])
-        .env("TMPDIR", env.path("missing"))
-        .output()
-        .unwrap();
-    assert_code(&output, 125);
+    env.cmd([
+        "run",
+        "--key",
+        "k",
+        "--quiet-success",
+        "--shell",
+        "--",
+        &env.count_cmd("count"),
+    ])
+    .env("TMPDIR", env.path("missing"))
+    .expect_code(125);
     assert_eq!(env.count("count"), 0);
     // Nothing was left running, so the next run is not told of a recovery.
     let recovered = format!(
         "echo \"$IDEM_RECOVERED\" >> '{}'",
         env.path("seen").display()
     );
-    assert_code(
-        &env.run(["run", "--key", "k", "--shell", "--", &recovered]),
-        0,
-    );
+    env.cmd(["run", "--key", "k", "--shell", "--", &recovered])
+        .succeeds();
     assert_eq!(fs::read_to_string(env.path("seen")).unwrap(), "\n");
 }
 
@@ -212,22 +208,19 @@ fn a_replay_of_an_output_longer_than_was_kept_says_its_start_is_cut() {
     let run = |key: &str, args: &[&str]| {
         let mut all = vec!["run", "--key", key, "--replay", "--capture", "16"];
         all.extend_from_slice(args);
-        env.run(all)
+        env.cmd(all)
     };
-    assert_code(&run("long", &["--", "seq", "1", "100"]), 0);
-    let replayed = run("long", &["--", "seq", "1", "100"]);
-    assert_code(&replayed, 0);
-    assert_eq!(text(&replayed.stdout), "96\n97\n98\n99\n100\n");
-    assert!(
-        text(&replayed.stderr).contains("the replay lacks its start"),
-        "{}",
-        text(&replayed.stderr)
-    );
+    run("long", &["--", "seq", "1", "100"]).succeeds();
+    run("long", &["--", "seq", "1", "100"])
+        .succeeds()
+        .stdout_is("96\n97\n98\n99\n100\n")
+        .stderr_has("the replay lacks its start");
     // What was kept whole replays without a word.
-    assert_code(&run("short", &["--", "echo", "hi"]), 0);
-    let whole = run("short", &["--", "echo", "hi"]);
-    assert_eq!(text(&whole.stdout), "hi\n");
-    assert_eq!(text(&whole.stderr), "");
+    run("short", &["--", "echo", "hi"]).succeeds();
+    run("short", &["--", "echo", "hi"])
+        .run()
+        .stdout_is("hi\n")
+        .stderr_is("");
     // The ledger tells it to scripts, and an export carries it.
     assert_eq!(
         env.show_json("long")["attempts_detail"][0]["output_cut"],
@@ -237,8 +230,9 @@ fn a_replay_of_an_output_longer_than_was_kept_says_its_start_is_cut() {
         env.show_json("short")["attempts_detail"][0]["output_cut"],
         false
     );
-    let export = env.run(["ledger", "export"]);
-    assert!(text(&export.stdout).contains("\"output_cut\":true"));
+    env.cmd(["ledger", "export"])
+        .run()
+        .stdout_has("\"output_cut\":true");
 }
 
 /// A count or a number out of its range, in a ledger edited by hand, is an

@@ -21,18 +21,19 @@ const BIG: &str = "yes 0123456789abcdef | head -c 1048576";
 /// A key with `runs` runs, each with 1 MiB of output kept: one made by
 /// idem, the others copied from it in SQL (far faster than running them).
 fn big_history(env: &Env, runs: u32) {
-    let output = env.run([
-        "run",
-        "--key",
-        "big",
-        "--capture",
-        "1MiB",
-        "--shell",
-        "--",
-        BIG,
-    ]);
-    assert_code(&output, 0);
-    assert_eq!(output.stdout.len(), MIB);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "big",
+            "--capture",
+            "1MiB",
+            "--shell",
+            "--",
+            BIG,
+        ])
+        .succeeds();
+    assert_eq!(output.output.stdout.len(), MIB);
     sqlite(
         &env.db(),
         &format!(
@@ -88,11 +89,10 @@ fn show_prints_its_latest_runs_up_to_a_limit() {
     for n in 0..4 {
         let command = format!("echo output-{n}");
         let args = ["run", "--key", "k", "--force", "--shell", "--", &command];
-        assert_code(&env.run(args), 0);
+        env.cmd(args).succeeds();
     }
-    let output = env.run(["ledger", "show", "k", "--limit", "2"]);
-    assert_code(&output, 0);
-    let shown = text(&output.stdout);
+    let output = env.cmd(["ledger", "show", "k", "--limit", "2"]).succeeds();
+    let shown = output.stdout();
     assert_eq!(shown.matches("\nrun ").count(), 2, "{shown}");
     assert!(
         shown.contains("output-3") && shown.contains("output-2"),
@@ -100,15 +100,17 @@ fn show_prints_its_latest_runs_up_to_a_limit() {
     );
     assert!(!shown.contains("output-1"), "{shown}");
     assert!(shown.contains("2 earlier runs"), "{shown}");
-    let json = env.run(["ledger", "show", "k", "--json", "--limit", "2"]);
-    let object: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let object = env
+        .cmd(["ledger", "show", "k", "--json", "--limit", "2"])
+        .run()
+        .json();
     assert_eq!(object["history"].as_array().unwrap().len(), 1);
     assert_eq!(
         object["attempts_detail"][0]["stdout_tail"], "output-3\n",
         "{object}"
     );
     // Without --limit, all four fit in the default of 10.
-    let all = text(&env.run(["ledger", "show", "k"]).stdout);
+    let all = env.cmd(["ledger", "show", "k"]).run().stdout();
     assert_eq!(all.matches("\nrun ").count(), 4, "{all}");
     assert!(!all.contains("earlier runs"), "{all}");
 }
@@ -148,8 +150,8 @@ fn import_caps_a_line_and_the_tails_it_keeps() {
         true,
     );
     let file = import_file(&env, &[long.into_bytes()]);
-    let output = env.run([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()]);
-    assert_code(&output, 0);
+    env.cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
+        .succeeds();
     assert_eq!(
         sqlite(&env.db(), "SELECT length(stdout_tail) FROM attempts"),
         MIB.to_string()
@@ -190,9 +192,10 @@ fn import_refuses_a_line_that_is_not_utf8_by_its_number() {
     let at = bad.iter().position(|byte| *byte == b's').unwrap();
     bad[at] = 0xff;
     let file = import_file(&env, &[ok.into_bytes(), bad]);
-    let output = env.run([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()]);
-    assert_code(&output, 2);
-    let stderr = text(&output.stderr);
+    let output = env
+        .cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
+        .expect_code(2);
+    let stderr = output.stderr();
     assert!(stderr.contains("line 2"), "{stderr}");
     assert!(stderr.contains("UTF-8"), "{stderr}");
 }
@@ -205,9 +208,10 @@ fn import_refuses_a_success_without_its_finish_time() {
     let ok = export_line("018f0000-0000-7000-8000-000000000001", "ok", 10, true);
     let endless = export_line("018f0000-0000-7000-8000-000000000002", "endless", 10, false);
     let file = import_file(&env, &[ok.into_bytes(), endless.into_bytes()]);
-    let output = env.run([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()]);
-    assert_code(&output, 2);
-    let stderr = text(&output.stderr);
+    let output = env
+        .cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
+        .expect_code(2);
+    let stderr = output.stderr();
     assert!(stderr.contains("line 2"), "{stderr}");
     assert!(stderr.contains("finished_at"), "{stderr}");
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, text, Env, Idem};
 
 /// A user id no account on a test machine has: files are handed to it.
 const STRANGER: u32 = 4242;
@@ -36,14 +36,25 @@ fn chmod(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn with_db(env: &Env, db: &Path, args: &[&str]) -> Output {
-    env.idem(args).env("IDEM_DB", db).output().unwrap()
+fn with_db(env: &Env, db: &Path, args: &[&str]) -> Idem {
+    env.cmd(args).db(db)
 }
 
-/// Asserts that idem refused with exit 125 in one line holding each of
-/// `words`, and returns that line.
+/// Runs `idem` and checks that it refused with exit 125 in one line
+/// holding each of `words`; returns that line.
 #[track_caller]
-fn refused(output: &Output, words: &[&str]) -> String {
+fn refused(idem: Idem, words: &[&str]) -> String {
+    let mut ran = idem.expect_code(125).stderr_one_line();
+    for word in words {
+        ran = ran.stderr_has(word);
+    }
+    ran.stderr()
+}
+
+/// [`refused`], of an idem run outside the builder (by another user, or
+/// under a time limit).
+#[track_caller]
+fn refused_output(output: &Output, words: &[&str]) -> String {
     assert_code(output, 125);
     let stderr = text(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
