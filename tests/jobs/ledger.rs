@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::pg::Server;
-use crate::util::{assert_code, eventually, have_faketime, text, wait_for_file, Env};
+use crate::util::{assert_code, eventually, have_faketime, wait_for_file, Env};
 
 use super::{at, backup, job, log, status_json};
 
@@ -58,18 +58,22 @@ fn ledger_commands_take_templates_globs_and_dates() {
         ["backup-2026-03-01"]
     );
     assert_eq!(list(&["--until", "36h"]), ["backup-2026-03-01"]);
-    let bad = env.run(["ledger", "list", "--until", "tomorrow-ish"]);
-    assert_code(&bad, 2);
-    assert!(text(&bad.stderr).contains("invalid --until"));
+    let bad = env
+        .cmd(["ledger", "list", "--until", "tomorrow-ish"])
+        .expect_code(2);
+    assert!(bad.stderr().contains("invalid --until"));
     // More runs match than are shown: said on stderr.
-    let limited = env.run(["ledger", "list", "--limit", "2"]);
-    assert_code(&limited, 0);
+    let limited = env.cmd(["ledger", "list", "--limit", "2"]).succeeds();
     assert!(
-        text(&limited.stderr).contains("more runs match"),
+        limited.stderr().contains("more runs match"),
         "{}",
-        text(&limited.stderr)
+        limited.stderr()
     );
-    assert!(!text(&env.run(["ledger", "list"]).stderr).contains("more runs"));
+    assert!(!env
+        .cmd(["ledger", "list"])
+        .run()
+        .stderr()
+        .contains("more runs"));
 
     // show expands a template now.
     let show = at(
@@ -83,16 +87,16 @@ fn ledger_commands_take_templates_globs_and_dates() {
     assert_eq!(shown["job"], "backup-{date}");
 
     // forget takes globs; --dry-run lists the matches.
-    let dry = env.run(["ledger", "forget", "backup-2026-03-0[12]", "--dry-run"]);
-    assert_code(&dry, 0);
-    let said = text(&dry.stdout);
+    let dry = env
+        .cmd(["ledger", "forget", "backup-2026-03-0[12]", "--dry-run"])
+        .succeeds();
+    let said = dry.stdout();
     assert!(said.contains("would forget backup-2026-03-01"), "{said}");
     assert!(said.contains("would forget backup-2026-03-02"), "{said}");
     assert!(!said.contains("backup-2026-03-03"), "{said}");
-    let forgot = env.run(["ledger", "forget", "backup-*"]);
-    assert_code(&forgot, 0);
-    assert_eq!(text(&forgot.stdout).lines().count(), 3);
-    assert_code(&env.run(["ledger", "forget", "nothing-*"]), 1);
+    let forgot = env.cmd(["ledger", "forget", "backup-*"]).succeeds();
+    assert_eq!(forgot.stdout().lines().count(), 3);
+    env.cmd(["ledger", "forget", "nothing-*"]).expect_code(1);
 
     // All or nothing when a matched key is running.
     let started = env.path("started");
@@ -108,13 +112,14 @@ fn ledger_commands_take_templates_globs_and_dates() {
         .spawn()
         .unwrap();
     wait_for_file(&started, Duration::from_secs(30), &mut running);
-    assert_code(&env.run(["run", "-k", "backup-done", "--", "true"]), 0);
-    let refused = env.run(["ledger", "forget", "backup-*"]);
-    assert_code(&refused, 75);
-    assert!(text(&refused.stderr).contains("backup-live"));
+    env.cmd(["run", "-k", "backup-done", "--", "true"])
+        .succeeds();
+    let refused = env.cmd(["ledger", "forget", "backup-*"]).expect_code(75);
+    assert!(refused.stderr().contains("backup-live"));
     let show = env.show_json("backup-done");
     assert_eq!(show["status"], "succeeded");
-    assert_code(&env.run(["run", "-k", "backup-done", "--", "true"]), 0);
+    env.cmd(["run", "-k", "backup-done", "--", "true"])
+        .succeeds();
     assert_eq!(
         env.list_json().as_array().unwrap().len(),
         6,
@@ -140,9 +145,8 @@ fn export_and_import_carry_jobs() {
         ),
         0,
     );
-    let exported = source.run(["ledger", "export"]);
-    assert_code(&exported, 0);
-    let mut lines = text(&exported.stdout);
+    let exported = source.cmd(["ledger", "export"]).succeeds();
+    let mut lines = exported.stdout();
     assert!(lines.contains("\"job\":\"nightly\""), "{lines}");
     // A line of an idem before jobs: its key is its job.
     lines.push_str(
@@ -152,7 +156,9 @@ fn export_and_import_carry_jobs() {
     let target = Env::new();
     let file = target.path("export.jsonl");
     std::fs::write(&file, &lines).unwrap();
-    assert_code(&target.run(["ledger", "import", file.to_str().unwrap()]), 0);
+    target
+        .cmd(["ledger", "import", file.to_str().unwrap()])
+        .succeeds();
     let jobs = |env: &Env| {
         let (_, status) = status_json(env, "2026-03-02 04:00:00");
         let mut names: Vec<(String, String, u64)> = status
@@ -183,7 +189,9 @@ fn export_and_import_carry_jobs() {
         .expect("the nightly run");
     assert_eq!(nightly["key"], "n-2026-03-02T03");
     // Imported again: nothing changes.
-    assert_code(&target.run(["ledger", "import", file.to_str().unwrap()]), 0);
+    target
+        .cmd(["ledger", "import", file.to_str().unwrap()])
+        .succeeds();
     assert_eq!(jobs(&target), expected);
 }
 
@@ -195,11 +203,7 @@ fn jobs_on_a_shared_ledger() {
     let env = Env::new();
     let url = server.url();
     // A shared ledger's times are the database's: the days are real ones.
-    let pg = |args: &[&str]| {
-        let mut command = env.idem(args);
-        command.env("IDEM_DB", &url);
-        command.output().expect("idem runs")
-    };
+    let pg = |args: &[&str]| env.cmd(args).db(&url);
     let today = jiff::Timestamp::now()
         .to_zoned(jiff::tz::TimeZone::UTC)
         .date();
@@ -216,10 +220,9 @@ fn jobs_on_a_shared_ledger() {
     );
     let file = env.path("old.jsonl");
     std::fs::write(&file, line + "\n").unwrap();
-    assert_code(&pg(&["ledger", "import", file.to_str().unwrap()]), 0);
-    let status = pg(&["status", "--json"]);
-    assert_code(&status, 1);
-    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    pg(&["ledger", "import", file.to_str().unwrap()]).succeeds();
+    let status = pg(&["status", "--json"]).expect_code(1);
+    let json: serde_json::Value = status.json();
     let backup = job(&json, "backup-{date}");
     assert_eq!(backup["state"], "failing");
     assert_eq!(backup["failures"], 1);
@@ -237,8 +240,8 @@ fn jobs_on_a_shared_ledger() {
         "--",
         &script,
     ];
-    assert_code(&pg(&catch_up), 0);
-    assert_code(&pg(&catch_up), 0);
+    pg(&catch_up).succeeds();
+    pg(&catch_up).succeeds();
     assert_eq!(
         log(&env),
         [
@@ -247,16 +250,15 @@ fn jobs_on_a_shared_ledger() {
         ],
         "the failed day caught up once, none before the job's first run"
     );
-    let status = pg(&["status", "--json"]);
-    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let status = pg(&["status", "--json"]).run();
+    let json = status.json();
     let backup = job(&json, "backup-{date}");
     assert_eq!(backup["state"], "ok", "{json:#}");
     assert_eq!(backup["failures"], 0);
     assert_eq!(backup["missed"], 0);
-    assert_code(&status, 0);
-    let metrics = pg(&["ledger", "metrics"]);
-    assert_code(&metrics, 0);
-    let body = text(&metrics.stdout);
+    status.expect_code(0);
+    let metrics = pg(&["ledger", "metrics"]).succeeds();
+    let body = metrics.stdout();
     assert!(
         body.contains("idem_runs{job=\"backup-{date}\",status=\"succeeded\"} 2"),
         "{body}"
@@ -284,9 +286,8 @@ fn jobs_on_a_shared_ledger() {
         .spawn()
         .unwrap();
     wait_for_file(&started, Duration::from_secs(30), &mut holder);
-    let busy = pg(&["run", "--key", "other", "--lock", "db", "--", "true"]);
-    assert_code(&busy, 75);
-    assert!(text(&busy.stderr).contains("lock db is held"));
+    let busy = pg(&["run", "--key", "other", "--lock", "db", "--", "true"]).expect_code(75);
+    assert!(busy.stderr().contains("lock db is held"));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(holder.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -296,6 +297,8 @@ fn jobs_on_a_shared_ledger() {
     // Its outcome released it.
     eventually("the lock to be released", Duration::from_secs(30), || {
         pg(&["run", "--key", "other", "--lock", "db", "--", "true"])
+            .run()
+            .output
             .status
             .success()
     });

@@ -3,7 +3,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::util::{assert_code, eventually, text, wait_for_file, Env};
+use crate::util::{assert_code, eventually, wait_for_file, Env};
 
 #[test]
 fn a_lock_shared_by_two_jobs_never_overlaps() {
@@ -57,14 +57,15 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
         .spawn()
         .unwrap();
     wait_for_file(&started, Duration::from_secs(30), &mut holder);
-    let busy = env.run(["run", "--key", "other", "--lock", "db", "--", "true"]);
-    assert_code(&busy, 75);
+    let busy = env
+        .cmd(["run", "--key", "other", "--lock", "db", "--", "true"])
+        .expect_code(75);
     assert!(
-        text(&busy.stderr).contains("lock db is held"),
+        busy.stderr().contains("lock db is held"),
         "{}",
-        text(&busy.stderr)
+        busy.stderr()
     );
-    let quiet = env.run([
+    env.cmd([
         "run",
         "--key",
         "other",
@@ -74,20 +75,18 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
         "0",
         "--",
         "true",
-    ]);
-    assert_code(&quiet, 0);
-    let waited = env.run([
-        "run", "--key", "other", "--lock", "db", "--wait", "300ms", "--", "true",
-    ]);
-    assert_code(&waited, 75);
-    assert!(text(&waited.stderr).contains("--wait ran out"));
+    ])
+    .succeeds();
+    let waited = env
+        .cmd([
+            "run", "--key", "other", "--lock", "db", "--wait", "300ms", "--", "true",
+        ])
+        .expect_code(75);
+    assert!(waited.stderr().contains("--wait ran out"));
     // Another lock is free; from the environment too.
-    let other = env
-        .idem(["run", "--key", "free", "--", "true"])
+    env.cmd(["run", "--key", "free", "--", "true"])
         .env("IDEM_LOCK", "disk,net")
-        .output()
-        .unwrap();
-    assert_code(&other, 0);
+        .succeeds();
     holder.kill().unwrap();
     let _ = holder.wait();
     // Once its holder is gone, the lock is free.
@@ -96,5 +95,6 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
             .status
             .success()
     });
-    assert_code(&env.run(["run", "-k", "x", "--lock", "", "--", "true"]), 2);
+    env.cmd(["run", "-k", "x", "--lock", "", "--", "true"])
+        .expect_code(2);
 }
