@@ -3,7 +3,7 @@
 //! `import` streams in bounded memory.
 
 use crate::pg::Server;
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, Env};
 
 #[test]
 fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
@@ -13,12 +13,8 @@ fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
     };
     let env = Env::new();
     let url = server.url();
-    let idem = |args: &[&str]| {
-        let mut command = env.idem(args);
-        command.env("IDEM_DB", &url);
-        command.output().expect("idem runs")
-    };
-    assert_code(&idem(&["run", "--key", "k", "--", "true"]), 0);
+    let idem = |args: &[&str]| env.cmd(args).db(&url);
+    idem(&["run", "--key", "k", "--", "true"]).succeeds();
     // The schema's CHECK keeps an unknown status out; a ledger changed by
     // hand (or by a newer idem) may hold one all the same.
     server.sql(
@@ -31,9 +27,8 @@ fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
         &["ledger", "show", "k"],
         &["run", "--key", "k", "--", "true"],
     ] {
-        let output = idem(args);
-        assert_code(&output, 125);
-        let stderr = text(&output.stderr);
+        let output = idem(args).expect_code(125);
+        let stderr = output.stderr();
         assert!(
             stderr.contains("ledger postgresql://"),
             "{args:?}: {stderr}"
