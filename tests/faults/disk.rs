@@ -24,21 +24,17 @@ fn a_full_disk_runs_nothing_and_loses_nothing() {
     let filler = mount.dir.join("filler");
     fill(&filler);
     let count = env.count_cmd("count");
-    let output = env
-        .cmd(["run", "--key", "k", "--shell", "--", &count])
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
         .db(&db)
-        .expect_code(125);
-    let stderr = output.stderr();
-    assert!(stderr.contains("the disk is full"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        .expect_code(125)
+        .stderr_has("the disk is full")
+        .stderr_one_line();
     assert_eq!(env.count("count"), 0, "the command ran without a claim");
     // doctor says so too, without writing.
-    let doctor = env.cmd(["doctor"]).db(&db).expect_code(1);
-    assert!(
-        doctor.stdout().contains("the disk is full"),
-        "{}",
-        doctor.stdout()
-    );
+    env.cmd(["doctor"])
+        .db(&db)
+        .expect_code(1)
+        .stdout_has("the disk is full");
 
     fs::remove_file(&filler).unwrap();
     assert_eq!(integrity_check(&db), "ok");
@@ -137,13 +133,9 @@ fn a_disk_that_fills_while_a_retry_is_recorded_says_what_ran_and_shows_it() {
             script,
         ])
         .db(&db)
-        .expect_code(125);
-    let stderr = output.stderr();
-    assert!(
-        stderr.contains("attempt 1/2 exited 1, but idem could not record it"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("the disk is full"), "{stderr}");
+        .expect_code(125)
+        .stderr_has("attempt 1/2 exited 1, but idem could not record it")
+        .stderr_has("the disk is full");
     assert!(
         output.stdout().contains("held-and-shown"),
         "the held output was dropped"

@@ -51,15 +51,10 @@ fn locked_too_long(holder: impl Fn(&str) -> String) {
     env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     let count = env.count_cmd("count");
     let mut child = hold_lock(&env, &holder(&env.db().display().to_string()));
-    let output = env
-        .cmd(["run", "--key", "k", "--shell", "--", &count])
-        .expect_code(125);
-    let stderr = output.stderr();
-    assert!(
-        stderr.contains("stayed locked by another process for 10s"),
-        "{stderr}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .expect_code(125)
+        .stderr_has("stayed locked by another process for 10s")
+        .stderr_one_line();
     assert_eq!(env.count("count"), 0);
     child.wait().unwrap();
 }

@@ -42,22 +42,21 @@ fn no_shell_without_the_flag() {
     let env = Env::new();
     env.cmd(["run", "--key", "a", "--", "touch pwned; echo $HOME"])
         .expect_code(127);
-    let output = env
-        .cmd([
-            "run",
-            "--key",
-            "b",
-            "--",
-            "echo",
-            "$(touch pwned)",
-            ";",
-            "touch",
-            "pwned",
-            "|",
-            "&&",
-        ])
-        .succeeds();
-    assert_eq!(output.stdout(), "$(touch pwned) ; touch pwned | &&\n");
+    env.cmd([
+        "run",
+        "--key",
+        "b",
+        "--",
+        "echo",
+        "$(touch pwned)",
+        ";",
+        "touch",
+        "pwned",
+        "|",
+        "&&",
+    ])
+    .succeeds()
+    .stdout_is("$(touch pwned) ; touch pwned | &&\n");
     assert!(!env.path("pwned").exists());
     env.cmd(["run", "--key", "c", "--shell", "--", "touch", "pwned"])
         .succeeds();

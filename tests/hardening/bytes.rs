@@ -62,13 +62,11 @@ fn keys_with_format_characters_are_refused() {
         "zero\u{200b}width",
         "a\u{feff}",
     ] {
-        let output = env.cmd(["run", "--key", key, "--", "true"]).expect_code(2);
-        let stderr = output.stderr();
-        assert!(stderr.contains("invalid --key"), "{stderr}");
-        assert!(
-            !stderr.contains(key),
-            "the message repeats the key raw: {stderr}"
-        );
+        env.cmd(["run", "--key", key, "--", "true"])
+            .expect_code(2)
+            .stderr_has("invalid --key")
+            // The message does not repeat the key raw.
+            .stderr_lacks(key);
     }
     assert!(!env.db().exists());
 }

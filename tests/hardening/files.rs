@@ -315,10 +315,10 @@ fn doctor_says_never_to_delete_the_wal_and_shm_files() {
     let env = Env::new();
     env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     assert!(env.path("ledger.db-wal").exists());
-    let output = env.cmd(["doctor"]).succeeds();
-    let stdout = output.stdout();
-    assert!(stdout.contains("never delete"), "{stdout}");
-    assert!(stdout.contains("ledger.db-wal"), "{stdout}");
+    env.cmd(["doctor"])
+        .succeeds()
+        .stdout_has("never delete")
+        .stdout_has("ledger.db-wal");
     let report = env.cmd(["doctor", "--json"]).run().json();
     let leftovers = report["checks"]
         .as_array()

@@ -192,12 +192,10 @@ fn import_refuses_a_line_that_is_not_utf8_by_its_number() {
     let at = bad.iter().position(|byte| *byte == b's').unwrap();
     bad[at] = 0xff;
     let file = import_file(&env, &[ok.into_bytes(), bad]);
-    let output = env
-        .cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
-        .expect_code(2);
-    let stderr = output.stderr();
-    assert!(stderr.contains("line 2"), "{stderr}");
-    assert!(stderr.contains("UTF-8"), "{stderr}");
+    env.cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
+        .expect_code(2)
+        .stderr_has("line 2")
+        .stderr_has("UTF-8");
 }
 
 // ------------------------------------------------------------------ clocks
@@ -208,10 +206,8 @@ fn import_refuses_a_success_without_its_finish_time() {
     let ok = export_line("018f0000-0000-7000-8000-000000000001", "ok", 10, true);
     let endless = export_line("018f0000-0000-7000-8000-000000000002", "endless", 10, false);
     let file = import_file(&env, &[ok.into_bytes(), endless.into_bytes()]);
-    let output = env
-        .cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
-        .expect_code(2);
-    let stderr = output.stderr();
-    assert!(stderr.contains("line 2"), "{stderr}");
-    assert!(stderr.contains("finished_at"), "{stderr}");
+    env.cmd([OsStr::new("ledger"), "import".as_ref(), file.as_os_str()])
+        .expect_code(2)
+        .stderr_has("line 2")
+        .stderr_has("finished_at");
 }

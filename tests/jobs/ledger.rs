@@ -58,17 +58,13 @@ fn ledger_commands_take_templates_globs_and_dates() {
         ["backup-2026-03-01"]
     );
     assert_eq!(list(&["--until", "36h"]), ["backup-2026-03-01"]);
-    let bad = env
-        .cmd(["ledger", "list", "--until", "tomorrow-ish"])
-        .expect_code(2);
-    assert!(bad.stderr().contains("invalid --until"));
+    env.cmd(["ledger", "list", "--until", "tomorrow-ish"])
+        .expect_code(2)
+        .stderr_has("invalid --until");
     // More runs match than are shown: said on stderr.
-    let limited = env.cmd(["ledger", "list", "--limit", "2"]).succeeds();
-    assert!(
-        limited.stderr().contains("more runs match"),
-        "{}",
-        limited.stderr()
-    );
+    env.cmd(["ledger", "list", "--limit", "2"])
+        .succeeds()
+        .stderr_has("more runs match");
     assert!(!env
         .cmd(["ledger", "list"])
         .run()
@@ -114,8 +110,9 @@ fn ledger_commands_take_templates_globs_and_dates() {
     wait_for_file(&started, Duration::from_secs(30), &mut running);
     env.cmd(["run", "-k", "backup-done", "--", "true"])
         .succeeds();
-    let refused = env.cmd(["ledger", "forget", "backup-*"]).expect_code(75);
-    assert!(refused.stderr().contains("backup-live"));
+    env.cmd(["ledger", "forget", "backup-*"])
+        .expect_code(75)
+        .stderr_has("backup-live");
     let show = env.show_json("backup-done");
     assert_eq!(show["status"], "succeeded");
     env.cmd(["run", "-k", "backup-done", "--", "true"])
@@ -286,8 +283,9 @@ fn jobs_on_a_shared_ledger() {
         .spawn()
         .unwrap();
     wait_for_file(&started, Duration::from_secs(30), &mut holder);
-    let busy = pg(&["run", "--key", "other", "--lock", "db", "--", "true"]).expect_code(75);
-    assert!(busy.stderr().contains("lock db is held"));
+    pg(&["run", "--key", "other", "--lock", "db", "--", "true"])
+        .expect_code(75)
+        .stderr_has("lock db is held");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(holder.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
