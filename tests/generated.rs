@@ -303,10 +303,9 @@ fn idem_completions_prints_the_checked_in_scripts() {
         ("elvish", "idem.elv"),
         ("powershell", "_idem.ps1"),
     ] {
-        let output = env.run(["completions", shell]);
-        crate::util::assert_code(&output, 0);
+        let output = env.cmd(["completions", shell]).succeeds();
         assert_eq!(
-            output.stdout,
+            output.output.stdout,
             files[&Path::new("completions").join(name)],
             "idem completions {shell}"
         );

@@ -85,7 +85,9 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
     let _ = holder.wait();
     // Once its holder is gone, the lock is free.
     eventually("the lock to be free", Duration::from_secs(30), || {
-        env.run(["run", "--key", "other", "--lock", "db", "--", "true"])
+        env.cmd(["run", "--key", "other", "--lock", "db", "--", "true"])
+            .run()
+            .output
             .status
             .success()
     });
