@@ -27,17 +27,11 @@ fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
         &["ledger", "show", "k"],
         &["run", "--key", "k", "--", "true"],
     ] {
-        let output = idem(args).expect_code(125);
-        let stderr = output.stderr();
-        assert!(
-            stderr.contains("ledger postgresql://"),
-            "{args:?}: {stderr}"
-        );
-        assert!(
-            stderr.contains("a stored value cannot be read (unknown run status \"paused\")"),
-            "{args:?}: {stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        idem(args)
+            .expect_code(125)
+            .stderr_has("ledger postgresql://")
+            .stderr_has("a stored value cannot be read (unknown run status \"paused\")")
+            .stderr_one_line();
     }
 }
 
@@ -57,15 +51,12 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     // A code no idem wrote, and a name where the ledger keeps codes.
     for (stored, shown) in [("7", "7"), ("'paused'", "\"paused\"")] {
         crate::util::sqlite(&env.db(), &format!("UPDATE runs SET status = {stored};"));
-        let output = env.cmd(["ledger", "list"]).expect_code(125);
-        let stderr = output.stderr();
-        assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
-        assert!(
-            stderr.contains(&format!(
+        env.cmd(["ledger", "list"])
+            .expect_code(125)
+            .stderr_has(&env.db().display().to_string())
+            .stderr_has(&format!(
                 "a stored value cannot be read (unknown run status {shown})"
-            )),
-            "{stderr}"
-        );
+            ));
     }
 }
 

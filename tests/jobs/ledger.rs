@@ -83,13 +83,11 @@ fn ledger_commands_take_templates_globs_and_dates() {
     assert_eq!(shown["job"], "backup-{date}");
 
     // forget takes globs; --dry-run lists the matches.
-    let dry = env
-        .cmd(["ledger", "forget", "backup-2026-03-0[12]", "--dry-run"])
-        .succeeds();
-    let said = dry.stdout();
-    assert!(said.contains("would forget backup-2026-03-01"), "{said}");
-    assert!(said.contains("would forget backup-2026-03-02"), "{said}");
-    assert!(!said.contains("backup-2026-03-03"), "{said}");
+    env.cmd(["ledger", "forget", "backup-2026-03-0[12]", "--dry-run"])
+        .succeeds()
+        .stdout_has("would forget backup-2026-03-01")
+        .stdout_has("would forget backup-2026-03-02")
+        .stdout_lacks("backup-2026-03-03");
     let forgot = env.cmd(["ledger", "forget", "backup-*"]).succeeds();
     assert_eq!(forgot.stdout().lines().count(), 3);
     env.cmd(["ledger", "forget", "nothing-*"]).expect_code(1);
@@ -254,17 +252,11 @@ fn jobs_on_a_shared_ledger() {
     assert_eq!(backup["failures"], 0);
     assert_eq!(backup["missed"], 0);
     status.expect_code(0);
-    let metrics = pg(&["ledger", "metrics"]).succeeds();
-    let body = metrics.stdout();
-    assert!(
-        body.contains("idem_runs{job=\"backup-{date}\",status=\"succeeded\"} 2"),
-        "{body}"
-    );
-    assert!(
-        body.contains("idem_runs{job=\"backup-{date}\",status=\"failed\"} 1"),
-        "{body}"
-    );
-    assert!(!body.contains("key=\""), "{body}");
+    pg(&["ledger", "metrics"])
+        .succeeds()
+        .stdout_has("idem_runs{job=\"backup-{date}\",status=\"succeeded\"} 2")
+        .stdout_has("idem_runs{job=\"backup-{date}\",status=\"failed\"} 1")
+        .stdout_lacks("key=\"");
 
     // A named lock is fleet-wide: held, the other job's run conflicts.
     let started = env.path("started");
