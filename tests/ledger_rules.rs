@@ -61,7 +61,7 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
 }
 
 /// Maximum resident set size in KiB of `idem ledger import FILE`, by GNU
-/// time (as tests/hardening.rs measures it).
+/// time (as tests/hardening/memory.rs measures it).
 fn import_peak_kib(env: &Env, file: &std::path::Path) -> (std::process::Output, u64) {
     let mut import = env.idem(["ledger", "import"]);
     import.arg(file);
