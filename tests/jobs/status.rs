@@ -19,31 +19,45 @@ fn a_daily_job_fails_two_days_then_succeeds() {
         "2026-03-02 02:00:00",
         "2026-03-03 02:00:00",
     ];
-    assert_code(&backup(&env, days[0], 3, &[]), 3);
-    let (code, status) = status_json(&env, days[0]);
+    let series = two_failed_days(&env, &days);
+    a_success_and_after(&env, &days, series);
+    status_puts_the_job_that_needs_a_person_first(&env);
+}
+
+/// The first two days fail: the job is failing, its failures count across
+/// its keys, and a new day adds no metric series. Returns the job's count
+/// of series.
+fn two_failed_days(env: &Env, days: &[&str; 3]) -> usize {
+    assert_code(&backup(env, days[0], 3, &[]), 3);
+    let (code, status) = status_json(env, days[0]);
     assert_eq!(code, 1, "a failing job fails the check: {status:#}");
     let first = job(&status, "backup-{date}");
     assert_eq!(first["state"], "failing");
     assert_eq!(first["failures"], 1);
     assert_eq!(first["period"], "date");
-    let series = samples(&env, days[0], &[]).len();
+    let series = samples(env, days[0], &[]).len();
 
-    assert_code(&backup(&env, days[1], 4, &[]), 4);
-    let (code, status) = status_json(&env, days[1]);
+    assert_code(&backup(env, days[1], 4, &[]), 4);
+    let (code, status) = status_json(env, days[1]);
     assert_eq!(code, 1);
     let second = job(&status, "backup-{date}");
     assert_eq!(second["failures"], 2, "failures in a row across keys");
     assert_eq!(second["strip"], serde_json::json!(["failed", "failed"]));
     assert_eq!(second["missed"], 1, "day one has no success");
-    let metrics = samples(&env, days[1], &[]);
+    let metrics = samples(env, days[1], &[]);
     assert_eq!(metrics.len(), series, "a new day adds no series");
     assert!(
         metrics.contains(&"idem_consecutive_failures{job=\"backup-{date}\"} 2".to_owned()),
         "{metrics:#?}"
     );
+    series
+}
 
-    assert_code(&backup(&env, days[2], 0, &[]), 0);
-    let (code, status) = status_json(&env, days[2]);
+/// The third day succeeds: the job is ok from then on; each run and the
+/// command's environment carry the job; metrics per key on request.
+fn a_success_and_after(env: &Env, days: &[&str; 3], series: usize) {
+    assert_code(&backup(env, days[2], 0, &[]), 0);
+    let (code, status) = status_json(env, days[2]);
     assert_eq!(code, 0, "{status:#}");
     let third = job(&status, "backup-{date}");
     assert_eq!(
@@ -55,21 +69,21 @@ fn a_daily_job_fails_two_days_then_succeeds() {
     assert_eq!(third["missed"], 2);
     // Nor later that day, nor after midnight: nothing changed.
     for when in ["2026-03-03 23:30:00", "2026-03-04 00:30:00"] {
-        let (code, status) = status_json(&env, when);
+        let (code, status) = status_json(env, when);
         assert_eq!(code, 0, "{when}: {status:#}");
         assert_eq!(job(&status, "backup-{date}")["state"], "ok", "{when}");
     }
     // Its first success adds the job's last-success series, once.
-    assert_eq!(samples(&env, days[2], &[]).len(), series + 1);
-    assert_code(&backup(&env, "2026-03-04 02:00:00", 0, &[]), 0);
-    assert_eq!(samples(&env, "2026-03-04 02:30:00", &[]).len(), series + 1);
+    assert_eq!(samples(env, days[2], &[]).len(), series + 1);
+    assert_code(&backup(env, "2026-03-04 02:00:00", 0, &[]), 0);
+    assert_eq!(samples(env, "2026-03-04 02:30:00", &[]).len(), series + 1);
     // The next day: yesterday succeeded, all is well.
-    let (code, status) = status_json(&env, "2026-03-04 03:00:00");
+    let (code, status) = status_json(env, "2026-03-04 03:00:00");
     assert_eq!(code, 0, "{status:#}");
     assert_eq!(job(&status, "backup-{date}")["state"], "ok");
     // The job is in each run, and the child's environment.
     assert_eq!(
-        log(&env),
+        log(env),
         [
             "backup-2026-03-01 backup-{date} none",
             "backup-2026-03-02 backup-{date} none",
@@ -84,22 +98,24 @@ fn a_daily_job_fails_two_days_then_succeeds() {
         .iter()
         .all(|run| run["job"] == "backup-{date}" && run["head"] == true));
     // Per key, on request: a series set per day.
-    let per_key = samples(&env, days[2], &["--per-key"]);
+    let per_key = samples(env, days[2], &["--per-key"]);
     assert!(per_key.len() > series, "{per_key:#?}");
     assert!(per_key
         .iter()
         .any(|line| line.starts_with("idem_key_runs{key=\"backup-2026-03-02\"")));
+}
 
-    // The table: the job that needs a person first.
+/// The table: the job that needs a person first.
+fn status_puts_the_job_that_needs_a_person_first(env: &Env) {
     assert_code(
         &at(
-            &env,
+            env,
             "2026-03-04 02:10:00",
             &["run", "-k", "vacuum", "--retries", "0", "--", "false"],
         ),
         1,
     );
-    let table = at(&env, "2026-03-04 03:00:00", &["status"]);
+    let table = at(env, "2026-03-04 03:00:00", &["status"]);
     assert_code(&table, 1);
     let lines: Vec<String> = text(&table.stdout).lines().map(str::to_owned).collect();
     assert!(lines[0].starts_with("JOB"), "{lines:#?}");
@@ -115,11 +131,7 @@ fn a_daily_job_fails_two_days_then_succeeds() {
         lines[2].contains("xx++"),
         "the strip, oldest first: {lines:#?}"
     );
-    let only = at(
-        &env,
-        "2026-03-04 03:00:00",
-        &["status", "--job", "backup-*"],
-    );
+    let only = at(env, "2026-03-04 03:00:00", &["status", "--job", "backup-*"]);
     assert_code(&only, 0);
     assert_eq!(text(&only.stdout).lines().count(), 2);
 }
