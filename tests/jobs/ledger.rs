@@ -25,10 +25,18 @@ fn ledger_commands_take_templates_globs_and_dates() {
         ),
         0,
     );
+    list_takes_jobs_and_dates(&env);
+    show_and_forget_take_templates_and_globs(&env);
+    forget_is_all_or_nothing(&env);
+}
+
+/// `ledger list --job` takes a glob, `--since` and `--until` a date, a
+/// time or a duration.
+fn list_takes_jobs_and_dates(env: &Env) {
     let list = |args: &[&str]| -> Vec<String> {
         let mut all = vec!["ledger", "list", "--json"];
         all.extend_from_slice(args);
-        let output = at(&env, "2026-03-03 10:00:00", &all);
+        let output = at(env, "2026-03-03 10:00:00", &all);
         assert_code(&output, 0);
         let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         runs.as_array()
@@ -65,15 +73,13 @@ fn ledger_commands_take_templates_globs_and_dates() {
     env.cmd(["ledger", "list", "--limit", "2"])
         .succeeds()
         .stderr_has("more runs match");
-    assert!(!env
-        .cmd(["ledger", "list"])
-        .run()
-        .stderr()
-        .contains("more runs"));
+    env.cmd(["ledger", "list"]).run().stderr_lacks("more runs");
+}
 
+fn show_and_forget_take_templates_and_globs(env: &Env) {
     // show expands a template now.
     let show = at(
-        &env,
+        env,
         "2026-03-02 12:00:00",
         &["ledger", "show", "backup-{date}", "--json"],
     );
@@ -91,8 +97,10 @@ fn ledger_commands_take_templates_globs_and_dates() {
     let forgot = env.cmd(["ledger", "forget", "backup-*"]).succeeds();
     assert_eq!(forgot.stdout().lines().count(), 3);
     env.cmd(["ledger", "forget", "nothing-*"]).expect_code(1);
+}
 
-    // All or nothing when a matched key is running.
+fn forget_is_all_or_nothing(env: &Env) {
+    // A matched key is running: nothing is forgotten.
     let started = env.path("started");
     let mut running = env
         .idem([
@@ -258,7 +266,12 @@ fn jobs_on_a_shared_ledger() {
         .stdout_has("idem_runs{job=\"backup-{date}\",status=\"failed\"} 1")
         .stdout_lacks("key=\"");
 
-    // A named lock is fleet-wide: held, the other job's run conflicts.
+    a_named_lock_is_fleet_wide(&env, &url);
+}
+
+/// A named lock is fleet-wide: held, the other job's run conflicts.
+fn a_named_lock_is_fleet_wide(env: &Env, url: &str) {
+    let pg = |args: &[&str]| env.cmd(args).db(url);
     let started = env.path("started");
     let mut holder = env
         .idem([
@@ -271,7 +284,7 @@ fn jobs_on_a_shared_ledger() {
             "--",
             &format!("touch '{}'; sleep 30", started.display()),
         ])
-        .env("IDEM_DB", &url)
+        .env("IDEM_DB", url)
         .spawn()
         .unwrap();
     wait_for_file(&started, Duration::from_secs(30), &mut holder);
