@@ -97,28 +97,7 @@ fn a_catch_up_killed_midway_recovers() {
         .expect("idem starts");
     wait_for_file(&started, Duration::from_secs(30), &mut child);
     // faketime may run idem as its child: kill idem itself.
-    let is_idem = |pid: u32| {
-        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.ends_with("idem"))
-    };
-    let parent_of = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit(')')
-            .next()?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let idem = if is_idem(child.id()) {
-        child.id()
-    } else {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-            .find(|pid| parent_of(*pid) == Some(child.id()) && is_idem(*pid))
-            .expect("the idem process")
-    };
+    let idem = idem_of(&child);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(idem as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -152,6 +131,33 @@ fn a_catch_up_killed_midway_recovers() {
     let show = env.show_json("backup-2026-03-02");
     assert_eq!(show["status"], "succeeded");
     assert_eq!(show["history"][0]["status"], "abandoned");
+}
+
+/// The idem process of `child`, a run under faketime: `child` itself, or
+/// its child when faketime runs idem as one.
+fn idem_of(child: &std::process::Child) -> u32 {
+    let is_idem = |pid: u32| {
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.ends_with("idem"))
+    };
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    if is_idem(child.id()) {
+        child.id()
+    } else {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| parent_of(*pid) == Some(child.id()) && is_idem(*pid))
+            .expect("the idem process")
+    }
 }
 
 #[test]
