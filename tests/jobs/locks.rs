@@ -41,7 +41,11 @@ fn a_lock_shared_by_two_jobs_never_overlaps() {
         std::fs::read_to_string(&overlaps).unwrap_or_default()
     );
 
-    // Held, without --wait: the conflict exit code, said; nothing ran.
+    a_held_lock_conflicts(&env);
+}
+
+/// Held, without --wait: the conflict exit code, said; nothing ran.
+fn a_held_lock_conflicts(env: &Env) {
     let started = env.path("started");
     let mut holder = env
         .idem([
