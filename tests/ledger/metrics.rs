@@ -82,24 +82,7 @@ fn metrics_are_the_prometheus_text_format(backend: &Backend) {
     sh(&env, "fine", "true").succeeds();
 
     let body = env.cmd(["ledger", "metrics"]).succeeds().stdout();
-    let mut samples = Vec::new();
-    let mut typed = std::collections::HashSet::new();
-    for line in body.lines() {
-        if let Some(comment) = line.strip_prefix("# ") {
-            let words: Vec<&str> = comment.splitn(3, ' ').collect();
-            assert!(matches!(words[0], "HELP" | "TYPE"), "{line}");
-            assert!(words[1].starts_with("idem_"), "{line}");
-            if words[0] == "TYPE" {
-                assert!(matches!(words[2], "gauge" | "counter"), "{line}");
-                assert!(typed.insert(words[1].to_owned()), "TYPE twice: {line}");
-            }
-            continue;
-        }
-        let (name, labels, value) = parse_sample(line);
-        assert!(name.starts_with("idem_"), "{line}");
-        assert!(typed.contains(&name), "a sample before its TYPE: {line}");
-        samples.push((name, labels, value));
-    }
+    let samples = checked_samples(&body);
     let get = |name: &str, key: &str, status: Option<&str>| -> f64 {
         samples
             .iter()
@@ -131,4 +114,31 @@ fn metrics_are_the_prometheus_text_format(backend: &Backend) {
     // No ledger: an empty but valid exposition.
     let none = backend.env().cmd(["ledger", "metrics"]).succeeds();
     assert!(none.stdout().lines().all(|line| line.starts_with('#')));
+}
+
+/// A sample: its name, its labels and its value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// The samples of an exposition, each family's HELP and TYPE checked, and
+/// each sample checked to follow its family's TYPE.
+fn checked_samples(body: &str) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    let mut typed = std::collections::HashSet::new();
+    for line in body.lines() {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let words: Vec<&str> = comment.splitn(3, ' ').collect();
+            assert!(matches!(words[0], "HELP" | "TYPE"), "{line}");
+            assert!(words[1].starts_with("idem_"), "{line}");
+            if words[0] == "TYPE" {
+                assert!(matches!(words[2], "gauge" | "counter"), "{line}");
+                assert!(typed.insert(words[1].to_owned()), "TYPE twice: {line}");
+            }
+            continue;
+        }
+        let (name, labels, value) = parse_sample(line);
+        assert!(name.starts_with("idem_"), "{line}");
+        assert!(typed.contains(&name), "a sample before its TYPE: {line}");
+        samples.push((name, labels, value));
+    }
+    samples
 }
