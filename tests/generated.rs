@@ -303,15 +303,14 @@ fn idem_completions_prints_the_checked_in_scripts() {
         ("elvish", "idem.elv"),
         ("powershell", "_idem.ps1"),
     ] {
-        let output = env.run(["completions", shell]);
-        crate::util::assert_code(&output, 0);
+        let output = env.cmd(["completions", shell]).succeeds();
         assert_eq!(
-            output.stdout,
+            output.output.stdout,
             files[&Path::new("completions").join(name)],
             "idem completions {shell}"
         );
     }
-    crate::util::assert_code(&env.run(["completions", "tcsh"]), 2);
+    env.cmd(["completions", "tcsh"]).expect_code(2);
 }
 
 #[test]

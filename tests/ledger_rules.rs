@@ -3,7 +3,7 @@
 //! `import` streams in bounded memory.
 
 use crate::pg::Server;
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, Env};
 
 #[test]
 fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
@@ -13,12 +13,8 @@ fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
     };
     let env = Env::new();
     let url = server.url();
-    let idem = |args: &[&str]| {
-        let mut command = env.idem(args);
-        command.env("IDEM_DB", &url);
-        command.output().expect("idem runs")
-    };
-    assert_code(&idem(&["run", "--key", "k", "--", "true"]), 0);
+    let idem = |args: &[&str]| env.cmd(args).db(&url);
+    idem(&["run", "--key", "k", "--", "true"]).succeeds();
     // The schema's CHECK keeps an unknown status out; a ledger changed by
     // hand (or by a newer idem) may hold one all the same.
     server.sql(
@@ -31,25 +27,18 @@ fn postgres_an_unknown_status_is_an_error_naming_the_ledger() {
         &["ledger", "show", "k"],
         &["run", "--key", "k", "--", "true"],
     ] {
-        let output = idem(args);
-        assert_code(&output, 125);
-        let stderr = text(&output.stderr);
-        assert!(
-            stderr.contains("ledger postgresql://"),
-            "{args:?}: {stderr}"
-        );
-        assert!(
-            stderr.contains("a stored value cannot be read (unknown run status \"paused\")"),
-            "{args:?}: {stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        idem(args)
+            .expect_code(125)
+            .stderr_has("ledger postgresql://")
+            .stderr_has("a stored value cannot be read (unknown run status \"paused\")")
+            .stderr_one_line();
     }
 }
 
 #[test]
 fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
     // SQLite cannot drop a CHECK constraint; writing the schema's text
     // without it is what a hand-edited ledger looks like.
     crate::util::sqlite(
@@ -62,21 +51,17 @@ fn sqlite_an_unknown_status_is_an_error_naming_the_ledger() {
     // A code no idem wrote, and a name where the ledger keeps codes.
     for (stored, shown) in [("7", "7"), ("'paused'", "\"paused\"")] {
         crate::util::sqlite(&env.db(), &format!("UPDATE runs SET status = {stored};"));
-        let output = env.run(["ledger", "list"]);
-        assert_code(&output, 125);
-        let stderr = text(&output.stderr);
-        assert!(stderr.contains(&env.db().display().to_string()), "{stderr}");
-        assert!(
-            stderr.contains(&format!(
+        env.cmd(["ledger", "list"])
+            .expect_code(125)
+            .stderr_has(&env.db().display().to_string())
+            .stderr_has(&format!(
                 "a stored value cannot be read (unknown run status {shown})"
-            )),
-            "{stderr}"
-        );
+            ));
     }
 }
 
 /// Maximum resident set size in KiB of `idem ledger import FILE`, by GNU
-/// time (as tests/hardening.rs measures it).
+/// time (as tests/hardening/memory.rs measures it).
 fn import_peak_kib(env: &Env, file: &std::path::Path) -> (std::process::Output, u64) {
     let mut import = env.idem(["ledger", "import"]);
     import.arg(file);

@@ -138,16 +138,16 @@ fn a_run_on_a_renamed_host_is_judged_dead_once_it_is_gone() {
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
     let count = env.count_cmd("count");
-    let next = env.run([
+    env.cmd([
         "run", "--key", "k", "--wait", "20s", "--shell", "--", &count,
-    ]);
-    assert_code(&next, 0);
+    ])
+    .succeeds();
     assert_eq!(env.count("count"), 1);
     let runs = env.list_json();
     assert_eq!(runs[1]["status"], "abandoned");
     assert_eq!(runs[1]["host"], "old-name");
-    assert_code(&env.run(["doctor"]), 0);
-    assert_code(&env.run(["ledger", "forget", "--purge", "k"]), 0);
+    env.cmd(["doctor"]).succeeds();
+    env.cmd(["ledger", "forget", "--purge", "k"]).succeeds();
 }
 
 #[test]
@@ -163,7 +163,7 @@ fn a_grandchild_in_its_own_session_is_stopped_with_a_killed_idem() {
     let killed_at = Instant::now();
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
-    let next = env.run([
+    env.cmd([
         "run",
         "--key",
         "k",
@@ -172,8 +172,8 @@ fn a_grandchild_in_its_own_session_is_stopped_with_a_killed_idem() {
         "--shell",
         "--",
         &guarded(&env, 0),
-    ]);
-    assert_code(&next, 0);
+    ])
+    .succeeds();
     eprintln!("taken over {:?} after the SIGKILL", killed_at.elapsed());
     assert!(
         killed_at.elapsed() < Duration::from_secs(30),
@@ -195,21 +195,22 @@ fn what_a_command_leaves_running_is_part_of_its_attempt() {
         hold = guarded(&env, 2),
         check = guarded(&env, 0),
     );
-    let output = env.run([
-        "run",
-        "--key",
-        "r",
-        "--backoff",
-        "10ms",
-        "--shell",
-        "--",
-        &retried,
-    ]);
-    assert_code(&output, 0);
+    let output = env
+        .cmd([
+            "run",
+            "--key",
+            "r",
+            "--backoff",
+            "10ms",
+            "--shell",
+            "--",
+            &retried,
+        ])
+        .succeeds();
     // How many of the detached processes had started by the command's exit
     // depends on the scheduler (the shell, then flock, then its child), so
     // the line is checked for a count, not for one count.
-    let stderr = text(&output.stderr);
+    let stderr = output.stderr();
     let left = stderr
         .split("waiting for ")
         .nth(1)
@@ -222,12 +223,11 @@ fn what_a_command_leaves_running_is_part_of_its_attempt() {
     // A success that leaves a process behind is over only when it is gone,
     // so a --force run right after never meets it.
     let left = format!("setsid sh -c \"{}\" &", guarded(&env, 2));
-    assert_code(&env.run(["run", "--key", "f", "--shell", "--", &left]), 0);
+    env.cmd(["run", "--key", "f", "--shell", "--", &left])
+        .succeeds();
     let check = guarded(&env, 0);
-    assert_code(
-        &env.run(["run", "--key", "f", "--force", "--shell", "--", &check]),
-        0,
-    );
+    env.cmd(["run", "--key", "f", "--force", "--shell", "--", &check])
+        .succeeds();
     assert_eq!(env.count("count"), 4);
     assert_eq!(overlaps(&env), 0);
 }
@@ -257,8 +257,8 @@ fn a_killed_guardian_leaves_the_key_held_by_what_still_runs() {
         .spawn()
         .unwrap();
     wait_for_count(&env, 1, &mut first);
-    let next = env.run(["run", "--key", "k", "--shell", "--", &guarded(&env, 0)]);
-    assert_code(&next, 75);
+    env.cmd(["run", "--key", "k", "--shell", "--", &guarded(&env, 0)])
+        .expect_code(75);
     let output = finish(first);
     assert_code(&output, 137);
     assert_eq!(env.count("count"), 1);
@@ -269,7 +269,7 @@ fn a_killed_guardian_leaves_the_key_held_by_what_still_runs() {
 fn timeout_and_signals_reach_a_background_child_holding_stdout() {
     let env = Env::new();
     let began = Instant::now();
-    let output = env.run([
+    env.cmd([
         "run",
         "--key",
         "t",
@@ -280,8 +280,8 @@ fn timeout_and_signals_reach_a_background_child_holding_stdout() {
         "--shell",
         "--",
         "sleep 30 & echo started",
-    ]);
-    assert_code(&output, 124);
+    ])
+    .expect_code(124);
     assert!(
         began.elapsed() < Duration::from_secs(10),
         "waited for the child"
@@ -341,8 +341,8 @@ fn an_outcome_waits_out_a_ledger_locked_for_longer_than_a_claim_would() {
         "{}",
         text(&output.stderr)
     );
-    let again = env.run(["run", "--key", "k", "--shell", "--", &script]);
-    assert_code(&again, 0);
+    env.cmd(["run", "--key", "k", "--shell", "--", &script])
+        .succeeds();
     assert_eq!(env.count("count"), 1);
 }
 
@@ -355,20 +355,21 @@ fn an_import_never_overrides_a_run_that_goes_on() {
         .spawn()
         .unwrap();
     wait_for_count(&env, 1, &mut first);
-    let export = env.run(["ledger", "export"]);
-    assert_code(&export, 0);
+    let export = env.cmd(["ledger", "export"]).succeeds();
     // A finished copy of the running run, as a crafted stream could hold.
     let mut line: serde_json::Value =
-        serde_json::from_slice(export.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        serde_json::from_slice(export.output.stdout.split(|b| *b == b'\n').next().unwrap())
+            .unwrap();
     assert_eq!(line["status"], "running");
     line["status"] = "succeeded".into();
     line["exit_code"] = 0.into();
     line["finished_at"] = line["started_at"].clone();
     let stream = env.path("stream.jsonl");
     std::fs::write(&stream, format!("{line}\n")).unwrap();
-    assert_code(&env.run(["ledger", "import", stream.to_str().unwrap()]), 0);
-    let next = env.run(["run", "--key", "k", "--shell", "--", &script]);
-    assert_code(&next, 75);
+    env.cmd(["ledger", "import", stream.to_str().unwrap()])
+        .succeeds();
+    env.cmd(["run", "--key", "k", "--shell", "--", &script])
+        .expect_code(75);
     assert!(first.wait().unwrap().success());
     assert_eq!(env.count("count"), 1);
     assert_eq!(overlaps(&env), 0);
@@ -380,13 +381,12 @@ fn every_claim_gets_a_larger_fence_even_after_a_purge() {
     let fences = env.path("fences");
     let record = format!("echo $IDEM_FENCE >> '{}'", fences.display());
     for _ in 0..2 {
-        assert_code(
-            &env.run(["run", "--key", "k", "--force", "--shell", "--", &record]),
-            0,
-        );
+        env.cmd(["run", "--key", "k", "--force", "--shell", "--", &record])
+            .succeeds();
     }
-    assert_code(&env.run(["ledger", "forget", "--purge", "k"]), 0);
-    assert_code(&env.run(["run", "--key", "k", "--shell", "--", &record]), 0);
+    env.cmd(["ledger", "forget", "--purge", "k"]).succeeds();
+    env.cmd(["run", "--key", "k", "--shell", "--", &record])
+        .succeeds();
     let seen: Vec<i64> = std::fs::read_to_string(&fences)
         .unwrap()
         .lines()

@@ -219,8 +219,12 @@ fn the_systemd_timer_runs_the_daily_job_once() {
         "{key}"
     );
 
-    // systemd-analyze reads both units (with ExecStart naming this build,
-    // since it checks that the program exists): no error, no warning.
+    systemd_analyze_verifies(&env, &bin, &service, &timer);
+}
+
+/// systemd-analyze reads both units (with ExecStart naming this build,
+/// since it checks that the program exists): no error, no warning.
+fn systemd_analyze_verifies(env: &Env, bin: &Path, service: &Path, timer: &Path) {
     let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
         return missing(
             "the_systemd_timer_runs_the_daily_job_once",
@@ -234,10 +238,10 @@ fn the_systemd_timer_runs_the_daily_job_once() {
     let idem = bin.join("idem").display().to_string();
     std::fs::write(
         units.join("idem-job.service"),
-        read(&service).replace("/usr/bin/idem", &idem),
+        read(service).replace("/usr/bin/idem", &idem),
     )
     .unwrap();
-    std::fs::copy(&timer, units.join("idem-job.timer")).unwrap();
+    std::fs::copy(timer, units.join("idem-job.timer")).unwrap();
     let output = Command::new("systemd-analyze")
         .arg("verify")
         .arg(units.join("idem-job.service"))
@@ -346,18 +350,8 @@ fn the_kubernetes_cronjob_makes_one_report_a_day() {
     }
     assert_eq!(vars["TZ"], spec["timeZone"].as_str().unwrap());
 
-    // The schema is not a formality: a misspelt field fails it.
-    let mut typo = cronjob.clone();
-    typo["spec"]["concurrencypolicy"] = typo["spec"]["concurrencyPolicy"].take();
-    typo["spec"]
-        .as_object_mut()
-        .unwrap()
-        .remove("concurrencyPolicy");
     let env = Env::new();
-    let typo_path = env.path("typo.json");
-    std::fs::write(&typo_path, typo.to_string()).unwrap();
-    let errors = schema_errors(&schema, &typo_path);
-    assert!(errors.contains("concurrencypolicy"), "{errors}");
+    a_misspelt_field_fails_the_schema(&env, &schema, cronjob);
 
     // Two pods of one schedule at once, and a third later, on a shared
     // PostgreSQL ledger: one report.
@@ -370,6 +364,20 @@ fn the_kubernetes_cronjob_makes_one_report_a_day() {
     words.extend(command[1..5].iter().map(|word| format!("'{word}'")));
     words.push(bin.join("job").display().to_string());
     once(&env, &words.join(" "), &vars, true);
+}
+
+/// The schema is not a formality: a misspelt field fails it.
+fn a_misspelt_field_fails_the_schema(env: &Env, schema: &Path, cronjob: &Value) {
+    let mut typo = cronjob.clone();
+    typo["spec"]["concurrencypolicy"] = typo["spec"]["concurrencyPolicy"].take();
+    typo["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("concurrencyPolicy");
+    let typo_path = env.path("typo.json");
+    std::fs::write(&typo_path, typo.to_string()).unwrap();
+    let errors = schema_errors(schema, &typo_path);
+    assert!(errors.contains("concurrencypolicy"), "{errors}");
 }
 
 /// The deploy step of a CI recipe run as the CI service runs it, against a

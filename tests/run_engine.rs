@@ -2,7 +2,7 @@
 //! one order: each case below adds one more bad flag in front of the
 //! ones after it, and the first check that fails is the one reported.
 
-use crate::util::{assert_code, text, Env};
+use crate::util::Env;
 
 #[test]
 fn bad_flags_are_reported_in_order_and_nothing_is_opened() {
@@ -42,9 +42,8 @@ fn bad_flags_are_reported_in_order_and_nothing_is_opened() {
             "--",
             if first <= 1 { "" } else { "true" },
         ]);
-        let output = env.run(&args);
-        assert_code(&output, 2);
-        let stderr = text(&output.stderr);
+        let output = env.cmd(&args).expect_code(2);
+        let stderr = output.stderr();
         let expected = cases[first].1;
         assert!(stderr.starts_with(expected), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");

@@ -1,6 +1,6 @@
 //! The exit codes as `--help`, the man pages and the flags' defaults tell
 //! them, held against the constants of `exit.rs` (and `--capture`'s limit
-//! against the ledger's). `cli.rs` knows nothing
+//! against the ledger's). `cli` knows nothing
 //! of the crate (so that completions and man pages come from it alone),
 //! so its words are checked here rather than built from the constants.
 

@@ -162,7 +162,6 @@ fn attempts_of(ledger: &mut dyn Ledger, runs: &[Run]) -> Result<HashMap<uuid::Uu
     Ok(attempts)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

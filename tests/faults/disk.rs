@@ -5,7 +5,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use super::{fill, list_keys, run_with_db, sqlite, status_of, Mount};
+use super::{fill, list_keys, sqlite, status_of, Mount};
 use crate::util::{assert_code, integrity_check, text, Env};
 
 #[test]
@@ -15,35 +15,26 @@ fn a_full_disk_runs_nothing_and_loses_nothing() {
         return;
     };
     let db = mount.dir.join("ledger.db");
-    assert_code(
-        &run_with_db(&env, &db, &["run", "--key", "before", "--", "true"]),
-        0,
-    );
-    assert_code(
-        &run_with_db(
-            &env,
-            &db,
-            &["run", "--key", "failed", "--retries", "0", "--", "false"],
-        ),
-        1,
-    );
+    env.cmd(["run", "--key", "before", "--", "true"])
+        .db(&db)
+        .succeeds();
+    env.cmd(["run", "--key", "failed", "--retries", "0", "--", "false"])
+        .db(&db)
+        .expect_code(1);
     let filler = mount.dir.join("filler");
     fill(&filler);
     let count = env.count_cmd("count");
-    let output = run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &count]);
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains("the disk is full"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .db(&db)
+        .expect_code(125)
+        .stderr_has("the disk is full")
+        .stderr_one_line();
     assert_eq!(env.count("count"), 0, "the command ran without a claim");
     // doctor says so too, without writing.
-    let doctor = run_with_db(&env, &db, &["doctor"]);
-    assert_code(&doctor, 1);
-    assert!(
-        text(&doctor.stdout).contains("the disk is full"),
-        "{}",
-        text(&doctor.stdout)
-    );
+    env.cmd(["doctor"])
+        .db(&db)
+        .expect_code(1)
+        .stdout_has("the disk is full");
 
     fs::remove_file(&filler).unwrap();
     assert_eq!(integrity_check(&db), "ok");
@@ -51,10 +42,9 @@ fn a_full_disk_runs_nothing_and_loses_nothing() {
     assert_eq!(status_of(&runs, "before").as_deref(), Some("succeeded"));
     assert_eq!(status_of(&runs, "failed").as_deref(), Some("failed"));
     assert_eq!(status_of(&runs, "k"), None);
-    assert_code(
-        &run_with_db(&env, &db, &["run", "--key", "k", "--shell", "--", &count]),
-        0,
-    );
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .db(&db)
+        .succeeds();
     assert_eq!(env.count("count"), 1);
 }
 
@@ -63,10 +53,9 @@ fn a_full_disk_runs_nothing_and_loses_nothing() {
 fn nearly_full(env: &Env) -> Option<(Mount, PathBuf, PathBuf)> {
     let mount = Mount::tmpfs(&env.path("small"), "2m")?;
     let db = mount.dir.join("ledger.db");
-    assert_code(
-        &run_with_db(env, &db, &["run", "--key", "before", "--", "true"]),
-        0,
-    );
+    env.cmd(["run", "--key", "before", "--", "true"])
+        .db(&db)
+        .succeeds();
     let filler = mount.dir.join("filler");
     fill(&filler);
     fs::File::options()
@@ -115,10 +104,9 @@ fn a_disk_that_fills_during_a_run_is_said_loudly() {
     let runs = list_keys(&env, &db);
     assert_eq!(status_of(&runs, "before").as_deref(), Some("succeeded"));
     // Whatever was recorded, the next run makes progress by itself.
-    assert_code(
-        &run_with_db(&env, &db, &["run", "--key", "big", "--", "true"]),
-        0,
-    );
+    env.cmd(["run", "--key", "big", "--", "true"])
+        .db(&db)
+        .succeeds();
 }
 
 #[test]
@@ -128,36 +116,27 @@ fn a_disk_that_fills_while_a_retry_is_recorded_says_what_ran_and_shows_it() {
         return;
     };
     let script = "head -c 3000000 /dev/urandom | od -x; echo held-and-shown; exit 1";
-    let output = run_with_db(
-        &env,
-        &db,
-        &[
-            "run",
-            "--key",
-            "retried",
-            "--retries",
-            "1",
-            "--backoff",
-            "10ms",
-            "--quiet-success",
-            "--capture",
-            "1MiB",
-            "--shell",
-            "--",
-            script,
-        ],
-    );
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("attempt 1/2 exited 1, but idem could not record it"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("the disk is full"), "{stderr}");
-    assert!(
-        text(&output.stdout).contains("held-and-shown"),
-        "the held output was dropped"
-    );
+    env.cmd([
+        "run",
+        "--key",
+        "retried",
+        "--retries",
+        "1",
+        "--backoff",
+        "10ms",
+        "--quiet-success",
+        "--capture",
+        "1MiB",
+        "--shell",
+        "--",
+        script,
+    ])
+    .db(&db)
+    .expect_code(125)
+    .stderr_has("attempt 1/2 exited 1, but idem could not record it")
+    .stderr_has("the disk is full")
+    // The held output is shown, not dropped.
+    .stdout_has("held-and-shown");
     fs::remove_file(&filler).unwrap();
     assert_eq!(integrity_check(&db), "ok");
 }
@@ -168,7 +147,7 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
     // trigger refuses it): the command, held between fork and exec, must
     // not run, and the run is failed rather than left to look abandoned.
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     sqlite(
         &env.db(),
         "CREATE TRIGGER refuse BEFORE INSERT ON attempts
@@ -179,12 +158,11 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
         env.count_cmd("count"),
         env.path("recovered").display()
     );
-    let output = env.run(["run", "--key", "k", "--shell", "--", &count]);
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("the command did not run"), "{stderr}");
-    assert!(stderr.contains("attempts refused"), "{stderr}");
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .expect_code(125)
+        .stderr_one_line()
+        .stderr_has("the command did not run")
+        .stderr_has("attempts refused");
     assert_eq!(env.count("count"), 0, "the command ran");
     let shown = env.show_json("k");
     assert_eq!(shown["status"], "failed");
@@ -192,7 +170,8 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
     // Once the ledger takes writes again, the key runs, plainly: it is known
     // that nothing ran, so it is not a recovery.
     sqlite(&env.db(), "DROP TRIGGER refuse;");
-    assert_code(&env.run(["run", "--key", "k", "--shell", "--", &count]), 0);
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .succeeds();
     assert_eq!(env.count("count"), 1);
     assert_eq!(fs::read_to_string(env.path("recovered")).unwrap(), "0\n");
 
@@ -204,7 +183,7 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
          BEGIN SELECT RAISE(ABORT, 'attempts refused'); END;",
     );
     let flaky = format!("{}; echo first words; exit 3", env.count_cmd("count"));
-    let output = env.run([
+    env.cmd([
         "run",
         "--key",
         "q",
@@ -216,10 +195,10 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
         "--shell",
         "--",
         &flaky,
-    ]);
-    assert_code(&output, 125);
+    ])
+    .expect_code(125)
+    .stdout_is("first words\n")
+    .stderr_has("the command did not run");
     assert_eq!(env.count("count"), 2, "one attempt ran, the retry did not");
-    assert_eq!(text(&output.stdout), "first words\n");
-    assert!(text(&output.stderr).contains("the command did not run"));
     assert_eq!(env.show_json("q")["exit_code"], 125);
 }

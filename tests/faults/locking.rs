@@ -5,7 +5,7 @@ use std::fs;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::util::{assert_code, text, wait_for_file, Env};
+use crate::util::{wait_for_file, Env};
 
 /// Starts `holder` (which must create the file `held` once it holds the
 /// lock) and waits until it does.
@@ -27,7 +27,7 @@ fn hold_lock(env: &Env, script: &str) -> Child {
 #[test]
 fn a_ledger_locked_for_a_while_is_waited_for() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     let db = env.db().display().to_string();
     let count = env.count_cmd("count");
     let holders = [
@@ -39,8 +39,8 @@ fn a_ledger_locked_for_a_while_is_waited_for() {
     for (index, holder) in holders.iter().enumerate() {
         let mut child = hold_lock(&env, holder);
         let key = format!("k{index}");
-        let output = env.run(["run", "--key", &key, "--shell", "--", &count]);
-        assert_code(&output, 0);
+        env.cmd(["run", "--key", &key, "--shell", "--", &count])
+            .succeeds();
         assert_eq!(env.count("count"), index + 1);
         assert!(child.wait().unwrap().success());
     }
@@ -48,17 +48,13 @@ fn a_ledger_locked_for_a_while_is_waited_for() {
 
 fn locked_too_long(holder: impl Fn(&str) -> String) {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     let count = env.count_cmd("count");
     let mut child = hold_lock(&env, &holder(&env.db().display().to_string()));
-    let output = env.run(["run", "--key", "k", "--shell", "--", &count]);
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("stayed locked by another process for 10s"),
-        "{stderr}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    env.cmd(["run", "--key", "k", "--shell", "--", &count])
+        .expect_code(125)
+        .stderr_has("stayed locked by another process for 10s")
+        .stderr_one_line();
     assert_eq!(env.count("count"), 0);
     child.wait().unwrap();
 }

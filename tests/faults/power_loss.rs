@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::{list_keys, run_with_db, status_of};
-use crate::util::{assert_code, integrity_check, require, Env};
+use super::{list_keys, status_of};
+use crate::util::{integrity_check, require, Env};
 
 /// Freezes a run at a random instant, copies the ledger files as a power
 /// cut would leave them (no process writes while they are copied), and
@@ -75,14 +75,9 @@ fn a_ledger_cut_at_any_instant_is_consistent() {
             "{key}: {state:?}"
         );
         // The next run decides by itself: skip, or take over the dead run.
-        assert_code(
-            &run_with_db(
-                &env,
-                &db,
-                &["run", "--key", &key, "--retries", "0", "--", "true"],
-            ),
-            0,
-        );
+        env.cmd(["run", "--key", &key, "--retries", "0", "--", "true"])
+            .db(&db)
+            .succeeds();
     }
 }
 
@@ -206,7 +201,7 @@ fn the_command_runs_only_once_its_group_is_recorded() {
 #[test]
 fn no_ledger_page_is_written_from_frames_not_yet_on_disk() {
     let env = Env::new();
-    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     let mut in_the_attempts_start = false;
     for index in 0..24 {
         let calls = "pwrite64,fsync,fdatasync,flock";
@@ -240,7 +235,7 @@ fn no_ledger_page_is_written_from_frames_not_yet_on_disk() {
 /// Runs `idem run --key k -- /bin/true` on a ledger that exists, under
 /// `strace -f` for `calls`; None (and a note) where strace cannot trace.
 fn strace_run(env: &Env, calls: &str) -> Option<String> {
-    assert_code(&env.run(["run", "--key", "first", "--", "true"]), 0);
+    env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     traced(env, calls, "k")
 }
 

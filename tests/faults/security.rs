@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::{assert_code, text, Env};
+use crate::util::{assert_code, Env};
 
 #[test]
 fn the_ledger_is_private_under_a_permissive_umask() {
@@ -40,9 +40,9 @@ fn the_ledger_is_private_under_a_permissive_umask() {
 #[test]
 fn no_shell_without_the_flag() {
     let env = Env::new();
-    let output = env.run(["run", "--key", "a", "--", "touch pwned; echo $HOME"]);
-    assert_code(&output, 127);
-    let output = env.run([
+    env.cmd(["run", "--key", "a", "--", "touch pwned; echo $HOME"])
+        .expect_code(127);
+    env.cmd([
         "run",
         "--key",
         "b",
@@ -54,12 +54,12 @@ fn no_shell_without_the_flag() {
         "pwned",
         "|",
         "&&",
-    ]);
-    assert_code(&output, 0);
-    assert_eq!(text(&output.stdout), "$(touch pwned) ; touch pwned | &&\n");
+    ])
+    .succeeds()
+    .stdout_is("$(touch pwned) ; touch pwned | &&\n");
     assert!(!env.path("pwned").exists());
-    let output = env.run(["run", "--key", "c", "--shell", "--", "touch", "pwned"]);
-    assert_code(&output, 0);
+    env.cmd(["run", "--key", "c", "--shell", "--", "touch", "pwned"])
+        .succeeds();
     assert!(env.path("pwned").exists(), "--shell runs a shell");
 }
 
@@ -86,18 +86,12 @@ fn secrets_in_the_environment_are_never_recorded() {
         let mut args = vec!["run", "--key", key];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--shell", "--", "echo \"token=$IDEM_TEST_SECRET\""]);
-        env.idem(args)
-            .env("IDEM_TEST_SECRET", secret)
-            .output()
-            .unwrap()
+        env.cmd(args).env("IDEM_TEST_SECRET", secret)
     };
-    let quiet = run("capture-0", &["--capture", "0"]);
-    assert_code(&quiet, 0);
-    assert_eq!(
-        text(&quiet.stdout),
-        format!("token={secret}\n"),
-        "output still passes through"
-    );
+    run("capture-0", &["--capture", "0"])
+        .succeeds()
+        // The output still passes through.
+        .stdout_is(&format!("token={secret}\n"));
     assert!(
         !holds(&ledger_bytes(&env.db()), secret),
         "a secret reached the ledger"
@@ -107,6 +101,6 @@ fn secrets_in_the_environment_are_never_recorded() {
         ""
     );
     // Without --capture 0 the output is kept, which is why the flag exists.
-    assert_code(&run("captured", &[]), 0);
+    run("captured", &[]).succeeds();
     assert!(holds(&ledger_bytes(&env.db()), secret));
 }

@@ -1,0 +1,173 @@
+//! Command-line declarations, and nothing else.
+//!
+//! This module imports nothing from the rest of the crate, so tests and the
+//! man-page generator can build the `clap::Command` on their own. It owns
+//! the top of the line (`Cli`, the global options, the subcommands); each
+//! subcommand's arguments, the value parsers and the help texts have a
+//! module of their own, re-exported here.
+
+mod help;
+mod ledger;
+mod run;
+mod serve;
+mod values;
+
+use std::ffi::OsString;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub use help::{
+    EXIT_CODES_HELP, FILES_HELP, LEDGER_EXIT_CODES_HELP, RUN_NOTES, SEE_ALSO_HELP,
+    SERVE_EXIT_CODES_HELP, STATUS_EXIT_CODES_HELP,
+};
+pub use ledger::{DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
+pub use run::{OnAbandoned, Progress, RunArgs};
+pub use serve::{listen_address, ServeArgs};
+pub use values::{
+    duration, signal, switch, ByteSize, CodeSet, SignalNumber, MAX_CAPTURE, MAX_DURATION,
+};
+
+/// Run a command once per idempotency key.
+///
+/// idem records every run in a ledger, skips a command whose key already
+/// succeeded, retries failures with backoff, and never lets two runs of one
+/// key overlap.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, propagate_version = true, max_term_width = 100)]
+#[command(after_long_help = RUN_NOTES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options of every subcommand.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Ledger: a SQLite file path, or a postgres:// URL for a shared ledger
+    /// [default: <data dir>/idem/ledger.db]
+    #[arg(
+        long,
+        global = true,
+        env = "IDEM_DB",
+        hide_env_values = true,
+        value_name = "PATH|URL"
+    )]
+    pub db: Option<OsString>,
+
+    /// Print none of idem's own lines (errors that stop idem still print)
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Also print the lines idem keeps quiet under cron (skips)
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+
+    /// Colour in tables: auto (at a terminal, unless NO_COLOR is set or
+    /// TERM is dumb), always or never
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN"
+    )]
+    pub color: ColorChoice,
+}
+
+/// `idem run`'s flags and the global ones in one command, with no
+/// subcommand: the words after `idem` of a line that is `idem run ...`
+/// parse the same as the whole line does under [`Cli`], but clap builds,
+/// fills in and checks the flags of one command instead of all, and has no
+/// subcommand to hand global values down to (a sixth of a skip's
+/// instructions). Only a line it parses is taken from it; help, versions
+/// and errors come from [`Cli`].
+pub fn run_line() -> clap::Command {
+    Global::augment_args(RunArgs::augment_args(clap::Command::new("run")))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run COMMAND under KEY unless KEY already succeeded
+    #[command(after_long_help = RUN_NOTES)]
+    Run(Box<RunArgs>),
+    /// Inspect and maintain the ledger
+    #[command(subcommand, after_long_help = LEDGER_EXIT_CODES_HELP)]
+    Ledger(LedgerCommand),
+    /// One line per job: its state, last run and success, failures in a row
+    ///
+    /// A job is what a crontab line is: its runs under every key its
+    /// template made (`--job`, else the key as typed). Jobs that need a
+    /// person come first: failing (its latest finished run failed), overdue
+    /// (a periodic job with no success since its last finished period
+    /// began, or that nothing called in its current period by the time it
+    /// used to be called), then running and ok. Its figures follow the
+    /// order in which its runs finished, however they overlap. Exit 0 when
+    /// every job is ok or running, 1 otherwise, so it can serve as a check.
+    #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
+    Status(StatusArgs),
+    /// Check a ledger for problems without changing anything
+    ///
+    /// Checks the ledger of --db. A SQLite file: schema version, PRAGMA
+    /// integrity_check, permissions of the file and its folder, leftover
+    /// -wal/-shm files, keys stuck in running whose owner is gone, and free
+    /// disk space. A postgres:// ledger: the connection, schema version,
+    /// the role's rights, and keys stuck in running. Says what is wrong and
+    /// how to fix it. Creates and changes nothing (the file is opened
+    /// read-only; the database session is read-only). Exit 0 when healthy,
+    /// 1 when not.
+    Doctor(DoctorArgs),
+    /// Serve the ledger read-only over HTTP: a status board, each job's
+    /// runs, metrics
+    ///
+    /// Pages: / the status board (what `idem status` shows), /job/JOB a
+    /// job's runs, newest first, with their attempts and output tails,
+    /// /metrics (what `idem ledger metrics` prints), /api/status (what
+    /// `idem status --json` prints) and /healthz (200 when the ledger can
+    /// be read, 503 otherwise). Pages work without JavaScript and refresh
+    /// themselves every 30 seconds. The ledger is opened for each request,
+    /// read-only, and nothing holds it between requests. Listens on the
+    /// loopback address unless told otherwise; any other address needs
+    /// --auth-file or IDEM_SERVE_TOKEN, and then every request must carry
+    /// the credentials. Stops on SIGTERM or SIGINT once the requests under
+    /// way are answered.
+    #[command(after_long_help = SERVE_EXIT_CODES_HELP)]
+    Serve(ServeArgs),
+    /// Print a shell completion script
+    ///
+    /// After --, the scripts complete a command name, then hand over to
+    /// that command's own completion; `ledger show`, `ledger forget` and
+    /// `run --key` complete keys from the ledger (of --db or IDEM_DB).
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// What the completion scripts ask the ledger: keys starting with PREFIX
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// What to list
+        what: Completable,
+        /// Only what starts with this
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+}
+
+/// What `idem __complete` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Completable {
+    /// Keys of the ledger, in order
+    Keys,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// At a terminal, unless NO_COLOR is set or TERM is dumb
+    Auto,
+    /// Always, even into a pipe
+    Always,
+    /// Never
+    Never,
+}
