@@ -60,6 +60,14 @@ impl Reporter {
         }
     }
 
+    /// A line for `-v` only: how idem went about a run (what held its
+    /// processes together), which nobody else needs to read.
+    pub fn detail(&self, text: impl FnOnce() -> String) {
+        if !self.quiet && self.verbose {
+            crate::exit::say(&text());
+        }
+    }
+
     /// A spinner for a wait, at a terminal only; it erases itself when
     /// dropped, so the line idem prints next starts on a clean line.
     pub fn spinner(&self) -> Option<Spinner> {

@@ -6,6 +6,7 @@ mod util;
 
 mod alerts;
 mod concurrency;
+mod containment;
 mod env_defaults;
 mod examples;
 mod failures;

@@ -9,10 +9,12 @@
 //! code only: `guardian` (its setup and the gate), `command` (the
 //! command's process up to its exec), `watch` and `tree` (the run until
 //! its end). Shared by both: `wire` (their frames), `steps` (the named
-//! steps after the fork) and `signals` (dispositions, and when a signal is
-//! a second one).
+//! steps after the fork), `signals` (dispositions, and when a signal is
+//! a second one) and `contain` (the PID namespace the guardian may be the
+//! init of, and the forks).
 
 mod command;
+mod contain;
 mod events;
 mod guardian;
 mod prepare;
@@ -32,6 +34,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::exit;
+pub use contain::Containment;
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
 pub use supervise::{Stopper, Supervisor};
@@ -72,6 +75,8 @@ pub enum Notice<'a> {
     LeftRunning { count: i32, pids: &'a [i32] },
     /// idem was sent `signal` and passed it on; a second one kills.
     Interrupted(i32),
+    /// What holds the attempt's processes together (see `contain`).
+    Contained(Containment),
 }
 
 /// How an attempt ended.

@@ -23,6 +23,7 @@ use super::spawn::{
 };
 use super::steps::Failed;
 use super::tee::{Pump, RaiseOnDrop, Sink, Streams};
+use super::tree;
 use super::wire::{self, monotonic_ms, read_report};
 use super::{AttemptEnd, AttemptError, End, Notice, Spec};
 use crate::exit;
@@ -172,6 +173,7 @@ impl Supervisor {
         };
         let mut forked = fork(spec, &prepared, hold)?;
         let pid = forked.pid;
+        waiting(Notice::Contained(forked.contained));
         // Recorded at once, while the guardian starts on another CPU, and
         // before this attempt's threads start: idem's writes after the fork
         // copy pages it shares with the guardian, and while another thread
@@ -352,6 +354,7 @@ impl Supervisor {
     ) -> Result<Supervised> {
         let held = || spec.still_held.is_some_and(|held| held());
         let mut watch = Supervision {
+            guardian: watched.pid(),
             command,
             deadline: spec.timeout.map(|timeout| Instant::now() + timeout),
             ..Supervision::default()
@@ -440,10 +443,14 @@ impl Supervisor {
     }
 
     /// Sends `signal` (and SIGCONT after it, with `cont`) to every process
-    /// of the attempt, through its guardian; without it (killed), only the
-    /// command's group is reached.
+    /// of the attempt, through its guardian; idem sends it itself when the
+    /// guardian is stopped (else a stopped guardian would stop `--timeout`
+    /// too); without a guardian (killed), only the command's group is
+    /// reached.
     fn signal_attempt(&self, watch: &Supervision, signal: i32, cont: bool) {
-        if watch.guardian_gone.is_none() {
+        if watch.guardian_gone.is_none() && tree::stopped(watch.guardian) {
+            tree::signal_past(watch.guardian, watch.command, signal, cont);
+        } else if watch.guardian_gone.is_none() {
             self.tell(wire::SIGNAL, signal.into(), cont.into());
         } else if watch.command > 0 {
             // SAFETY: kill has no memory effects.
@@ -475,6 +482,8 @@ impl Supervisor {
 /// What supervising an attempt keeps track of.
 #[derive(Default)]
 struct Supervision {
+    /// The guardian's pid.
+    guardian: i32,
     /// The command's process group (0: unknown).
     command: i32,
     /// `--timeout` runs out then.

@@ -220,6 +220,12 @@ impl Run<'_> {
             Notice::Interrupted(signal) => {
                 format!("{key}: passed signal {signal} on to the command; a second signal kills it")
             }
+            Notice::Contained(contained) => {
+                let words = contained.words();
+                return self
+                    .reporter
+                    .detail(|| format!("{key}: containment: {words}"));
+            }
         };
         if self.config.quiet_success {
             self.reporter.info(|| line);
