@@ -11,13 +11,15 @@
 //! its end). Shared by both: `wire` (their frames), `steps` (the named
 //! steps after the fork), `signals` (dispositions, and when a signal is
 //! a second one) and `contain` (the PID namespace the guardian may be the
-//! init of, and the forks).
+//! init of, and the forks). `scan` finds a run's processes by the
+//! `IDEM_RUN_ID` they inherit, where nothing else can.
 
 mod command;
 mod contain;
 mod events;
 mod guardian;
 mod prepare;
+mod scan;
 mod signals;
 mod spawn;
 mod stdin;
@@ -35,6 +37,7 @@ use jiff::Timestamp;
 
 use crate::exit;
 pub use contain::Containment;
+pub use scan::{processes_of_run, run_lives};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
 pub use supervise::{Stopper, Supervisor};
