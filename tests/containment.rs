@@ -163,3 +163,29 @@ fn the_timeout_holds_with_the_guardian_stopped() {
     // A guardian still there would be stopped for ever: idem ended it.
     let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
 }
+
+#[test]
+fn doctor_and_a_verbose_run_say_what_holds_a_run() {
+    let env = Env::new();
+    assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
+    let doctor = env.run(["doctor", "--json"]);
+    let found: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let namespaces = found["pid_namespaces"].as_bool().unwrap();
+    let check = found["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["check"] == "containment")
+        .unwrap();
+    assert_eq!(check["status"], if namespaces { "ok" } else { "warn" });
+    let run = env.run(["-v", "run", "--key", "k", "--force", "--", "true"]);
+    assert_code(&run, 0);
+    let said = if namespaces {
+        "containment: pid namespace"
+    } else {
+        "containment: guardian only"
+    };
+    assert!(text(&run.stderr).contains(said), "{}", text(&run.stderr));
+    let quiet = env.run(["run", "--key", "k", "--force", "--", "true"]);
+    assert!(!text(&quiet.stderr).contains("containment"));
+}

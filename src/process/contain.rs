@@ -110,6 +110,24 @@ unsafe fn clone(flags: libc::c_int) -> io::Result<pid_t> {
     }
 }
 
+/// Whether this host gives idem a PID namespace for a run: one is made
+/// for a child that exits at once.
+pub fn pid_namespaces() -> bool {
+    // SAFETY: the child makes one async-signal-safe call, `_exit`.
+    match unsafe { clone(libc::CLONE_NEWPID) } {
+        Ok(0) => {
+            // SAFETY: _exit ends the child without running anything of
+            // the parent's.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(pid) => {
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// The kernel will not make a PID namespace for idem here: no privilege,
 /// too many namespaces, or a kernel without them.
 fn refused(error: &io::Error) -> bool {

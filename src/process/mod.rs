@@ -36,7 +36,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::exit;
-pub use contain::Containment;
+pub use contain::{pid_namespaces, Containment};
 pub use scan::{processes_of_run, run_lives};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
