@@ -5,6 +5,7 @@
 mod util;
 
 mod alerts;
+mod attempts;
 mod concurrency;
 mod containment;
 mod env_defaults;

@@ -208,10 +208,15 @@ fn spawn_failure(spec: &Spec<'_>, error: &io::Error) -> (u8, String) {
         String::from_utf8_lossy(spec.argv[0].as_bytes()).into_owned()
     };
     match error.kind() {
-        io::ErrorKind::NotFound => (
-            exit::NOT_FOUND_COMMAND,
-            format!("command not found: {program} (check the name and PATH)"),
-        ),
+        io::ErrorKind::NotFound => {
+            let hint = exit::hint::shell_hint(&spec.argv[0])
+                .filter(|_| !spec.shell)
+                .unwrap_or("check the name and PATH");
+            (
+                exit::NOT_FOUND_COMMAND,
+                format!("command not found: {program} ({hint})"),
+            )
+        }
         io::ErrorKind::PermissionDenied => (
             exit::CANNOT_EXECUTE,
             format!("cannot execute {program}: permission denied (chmod +x it?)"),
