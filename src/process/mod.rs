@@ -150,9 +150,15 @@ impl AttemptEnd {
 /// Why an attempt has no end to tell.
 #[derive(Debug)]
 pub enum AttemptError {
-    /// The command was held and never ran: `started` failed, or a step
-    /// of the attempt's setup after the fork did (the error names it).
+    /// The command was held and never ran: `started` failed.
     Unrecorded(anyhow::Error),
+    /// The attempt was recorded as started at `started_at`, then a step of
+    /// its setup after the fork failed (the error names it): the command
+    /// never ran.
+    SetupFailed {
+        started_at: Timestamp,
+        error: anyhow::Error,
+    },
     /// idem could not start the command, or lost track of it.
     Failed(anyhow::Error),
 }

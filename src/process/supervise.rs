@@ -181,7 +181,7 @@ impl Supervisor {
         // flush its TLB.
         let admitted = started(pid as u32)
             .map_err(AttemptError::Unrecorded)
-            .and_then(|()| self.admit(&mut forked.gate, spec.kill_after));
+            .and_then(|()| self.admit(&mut forked.gate, spec.kill_after, started_at));
         if let Err(error) = admitted {
             // The guardian reads end of file and leaves, running nothing.
             drop(forked);
@@ -189,6 +189,15 @@ impl Supervisor {
             return Err(error);
         }
         self.pass_through(spec, forked, started_at, stdout, stderr, waiting)
+    }
+
+    /// A step of the setup after the fork failed, said in `words`, once the
+    /// attempt was recorded as started at `started_at`.
+    fn setup_failed(started_at: Timestamp, words: String) -> AttemptError {
+        AttemptError::SetupFailed {
+            started_at,
+            error: anyhow::anyhow!(words),
+        }
     }
 
     /// Follows an admitted command to its end while its output is passed
@@ -225,7 +234,7 @@ impl Supervisor {
                 let kill = wire::encode_to(wire::SIGNAL, libc::SIGKILL.into(), 1);
                 let _ = (&forked.gate).write_all(&kill);
             }
-            let followed = self.follow_admitted(spec, forked.gate, forked.pid, waiting);
+            let followed = self.follow_admitted(spec, forked.gate, forked.pid, started_at, waiting);
             let join = |handle: Pump<'_>| handle.join().unwrap_or_default();
             let (stdout_tail, stdout_cut) = tee.out.map(join).unwrap_or_default();
             let (stderr_tail, stderr_cut) = tee.err.map(join).unwrap_or_default();
@@ -265,6 +274,7 @@ impl Supervisor {
         spec: &Spec<'_>,
         mut gate: UnixStream,
         pid: i32,
+        started_at: Timestamp,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Followed, AttemptError> {
         match executed(&mut gate) {
@@ -274,7 +284,7 @@ impl Supervisor {
             }
             LetIn::SetupFailed(words) => {
                 reap(pid);
-                Err(AttemptError::Unrecorded(anyhow::anyhow!(words)))
+                Err(Self::setup_failed(started_at, words))
             }
             LetIn::Running(command) => {
                 let reader = gate.try_clone().context("could not watch the command")?;
@@ -292,12 +302,17 @@ impl Supervisor {
 
     /// The gate, once the attempt is recorded: hears from the guardian,
     /// and lets the command in, unless the lease already ran out.
-    fn admit(&self, gate: &mut UnixStream, kill_after: Duration) -> Result<(), AttemptError> {
+    fn admit(
+        &self,
+        gate: &mut UnixStream,
+        kill_after: Duration,
+        started_at: Timestamp,
+    ) -> Result<(), AttemptError> {
         let report = read_report(gate).context("the command's guardian did not start")?;
         if report.kind == wire::SETUP_FAILED {
             // Nothing ran: the attempt ends as one that never started.
             let words = Failed::words(report.a, report.b);
-            return Err(AttemptError::Unrecorded(anyhow::anyhow!(words)));
+            return Err(Self::setup_failed(started_at, words));
         }
         if report.kind != wire::RUNNING {
             return Err(anyhow::anyhow!("the command's guardian did not start").into());
