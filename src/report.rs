@@ -39,7 +39,7 @@ impl Reporter {
     /// never interleaves mid-line with another run's on a shared stderr.
     pub fn notice(&self, to: &mut dyn Write, text: &str) {
         if !self.quiet {
-            let _ = to.write_all(crate::exit::line(text).as_bytes());
+            let _ = to.write_all(crate::exit::owed_line(text).as_bytes());
         }
     }
 

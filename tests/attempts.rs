@@ -1,5 +1,6 @@
 //! What an attempt says of itself: the hint when its command was not
-//! found, and what the ledger keeps of one whose setup failed.
+//! found, what the ledger keeps of one whose setup failed, and idem's own
+//! lines starting a line of their own after the command's output.
 
 use crate::util::{assert_code, text, Env};
 
@@ -47,4 +48,64 @@ fn an_attempt_whose_setup_failed_is_recorded_ended() {
     assert_eq!(attempt["exit_code"], 125, "{shown}");
     assert!(attempt["finished_at"].is_string(), "{shown}");
     assert_eq!(shown["status"], "failed");
+}
+
+#[test]
+fn idem_s_lines_start_a_line_after_output_cut_mid_line() {
+    let env = Env::new();
+    let args = ["run", "--key", "k", "--retries", "0", "--", "sh", "-c"];
+    // Apart: only the command's stderr counts for idem's lines there.
+    let apart = env
+        .idem(args.iter().chain(&["printf out; printf err >&2; exit 3"]))
+        .output()
+        .unwrap();
+    assert_code(&apart, 3);
+    assert_eq!(text(&apart.stdout), "out");
+    assert!(
+        text(&apart.stderr).starts_with("err\nidem: "),
+        "{}",
+        text(&apart.stderr)
+    );
+    let whole = env
+        .idem([
+            "run",
+            "--key",
+            "w",
+            "--retries",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "printf out; echo err >&2; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        text(&whole.stderr).starts_with("err\nidem: "),
+        "{}",
+        text(&whole.stderr)
+    );
+    // One file for both: the command's last byte on either counts.
+    let log = env.path("log");
+    let file = std::fs::File::create(&log).unwrap();
+    let together = env
+        .idem([
+            "run",
+            "--key",
+            "t",
+            "--retries",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "printf out; exit 3",
+        ])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert_eq!(together.code(), Some(3));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.starts_with("out\nidem: "), "{logged}");
+    assert!(!logged.contains("\n\n"), "{logged}");
 }

@@ -41,7 +41,7 @@ pub use scan::{processes_of_run, run_lives};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
 pub use supervise::{Stopper, Supervisor};
-pub use tee::{same_file, Sink};
+pub use tee::{line_owed, same_file, Sink};
 pub use wire::monotonic_ms;
 
 /// What to run, and how.

@@ -211,6 +211,7 @@ impl Supervisor {
         stderr: &mut Sink,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd, AttemptError> {
+        super::tee::share_lines(spec.merged);
         // The threads start once the command is let in, while it execs on
         // another CPU: what it writes meanwhile waits in its pipes.
         let gone = AtomicBool::new(false);
