@@ -146,7 +146,16 @@ pub fn line(text: &str) -> String {
 /// mid-line, as the pieces of a formatted write would.
 pub fn say(text: &str) {
     use std::io::Write;
-    let _ = std::io::stderr().write_all(line(text).as_bytes());
+    let _ = std::io::stderr().write_all(owed_line(text).as_bytes());
+}
+
+/// [`line`], after a newline when the command's output on the same
+/// terminal or file stopped mid-line: idem's own lines start a line.
+pub fn owed_line(text: &str) -> String {
+    match crate::process::line_owed() {
+        true => format!("\n{}", line(text)),
+        false => line(text),
+    }
 }
 
 /// Whether `error` comes from writing to a reader that went away.

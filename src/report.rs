@@ -39,7 +39,7 @@ impl Reporter {
     /// never interleaves mid-line with another run's on a shared stderr.
     pub fn notice(&self, to: &mut dyn Write, text: &str) {
         if !self.quiet {
-            let _ = to.write_all(crate::exit::line(text).as_bytes());
+            let _ = to.write_all(crate::exit::owed_line(text).as_bytes());
         }
     }
 
@@ -56,6 +56,14 @@ impl Reporter {
     /// recovering an abandoned run, which the ledger records anyway.
     pub fn aside(&self, text: impl FnOnce() -> String) {
         if !self.quiet && (self.terminal || self.verbose) {
+            crate::exit::say(&text());
+        }
+    }
+
+    /// A line for `-v` only: how idem went about a run (what held its
+    /// processes together), which nobody else needs to read.
+    pub fn detail(&self, text: impl FnOnce() -> String) {
+        if !self.quiet && self.verbose {
             crate::exit::say(&text());
         }
     }

@@ -241,21 +241,24 @@ fn a_key_stays_running_while_its_group_lives() {
 
 #[test]
 fn a_command_that_kills_idem_at_once_keeps_its_key() {
-    // The command's first act is to SIGKILL idem. Its group must already be
-    // in the ledger by then, or the next run would find idem dead, nothing
-    // else to look for, and run the key while this command lives on.
+    // idem is SIGKILLed as soon as the command runs. Its group must already
+    // be in the ledger by then, or the next run would find idem dead,
+    // nothing else to look for, and run the key while this command lives on.
+    // The kill comes from here: in a run's PID namespace, nothing of the run
+    // can reach idem.
     let env = Env::new();
     let group = env.path("group");
-    // The command's parent is its guardian; idem is the guardian's parent.
+    // The group's pid as `/proc` names it: `$$` is the namespace's there.
     let script = format!(
-        "trap '' TERM; kill -KILL $(cut -d' ' -f4 /proc/$PPID/stat); echo $$ > '{}'; sleep 5",
+        "trap '' TERM; read -r me _ < /proc/self/stat; echo $me > '{}'; sleep 5",
         group.display()
     );
     for trial in 0..trials(5) {
         let key = format!("k{trial}");
         let mut first = spawn_in_own_group(&env, &["run", "--key", &key, "--shell", "--", &script]);
-        first.wait().unwrap();
         wait_for_line(&group);
+        kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
+        first.wait().unwrap();
         let leader: i32 = std::fs::read_to_string(&group)
             .unwrap()
             .trim()

@@ -169,6 +169,16 @@ fn backoff_waits_within_its_bounds() {
 }
 
 /// Process ids a test command wrote down, one a line.
+/// Shell words that append the pid of the shell running them to `file`,
+/// as `/proc` names it: in a run's PID namespace, `$$` and `$!` are the
+/// namespace's pids.
+fn host_pid_to(file: &Path) -> String {
+    format!(
+        "read -r p _ < /proc/self/stat; echo $p >> '{}';",
+        file.display()
+    )
+}
+
 fn pids(file: &Path) -> Vec<i32> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -181,10 +191,8 @@ fn pids(file: &Path) -> Vec<i32> {
 fn a_timeout_kills_the_whole_group() {
     let env = Env::new();
     let file = env.path("pids");
-    let script = format!(
-        "sleep 100 & echo $! >> '{0}'; sleep 100 & echo $! >> '{0}'; echo $$ >> '{0}'; wait",
-        file.display()
-    );
+    let host = host_pid_to(&file);
+    let script = format!("({host} exec sleep 100) & ({host} exec sleep 100) & {host} wait");
     let started = Instant::now();
     let output = env
         .cmd([
@@ -219,10 +227,8 @@ fn a_timeout_kills_the_whole_group() {
 fn a_timeout_kills_a_group_that_ignores_sigterm() {
     let env = Env::new();
     let file = env.path("pids");
-    let script = format!(
-        "trap '' TERM; sleep 100 & echo $! >> '{0}'; echo $$ >> '{0}'; wait; wait",
-        file.display()
-    );
+    let host = host_pid_to(&file);
+    let script = format!("trap '' TERM; ({host} exec sleep 100) & {host} wait; wait");
     let started = Instant::now();
     env.cmd([
         "run",

@@ -5,8 +5,10 @@
 mod util;
 
 mod alerts;
+mod attempts;
 mod completions;
 mod concurrency;
+mod containment;
 mod env_defaults;
 mod examples;
 mod failures;

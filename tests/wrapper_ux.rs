@@ -124,7 +124,9 @@ fn a_conflict_made_a_skip_is_told_under_ci_and_names_the_holder() {
     let env = Env::new();
     let pgid_file = env.path("pgid");
     let script = format!(
-        "ps -o ppid= $$ | tr -d ' ' > '{}.tmp'; mv '{0}.tmp' '{0}'; sleep 5",
+        // The guardian's pid as `/proc` names it (`$PPID` is the
+        // namespace's, in a run's PID namespace).
+        "read -r _ _ _ ppid _ < /proc/self/stat; echo $ppid > '{}.tmp'; mv '{0}.tmp' '{0}'; sleep 5",
         pgid_file.display()
     );
     let mut holder = env

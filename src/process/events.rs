@@ -89,6 +89,11 @@ impl Watched {
             pid,
         }
     }
+
+    /// The guardian's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
 }
 
 pub struct Events {

@@ -30,8 +30,10 @@ use std::os::fd::RawFd;
 use nix::libc::{self, c_int, pid_t};
 
 use super::command;
+use super::contain::{fork_guardian, fork_raw, Containment};
 use super::prepare::{Fds, Prepared};
 use super::steps::{Failed, Step};
+use super::tree::{host_pid, Root};
 use super::watch::watch;
 use super::wire::{
     monotonic_ms, put, read_full, receive, send, FROM_GUARDIAN, GO, NOT_EXECUTED, RUNNING,
@@ -39,22 +41,28 @@ use super::wire::{
 };
 use crate::exit;
 
-/// Forks the guardian; returns its pid in idem.
+/// Forks the guardian, in a PID namespace of its own when `contained` and
+/// the host allows it (see `contain`); returns its pid in idem, and what
+/// holds the run.
 ///
 /// # Safety
 /// `prepared` and `fds` stay valid until the child has exec'd or exited,
 /// and the descriptors in `fds` are open: the child (a copy of a process
 /// that may run other threads) only reads them and makes async-signal-safe
 /// calls, and never returns.
-pub unsafe fn start(prepared: &Prepared, fds: &Fds) -> io::Result<pid_t> {
+pub unsafe fn start(
+    prepared: &Prepared,
+    fds: &Fds,
+    contained: bool,
+) -> io::Result<(pid_t, Containment)> {
     // SAFETY: fork has no memory preconditions; what the child runs is
-    // async-signal-safe and ends in `_exit` or exec (see `guardian`).
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
+    // async-signal-safe, forks with `fork_raw` only, and ends in `_exit`
+    // or exec (see `guardian`).
+    match unsafe { fork_guardian(contained) }? {
         // SAFETY: in the child just forked, with `prepared` and `fds`
         // valid (this function's contract).
-        0 => unsafe { guardian(prepared, fds) },
-        pid => Ok(pid),
+        (0, _) => unsafe { guardian(prepared, fds) },
+        forked => Ok(forked),
     }
 }
 
@@ -87,6 +95,7 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
     };
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
+    let root = Root::own();
     // The command's process is forked now, while idem records the
     // attempt and syncs the ledger, and waits at a gate of its own:
     // leave lets it exec at once.
@@ -116,7 +125,7 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
     // SAFETY: `terminal` is the guardian's open copy, if any.
     let command = unsafe { let_in(ahead, terminal) };
     // SAFETY: the guardian's own descriptors, settled above.
-    unsafe { watch_over(settled, command, deadline, grace) }
+    unsafe { watch_over(settled, root, command, deadline, grace) }
 }
 
 /// Tells idem how letting the command in went, then watches the run to
@@ -127,6 +136,7 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
 /// SIGCHLD blocked (see [`settle`]).
 unsafe fn watch_over(
     settled: Settled,
+    root: Root,
     command: Result<pid_t, Failed>,
     deadline: i64,
     grace: i64,
@@ -141,7 +151,8 @@ unsafe fn watch_over(
         libc::close(2);
     }
     match command {
-        Ok(pid) => put(&mut frame, RUNNING, pid, 0),
+        // idem names it as `/proc` does.
+        Ok(pid) => put(&mut frame, RUNNING, host_pid(root, pid), 0),
         Err(Failed {
             step: Step::Exec,
             errno,
@@ -164,6 +175,7 @@ unsafe fn watch_over(
         send(door, &frame);
         watch(
             door,
+            root,
             command.unwrap_or(0),
             deadline,
             grace,
@@ -382,8 +394,9 @@ unsafe fn fork_ahead(prepared: &Prepared, settled: &Settled, me: pid_t) -> Resul
     }
     let ([read_end, write_end], [wait_end, leave_end]) = (report, gate);
     // SAFETY: the guardian has one thread, so the child is a whole copy
-    // of it; each side closes only the pipe ends it does not use.
-    match unsafe { libc::fork() } {
+    // of it; each side closes only the pipe ends it does not use. The
+    // child runs async-signal-safe code only, up to its exec.
+    match unsafe { fork_raw() } {
         -1 => {
             let failed = Failed::now(Step::ForkCommand);
             for fd in [read_end, write_end, wait_end, leave_end] {

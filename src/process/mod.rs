@@ -9,13 +9,17 @@
 //! code only: `guardian` (its setup and the gate), `command` (the
 //! command's process up to its exec), `watch` and `tree` (the run until
 //! its end). Shared by both: `wire` (their frames), `steps` (the named
-//! steps after the fork) and `signals` (dispositions, and when a signal is
-//! a second one).
+//! steps after the fork), `signals` (dispositions, and when a signal is
+//! a second one) and `contain` (the PID namespace the guardian may be the
+//! init of, and the forks). `scan` finds a run's processes by the
+//! `IDEM_RUN_ID` they inherit, where nothing else can.
 
 mod command;
+mod contain;
 mod events;
 mod guardian;
 mod prepare;
+mod scan;
 mod signals;
 mod spawn;
 mod stdin;
@@ -32,10 +36,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::exit;
+pub use contain::{pid_namespaces, Containment};
+pub use scan::{processes_of_run, run_lives};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
 pub use supervise::{Stopper, Supervisor};
-pub use tee::{same_file, Sink};
+pub use tee::{line_owed, same_file, Sink};
 pub use wire::monotonic_ms;
 
 /// What to run, and how.
@@ -72,6 +78,8 @@ pub enum Notice<'a> {
     LeftRunning { count: i32, pids: &'a [i32] },
     /// idem was sent `signal` and passed it on; a second one kills.
     Interrupted(i32),
+    /// What holds the attempt's processes together (see `contain`).
+    Contained(Containment),
 }
 
 /// How an attempt ended.
@@ -142,9 +150,15 @@ impl AttemptEnd {
 /// Why an attempt has no end to tell.
 #[derive(Debug)]
 pub enum AttemptError {
-    /// The command was held and never ran: `started` failed, or a step
-    /// of the attempt's setup after the fork did (the error names it).
+    /// The command was held and never ran: `started` failed.
     Unrecorded(anyhow::Error),
+    /// The attempt was recorded as started at `started_at`, then a step of
+    /// its setup after the fork failed (the error names it): the command
+    /// never ran.
+    SetupFailed {
+        started_at: Timestamp,
+        error: anyhow::Error,
+    },
     /// idem could not start the command, or lost track of it.
     Failed(anyhow::Error),
 }

@@ -17,13 +17,15 @@ use nix::unistd::Pid;
 use super::prepare::{Fds, Prepared};
 use super::steps::Failed;
 use super::wire::{self, read_report};
-use super::{guardian, AttemptEnd, Spec};
+use super::{guardian, AttemptEnd, Containment, Spec};
 use crate::exit;
 
 /// An attempt's first process, forked, and idem's ends of its pipes.
 pub struct Forked {
     /// The guardian's pid.
     pub pid: i32,
+    /// What holds the attempt's processes together.
+    pub contained: Containment,
     /// idem's end of the socket to the guardian.
     pub gate: UnixStream,
     pub out: OwnedFd,
@@ -55,12 +57,13 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
     };
     // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
     // the guardian's async-signal-safe code.
-    let pid = unsafe { guardian::start(prepared, &fds) }
+    let (pid, contained) = unsafe { guardian::start(prepared, &fds, !spec.terminal) }
         .context("could not start the command (fork failed)")?;
     // The attempt's processes hold the lock now; idem has its own.
     drop((out_write, err_write, door, hold, stdin_read));
     Ok(Forked {
         pid,
+        contained,
         gate,
         out: out_read,
         err: err_read,
@@ -205,10 +208,15 @@ fn spawn_failure(spec: &Spec<'_>, error: &io::Error) -> (u8, String) {
         String::from_utf8_lossy(spec.argv[0].as_bytes()).into_owned()
     };
     match error.kind() {
-        io::ErrorKind::NotFound => (
-            exit::NOT_FOUND_COMMAND,
-            format!("command not found: {program} (check the name and PATH)"),
-        ),
+        io::ErrorKind::NotFound => {
+            let hint = exit::hint::shell_hint(&spec.argv[0])
+                .filter(|_| !spec.shell)
+                .unwrap_or("check the name and PATH");
+            (
+                exit::NOT_FOUND_COMMAND,
+                format!("command not found: {program} ({hint})"),
+            )
+        }
         io::ErrorKind::PermissionDenied => (
             exit::CANNOT_EXECUTE,
             format!("cannot execute {program}: permission denied (chmod +x it?)"),

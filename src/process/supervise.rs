@@ -23,6 +23,7 @@ use super::spawn::{
 };
 use super::steps::Failed;
 use super::tee::{Pump, RaiseOnDrop, Sink, Streams};
+use super::tree;
 use super::wire::{self, monotonic_ms, read_report};
 use super::{AttemptEnd, AttemptError, End, Notice, Spec};
 use crate::exit;
@@ -172,6 +173,7 @@ impl Supervisor {
         };
         let mut forked = fork(spec, &prepared, hold)?;
         let pid = forked.pid;
+        waiting(Notice::Contained(forked.contained));
         // Recorded at once, while the guardian starts on another CPU, and
         // before this attempt's threads start: idem's writes after the fork
         // copy pages it shares with the guardian, and while another thread
@@ -179,7 +181,7 @@ impl Supervisor {
         // flush its TLB.
         let admitted = started(pid as u32)
             .map_err(AttemptError::Unrecorded)
-            .and_then(|()| self.admit(&mut forked.gate, spec.kill_after));
+            .and_then(|()| self.admit(&mut forked.gate, spec.kill_after, started_at));
         if let Err(error) = admitted {
             // The guardian reads end of file and leaves, running nothing.
             drop(forked);
@@ -187,6 +189,15 @@ impl Supervisor {
             return Err(error);
         }
         self.pass_through(spec, forked, started_at, stdout, stderr, waiting)
+    }
+
+    /// A step of the setup after the fork failed, said in `words`, once the
+    /// attempt was recorded as started at `started_at`.
+    fn setup_failed(started_at: Timestamp, words: String) -> AttemptError {
+        AttemptError::SetupFailed {
+            started_at,
+            error: anyhow::anyhow!(words),
+        }
     }
 
     /// Follows an admitted command to its end while its output is passed
@@ -200,6 +211,7 @@ impl Supervisor {
         stderr: &mut Sink,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd, AttemptError> {
+        super::tee::share_lines(spec.merged);
         // The threads start once the command is let in, while it execs on
         // another CPU: what it writes meanwhile waits in its pipes.
         let gone = AtomicBool::new(false);
@@ -223,7 +235,7 @@ impl Supervisor {
                 let kill = wire::encode_to(wire::SIGNAL, libc::SIGKILL.into(), 1);
                 let _ = (&forked.gate).write_all(&kill);
             }
-            let followed = self.follow_admitted(spec, forked.gate, forked.pid, waiting);
+            let followed = self.follow_admitted(spec, forked.gate, forked.pid, started_at, waiting);
             let join = |handle: Pump<'_>| handle.join().unwrap_or_default();
             let (stdout_tail, stdout_cut) = tee.out.map(join).unwrap_or_default();
             let (stderr_tail, stderr_cut) = tee.err.map(join).unwrap_or_default();
@@ -263,6 +275,7 @@ impl Supervisor {
         spec: &Spec<'_>,
         mut gate: UnixStream,
         pid: i32,
+        started_at: Timestamp,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<Followed, AttemptError> {
         match executed(&mut gate) {
@@ -272,7 +285,7 @@ impl Supervisor {
             }
             LetIn::SetupFailed(words) => {
                 reap(pid);
-                Err(AttemptError::Unrecorded(anyhow::anyhow!(words)))
+                Err(Self::setup_failed(started_at, words))
             }
             LetIn::Running(command) => {
                 let reader = gate.try_clone().context("could not watch the command")?;
@@ -290,12 +303,17 @@ impl Supervisor {
 
     /// The gate, once the attempt is recorded: hears from the guardian,
     /// and lets the command in, unless the lease already ran out.
-    fn admit(&self, gate: &mut UnixStream, kill_after: Duration) -> Result<(), AttemptError> {
+    fn admit(
+        &self,
+        gate: &mut UnixStream,
+        kill_after: Duration,
+        started_at: Timestamp,
+    ) -> Result<(), AttemptError> {
         let report = read_report(gate).context("the command's guardian did not start")?;
         if report.kind == wire::SETUP_FAILED {
             // Nothing ran: the attempt ends as one that never started.
             let words = Failed::words(report.a, report.b);
-            return Err(AttemptError::Unrecorded(anyhow::anyhow!(words)));
+            return Err(Self::setup_failed(started_at, words));
         }
         if report.kind != wire::RUNNING {
             return Err(anyhow::anyhow!("the command's guardian did not start").into());
@@ -352,6 +370,7 @@ impl Supervisor {
     ) -> Result<Supervised> {
         let held = || spec.still_held.is_some_and(|held| held());
         let mut watch = Supervision {
+            guardian: watched.pid(),
             command,
             deadline: spec.timeout.map(|timeout| Instant::now() + timeout),
             ..Supervision::default()
@@ -440,10 +459,14 @@ impl Supervisor {
     }
 
     /// Sends `signal` (and SIGCONT after it, with `cont`) to every process
-    /// of the attempt, through its guardian; without it (killed), only the
-    /// command's group is reached.
+    /// of the attempt, through its guardian; idem sends it itself when the
+    /// guardian is stopped (else a stopped guardian would stop `--timeout`
+    /// too); without a guardian (killed), only the command's group is
+    /// reached.
     fn signal_attempt(&self, watch: &Supervision, signal: i32, cont: bool) {
-        if watch.guardian_gone.is_none() {
+        if watch.guardian_gone.is_none() && tree::stopped(watch.guardian) {
+            tree::signal_past(watch.guardian, watch.command, signal, cont);
+        } else if watch.guardian_gone.is_none() {
             self.tell(wire::SIGNAL, signal.into(), cont.into());
         } else if watch.command > 0 {
             // SAFETY: kill has no memory effects.
@@ -475,6 +498,8 @@ impl Supervisor {
 /// What supervising an attempt keeps track of.
 #[derive(Default)]
 struct Supervision {
+    /// The guardian's pid.
+    guardian: i32,
     /// The command's process group (0: unknown).
     command: i32,
     /// `--timeout` runs out then.

@@ -70,6 +70,28 @@ impl Sink {
     }
 }
 
+/// Per stream (stdout, stderr): the last byte the command wrote through to
+/// idem's own was not a newline, so idem's next line must start a new one.
+static OPEN_LINE: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+
+/// idem's stdout and stderr are one file: the command's last byte on
+/// either is the one idem's line follows.
+static SHARED: AtomicBool = AtomicBool::new(false);
+
+/// Says whether idem's stdout and stderr are one file, for [`line_owed`].
+pub fn share_lines(shared: bool) {
+    SHARED.store(shared, Ordering::Relaxed);
+}
+
+/// Whether idem owes a newline before its next line on stderr: the
+/// command's output there (or on stdout, when both are one file) stopped
+/// mid-line. Asking settles it: the caller writes that newline.
+pub fn line_owed() -> bool {
+    let err = OPEN_LINE[1].swap(false, Ordering::Relaxed);
+    let out = SHARED.load(Ordering::Relaxed) && OPEN_LINE[0].swap(false, Ordering::Relaxed);
+    err || out
+}
+
 /// Whether two streams are one open file or pipe (`cmd >log 2>&1`, `2>&1 |`).
 pub fn same_file(a: &impl AsFd, b: &impl AsFd) -> bool {
     use nix::sys::stat::fstat;
@@ -95,6 +117,7 @@ pub fn pump(
     to: &mut File,
     capture: usize,
     gone: &AtomicBool,
+    open_line: Option<&AtomicBool>,
 ) -> (Vec<u8>, bool) {
     let mut buffer = vec![0u8; FIRST_READ];
     let mut tail = Tail::new(capture);
@@ -111,6 +134,9 @@ pub fn pump(
             // learns it too, as it would writing to that reader directly.
             gone.store(true, Ordering::Relaxed);
             break;
+        }
+        if let Some(open_line) = open_line {
+            open_line.store(buffer[read - 1] != b'\n', Ordering::Relaxed);
         }
         if read == buffer.len() && read < READ_CHUNK {
             buffer.resize(READ_CHUNK, 0);
@@ -194,14 +220,17 @@ impl<'env> Streams<'env> {
             });
             started(feeder, "feed the command's stdin", &mut refused);
         }
-        let mut pump_to = |(from, to): (OwnedFd, &'env mut Sink)| {
+        let mut pump_to = |(from, to): (OwnedFd, &'env mut Sink), stream: usize| {
+            // Held output is shown whole, later: idem's lines meanwhile
+            // follow what it wrote itself.
+            let open_line = matches!(to, Sink::Live(_)).then(|| &OPEN_LINE[stream]);
             let pump = Builder::new().spawn_scoped(scope, move || {
-                pump(File::from(from), to.writer(), capture, gone)
+                pump(File::from(from), to.writer(), capture, gone, open_line)
             });
             started(pump, "pass the command's output through", &mut refused)
         };
-        let out = pump_to(out);
-        let err = err.and_then(pump_to);
+        let out = pump_to(out, 0);
+        let err = err.and_then(|err| pump_to(err, 1));
         Tee { out, err, refused }
     }
 }

@@ -9,7 +9,7 @@ use std::os::fd::RawFd;
 
 use nix::libc::{self, c_int, pid_t};
 
-use super::tree::{signal_run, signal_the_missed, walk, Seen};
+use super::tree::{signal_run, signal_the_missed, walk, Root, Seen};
 use super::wire::{
     errno, monotonic_ms, put, receive, send, DEADLINE, EXITED, FROM_GUARDIAN, LEASE_RAN_OUT,
     LEFT_RUNNING, RESUME, SIGNAL,
@@ -26,6 +26,7 @@ use super::wire::{
 /// from here.
 pub unsafe fn watch(
     door: RawFd,
+    root: Root,
     command: pid_t,
     deadline: i64,
     grace: i64,
@@ -34,6 +35,7 @@ pub unsafe fn watch(
 ) -> ! {
     let mut watch = Watch {
         door,
+        root,
         command,
         foreground,
         deadline,
@@ -70,6 +72,8 @@ struct Watch {
     /// Its end of the control socket, open and its own; -1 once idem is
     /// gone (closed then).
     door: RawFd,
+    /// The guardian as `/proc` knows it.
+    root: Root,
     /// The command's main process (and group); 0 if it never ran.
     command: pid_t,
     foreground: Option<(RawFd, pid_t)>,
@@ -184,7 +188,7 @@ impl Watch {
         }
         self.told_left = true;
         let mut pids = [0 as pid_t; 8];
-        let count = walk(0, &mut pids);
+        let count = walk(self.root, 0, &mut pids);
         if count == 0 {
             return;
         }
@@ -201,7 +205,7 @@ impl Watch {
 
     /// Stops the run: SIGTERM to all of it, SIGKILL `grace` ms later.
     fn stop(&mut self, now: i64, grace: i64) {
-        signal_run(self.command, libc::SIGTERM, true, &mut self.seen);
+        signal_run(self.root, self.command, libc::SIGTERM, true, &mut self.seen);
         self.kill_at = earliest(self.kill_at, now + grace);
         self.again_at = now + 200;
     }
@@ -213,11 +217,17 @@ impl Watch {
             self.stop(now, self.lease_grace);
         }
         if self.again_at != 0 && now >= self.again_at {
-            signal_the_missed(&mut self.seen);
+            signal_the_missed(self.root, &mut self.seen);
             self.again_at = now + 200;
         }
         if self.kill_at != 0 && now >= self.kill_at {
-            signal_run(self.command, libc::SIGKILL, false, &mut self.seen);
+            signal_run(
+                self.root,
+                self.command,
+                libc::SIGKILL,
+                false,
+                &mut self.seen,
+            );
             // Again soon: a process may have forked meanwhile.
             self.kill_at = now + 100;
         }
@@ -226,7 +236,13 @@ impl Watch {
     fn on_message(&mut self, message: Option<(u8, i64, i64)>) {
         match message {
             Some((SIGNAL, signal, cont)) => {
-                signal_run(self.command, signal as c_int, cont == 1, &mut self.seen);
+                signal_run(
+                    self.root,
+                    self.command,
+                    signal as c_int,
+                    cont == 1,
+                    &mut self.seen,
+                );
                 if signal == i64::from(libc::SIGTERM) && cont == 1 {
                     self.again_at = monotonic_ms() + 200;
                 }

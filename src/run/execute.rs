@@ -32,6 +32,13 @@ pub(super) enum Ending {
     /// is recorded failed if the ledger still takes that write; otherwise
     /// it is left to be found abandoned.
     Broken { error: anyhow::Error, failed: bool },
+    /// A step of the attempt's setup failed: the command never ran, and
+    /// the run is recorded failed with `attempt`, ended, if the ledger
+    /// still takes that write.
+    SetUpFailed {
+        error: anyhow::Error,
+        attempt: Attempt,
+    },
 }
 
 impl Ending {
@@ -165,6 +172,12 @@ impl Run<'_> {
                 error: error.context("the command did not run"),
                 failed: true,
             }),
+            Err(AttemptError::SetupFailed { started_at, error }) => {
+                Step::Over(Ending::SetUpFailed {
+                    error: error.context("the command did not run"),
+                    attempt: set_up_failed(number, started_at),
+                })
+            }
             Err(AttemptError::Failed(error)) => Step::Over(Ending::Broken {
                 error,
                 failed: false,
@@ -219,6 +232,12 @@ impl Run<'_> {
             }
             Notice::Interrupted(signal) => {
                 format!("{key}: passed signal {signal} on to the command; a second signal kills it")
+            }
+            Notice::Contained(contained) => {
+                let words = contained.words();
+                return self
+                    .reporter
+                    .detail(|| format!("{key}: containment: {words}"));
             }
         };
         if self.config.quiet_success {
@@ -344,6 +363,12 @@ impl Run<'_> {
                 if never_ran {
                     let _ = ledger.finish(self.claim, None, &failed(exit::IDEM_FAILED, None));
                 }
+                return Err(error);
+            }
+            Ending::SetUpFailed { error, attempt } => {
+                output.show_held();
+                let outcome = failed(exit::IDEM_FAILED, None);
+                let _ = ledger.finish(self.claim, Some(&attempt), &outcome);
                 return Err(error);
             }
         };
@@ -505,6 +530,22 @@ fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
         stdout_tail: std::mem::take(&mut end.stdout_tail),
         stderr_tail: std::mem::take(&mut end.stderr_tail),
         cut: end.cut,
+    }
+}
+
+/// The ledger's record of attempt `number`, recorded as started at
+/// `started_at`, whose setup failed: it ends now with idem's own code.
+fn set_up_failed(number: u32, started_at: jiff::Timestamp) -> Attempt {
+    Attempt {
+        number,
+        started_at: Some(started_at),
+        finished_at: Some(jiff::Timestamp::now()),
+        exit_code: Some(exit::IDEM_FAILED.into()),
+        signal: None,
+        timed_out: false,
+        stdout_tail: Vec::new(),
+        stderr_tail: Vec::new(),
+        cut: false,
     }
 }
 

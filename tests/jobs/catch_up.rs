@@ -78,7 +78,8 @@ fn a_catch_up_killed_midway_recovers() {
     let script = format!(
         "echo \"$IDEM_KEY ${{IDEM_RECOVERED:-0}}\" >> '{log}'; \
          if [ \"$IDEM_KEY\" = backup-2026-03-02 ] && [ ! -e '{started}' ]; then \
-           echo $$ $PPID > '{started}.new'; mv '{started}.new' '{started}'; sleep 60; fi",
+           read -r me _ _ ppid _ < /proc/self/stat; \
+           echo $me $ppid > '{started}.new'; mv '{started}.new' '{started}'; sleep 60; fi",
         log = env.path("log").display(),
         started = started.display()
     );

@@ -371,7 +371,11 @@ fn postgres_a_partitioned_idem_stops_its_command_and_exits_in_bounded_time() {
     let port = pg.server.listen_on("10.77.0.1");
     let url = format!("postgresql://postgres@10.77.0.1:{port}/idem");
     let pid_file = pg.env.path("pid");
-    let script = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+    // The pid as `/proc` names it: `$$` is the namespace's in a run's own.
+    let script = format!(
+        "read -r me _ < /proc/self/stat; echo $me > '{}'; exec sleep 600",
+        pid_file.display()
+    );
     let template = pg.idem([
         "run", "--key", "p", "--lease", "3s", "--shell", "--", &script,
     ]);

@@ -49,10 +49,11 @@ impl Report {
 }
 
 pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
-    let report = match location {
+    let mut report = match location {
         Location::Sqlite(path) => sqlite::examine(path),
         Location::Postgres(url) => postgres::examine(url, &location.display()),
     };
+    containment(&mut report);
     let findings = Findings {
         ledger: location.display(),
         healthy: report.healthy(),
@@ -70,6 +71,41 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
     } else {
         exit::NOT_FOUND
     })
+}
+
+/// What this host offers to hold a run's processes together (see
+/// `process::contain`): a PID namespace per run, and cgroup v2.
+fn containment(report: &mut Report) {
+    let namespaces = crate::process::pid_namespaces();
+    let cgroup = crate::host::cgroup2();
+    report
+        .facts
+        .insert("pid_namespaces".into(), json!(namespaces));
+    report.facts.insert(
+        "cgroup2".into(),
+        json!(cgroup.as_ref().map(|(path, writable)| json!({
+            "path": path.display().to_string(),
+            "writable": writable,
+        }))),
+    );
+    let cgroup = match &cgroup {
+        Some((path, true)) => format!("cgroup2 at {}, writable", path.display()),
+        Some((path, false)) => format!("cgroup2 at {}, not writable", path.display()),
+        None => "no cgroup2".to_owned(),
+    };
+    if namespaces {
+        report.ok(
+            "containment",
+            format!("a run gets a PID namespace of its own ({cgroup})"),
+        );
+    } else {
+        report.push(
+            "containment",
+            Level::Warn,
+            format!("no PID namespace for a run: the guardian alone holds it ({cgroup})"),
+            Some("run idem as root for a run's processes to end with its guardian"),
+        );
+    }
 }
 
 /// Reports the state of a ledger's schema as it was `read`; true when it

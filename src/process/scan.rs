@@ -1,0 +1,69 @@
+//! A run's processes found by what each inherits: `IDEM_RUN_ID=<id>` in
+//! its environment. Where the kernel holds no run together (no PID
+//! namespace, no cgroup of the run's own), a process that closed the
+//! run's lock and left the guardian's tree is still found so, as long as
+//! `/proc/<pid>/environ` is readable (the user's own processes, or all of
+//! them for root) and it kept the environment it was started with (one
+//! that executed with a cleared environment, `env -i`, is not found).
+
+use std::fs;
+
+/// The pids of the processes started with `IDEM_RUN_ID=<run_id>`, as far
+/// as `/proc` lets this user read them.
+pub fn processes_of_run(run_id: &str) -> Vec<i32> {
+    let wanted = format!("IDEM_RUN_ID={run_id}");
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|byte| *byte == 0)
+                    .any(|pair| pair == wanted.as_bytes())
+            })
+        })
+        .collect()
+}
+
+/// Whether any process of run `run_id` still lives (see
+/// [`processes_of_run`]).
+pub fn run_lives(run_id: &str) -> bool {
+    !processes_of_run(run_id).is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_found_by_its_run_id_while_it_lives() {
+        let run_id = format!(
+            "scan-{}-{}",
+            std::process::id(),
+            crate::process::monotonic_ms()
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("IDEM_RUN_ID", &run_id)
+            .spawn()
+            .expect("sleep starts");
+        let pid = child.id() as i32;
+        let mut found = Vec::new();
+        // The variable is in /proc once the exec is done.
+        for _ in 0..100 {
+            found = processes_of_run(&run_id);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(found, vec![pid]);
+        assert!(!run_lives(&format!("{run_id}0")));
+        child.kill().expect("sleep is killed");
+        child.wait().expect("sleep is reaped");
+        assert!(!run_lives(&run_id));
+    }
+}

@@ -1,0 +1,111 @@
+//! What an attempt says of itself: the hint when its command was not
+//! found, what the ledger keeps of one whose setup failed, and idem's own
+//! lines starting a line of their own after the command's output.
+
+use crate::util::{assert_code, text, Env};
+
+#[test]
+fn a_shell_word_not_found_says_to_use_shell() {
+    let env = Env::new();
+    let builtin = env.run(["run", "--key", "b", "--", "source", "x"]);
+    assert_code(&builtin, 127);
+    assert!(
+        text(&builtin.stderr)
+            .contains("command not found: source (it is a shell builtin: run it with --shell)"),
+        "{}",
+        text(&builtin.stderr)
+    );
+    let plain = env.run(["run", "--key", "p", "--", "no-such-command-idem"]);
+    assert!(text(&plain.stderr)
+        .contains("command not found: no-such-command-idem (check the name and PATH)"));
+}
+
+/// Under an open files limit of 64 the guardian cannot move its
+/// descriptors above 100: a step of the setup fails after the attempt was
+/// recorded as started, and its row says how it ended.
+#[test]
+fn an_attempt_whose_setup_failed_is_recorded_ended() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let mut idem = env.idem(["run", "--key", "k", "--", "true"]);
+    // SAFETY: setrlimit is async-signal-safe and reads the struct we own;
+    // the closure allocates nothing.
+    unsafe {
+        idem.pre_exec(|| {
+            let limit = nix::libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            match nix::libc::setrlimit(nix::libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    assert_code(&idem.output().unwrap(), 125);
+    let shown = env.show_json("k");
+    let attempt = &shown["attempts_detail"][0];
+    assert_eq!(attempt["exit_code"], 125, "{shown}");
+    assert!(attempt["finished_at"].is_string(), "{shown}");
+    assert_eq!(shown["status"], "failed");
+}
+
+#[test]
+fn idem_s_lines_start_a_line_after_output_cut_mid_line() {
+    let env = Env::new();
+    let args = ["run", "--key", "k", "--retries", "0", "--", "sh", "-c"];
+    // Apart: only the command's stderr counts for idem's lines there.
+    let apart = env
+        .idem(args.iter().chain(&["printf out; printf err >&2; exit 3"]))
+        .output()
+        .unwrap();
+    assert_code(&apart, 3);
+    assert_eq!(text(&apart.stdout), "out");
+    assert!(
+        text(&apart.stderr).starts_with("err\nidem: "),
+        "{}",
+        text(&apart.stderr)
+    );
+    let whole = env
+        .idem([
+            "run",
+            "--key",
+            "w",
+            "--retries",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "printf out; echo err >&2; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        text(&whole.stderr).starts_with("err\nidem: "),
+        "{}",
+        text(&whole.stderr)
+    );
+    // One file for both: the command's last byte on either counts.
+    let log = env.path("log");
+    let file = std::fs::File::create(&log).unwrap();
+    let together = env
+        .idem([
+            "run",
+            "--key",
+            "t",
+            "--retries",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "printf out; exit 3",
+        ])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert_eq!(together.code(), Some(3));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.starts_with("out\nidem: "), "{logged}");
+    assert!(!logged.contains("\n\n"), "{logged}");
+}
