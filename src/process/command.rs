@@ -173,7 +173,7 @@ unsafe fn tell(report: RawFd, failed: Failed) -> ! {
     bytes[..4].copy_from_slice(&step.to_le_bytes());
     bytes[4..].copy_from_slice(&errno.to_le_bytes());
     let code = if failed.step == Step::Exec {
-        127
+        exit::NOT_FOUND_COMMAND.into()
     } else {
         exit::IDEM_FAILED.into()
     };
