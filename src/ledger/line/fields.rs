@@ -100,6 +100,19 @@ impl<'de> Visitor<'de> for TailVisitor {
         Ok(None)
     }
 
+    /// An owned string (what the reader hands over) keeps its end in the
+    /// string's own allocation: a tail of a megabyte is not copied again.
+    fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Option<Vec<u8>>, E> {
+        if self.base64 {
+            return self.visit_str(&text);
+        }
+        let mut bytes = text.into_bytes();
+        bytes.drain(..bytes.len().saturating_sub(MAX_TAIL));
+        // A large block shrinks where it lies (the allocator remaps it).
+        bytes.shrink_to_fit();
+        Ok(Some(bytes))
+    }
+
     fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Option<Vec<u8>>, E> {
         if !self.base64 {
             let bytes = text.as_bytes();
