@@ -265,7 +265,8 @@ unsafe fn settle(fds: &Fds, door: &mut RawFd) -> Result<Settled, Failed> {
     })
 }
 
-/// Keeps the door, the lock and the terminal, moved above 100, and closes
+/// Keeps the door, the lock and the terminal, moved to `fds.floor` and up
+/// (100, or lower under a low open-files limit), and closes
 /// every other descriptor from 3 up; `door` is moved along.
 ///
 /// # Safety
@@ -280,13 +281,13 @@ unsafe fn keep_own(
     // to die while holding it.
     // SAFETY: the descriptors are open (our contract).
     unsafe {
-        *door = keep_fd(*door, 100)?;
+        *door = keep_fd(*door, fds.floor)?;
         let hold = match fds.hold {
-            Some(hold) => Some(keep_fd(hold, 101)?),
+            Some(hold) => Some(keep_fd(hold, fds.floor + 1)?),
             None => None,
         };
         let foreground = match fds.foreground {
-            Some((terminal, group)) => Some((keep_fd(terminal, 102)?, group)),
+            Some((terminal, group)) => Some((keep_fd(terminal, fds.floor + 2)?, group)),
             None => None,
         };
         close_from(

@@ -108,6 +108,22 @@ pub struct Fds {
     /// At a terminal: the terminal, and idem's process group. The command
     /// runs in the terminal's foreground and idem gets it back after.
     pub foreground: Option<(RawFd, pid_t)>,
+    /// The lowest number the guardian moves its own descriptors to (see
+    /// [`kept_fds_floor`]).
+    pub floor: RawFd,
+}
+
+/// Where the guardian keeps the door, the lock and the terminal: at 100 and
+/// up, out of the way of the low numbers scripts use (`exec 3>file`), or
+/// as high as the open-files limit allows when it is lower (`ulimit -n 64`):
+/// never below 10, the numbers a shell's redirections take.
+pub fn kept_fds_floor() -> RawFd {
+    const WANTED: RawFd = 100;
+    const LOWEST: RawFd = 10;
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(u64::MAX, |(soft, _)| soft);
+    let highest = RawFd::try_from(limit.saturating_sub(3)).unwrap_or(RawFd::MAX);
+    highest.clamp(LOWEST, WANTED)
 }
 
 #[cfg(test)]

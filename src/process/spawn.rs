@@ -54,6 +54,7 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
         foreground: spec
             .terminal
             .then(|| (libc::STDIN_FILENO, nix::unistd::getpgrp().as_raw())),
+        floor: super::prepare::kept_fds_floor(),
     };
     // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
     // the guardian's async-signal-safe code.
