@@ -406,6 +406,10 @@ struct Counted<'a> {
 }
 
 impl ledger::ImportSink for Counted<'_> {
+    fn ledger_fence(&mut self, fence: i64) -> Result<()> {
+        self.sink.ledger_fence(fence)
+    }
+
     fn run(&mut self, run: &ledger::Run, head: bool) -> Result<()> {
         self.sink.run(run, head)
     }

@@ -1,8 +1,8 @@
 //! Faults and bad input, each provoked for real, one file per concern: a
 //! full disk, a read-only file system, foreign ledgers, a locked ledger,
 //! bad arguments, bytes that are not text, floods of output, power loss,
-//! privacy, `idem doctor`, the parsers, and the world moving under a
-//! ledger.
+//! privacy, `idem doctor`, the parsers, the world moving under a ledger,
+//! and a ledger moved by export and import keeping its fences.
 //!
 //! Mounting needs root; where it fails the test says so and does not run,
 //! and under CI (`CI` set) it fails.
@@ -11,6 +11,7 @@ mod args;
 mod bytes;
 mod disk;
 mod doctor;
+mod fences;
 mod floods;
 mod foreign;
 mod locking;
