@@ -59,7 +59,7 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
         .as_deref()
         .map(|text| parse_time("--until", text, true))
         .transpose()?;
-    let mut runs = match ledger::open_existing(location)? {
+    let mut runs = match ledger::open_to_read(location)? {
         Some(mut ledger) => {
             // "2h" ago by the clock that stamped the runs.
             let now = ledger.now()?;
@@ -184,7 +184,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
         )
         .into()
     };
-    let Some(mut ledger) = ledger::open_existing(location)? else {
+    let Some(mut ledger) = ledger::open_to_read(location)? else {
         return Err(unknown(key));
     };
     // A template (`daily-{date}`) names the key it makes now, unless the
@@ -430,7 +430,7 @@ fn summary(quiet: bool) -> Box<dyn Write> {
 }
 
 fn metrics(location: &Location, per_key: bool) -> Result<u8> {
-    let (jobs, keys) = match ledger::open_existing(location)? {
+    let (jobs, keys) = match ledger::open_to_read(location)? {
         Some(mut ledger) => (
             ledger.jobs(None)?,
             if per_key {

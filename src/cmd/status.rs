@@ -24,7 +24,7 @@ const WINDOW: i64 = 10;
 /// Judges every job (or those `--job` matches) and prints them; exit 1
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
-    let jobs = match ledger::open_existing(location)? {
+    let jobs = match ledger::open_to_read(location)? {
         Some(mut ledger) => ledger.jobs(args.job.as_deref())?,
         None => Vec::new(),
     };

@@ -2,7 +2,8 @@
 //! full disk, a read-only file system, foreign ledgers, a locked ledger,
 //! bad arguments, bytes that are not text, floods of output, power loss,
 //! privacy, `idem doctor`, the parsers, the world moving under a ledger,
-//! and a ledger moved by export and import keeping its fences.
+//! a ledger moved by export and import keeping its fences, and readers of
+//! another user's ledger.
 //!
 //! Mounting needs root; where it fails the test says so and does not run,
 //! and under CI (`CI` set) it fails.
@@ -19,6 +20,7 @@ mod moved;
 mod parsers;
 mod power_loss;
 mod read_only;
+mod readers;
 mod security;
 
 use std::fs;

@@ -28,7 +28,7 @@ fn folder_fault(folder: &Path, fault: FolderFault) -> anyhow::Error {
 }
 
 /// A file's owner for people: `alice (uid 1000)`, or `uid 4242`.
-fn owner_words(uid: u32) -> String {
+pub(super) fn owner_words(uid: u32) -> String {
     match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
         Ok(Some(user)) => format!("{} (uid {uid})", user.name),
         _ => format!("uid {uid}"),
@@ -135,15 +135,7 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
         }
         .into());
     }
-    if nix::unistd::access(folder, nix::unistd::AccessFlags::X_OK).is_err() {
-        return Err(folder_fault(
-            folder,
-            FolderFault::NotSearchable {
-                mode: mode_words(metadata.mode()),
-                owner: owner_words(metadata.uid()),
-            },
-        ));
-    }
+    check_searchable(folder, &metadata)?;
     let me = nix::unistd::geteuid().as_raw();
     if metadata.uid() != me && metadata.uid() != 0 {
         return Err(folder_fault(
@@ -163,6 +155,58 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Refuses a folder this user cannot search, with advice that fits whose
+/// it is.
+fn check_searchable(folder: &Path, metadata: &Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if nix::unistd::access(folder, nix::unistd::AccessFlags::X_OK).is_ok() {
+        return Ok(());
+    }
+    Err(folder_fault(
+        folder,
+        FolderFault::NotSearchable {
+            mode: mode_words(metadata.mode()),
+            owner: owner_words(metadata.uid()),
+            mine: metadata.uid() == nix::unistd::geteuid().as_raw(),
+        },
+    ))
+}
+
+/// Opens the ledger file to read it only, whoever owns it: never through
+/// a link, a regular file of one name (see [`check_one_name`]). Its owner
+/// and modes guard what a run writes, so a reader does not judge them;
+/// a folder it cannot search is refused with words of its own.
+pub(super) fn open_file_to_read(path: &Path) -> Result<File> {
+    let folder = crate::ledger::folder_of(path);
+    match std::fs::metadata(folder) {
+        Ok(metadata) if !metadata.is_dir() => {
+            return Err(Refusal::NotAFolder {
+                ledger: path.display().to_string(),
+                folder: folder.display().to_string(),
+            }
+            .into())
+        }
+        Ok(metadata) => check_searchable(folder, &metadata)?,
+        Err(_) => {}
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => return Err(symbolic_link(path)),
+        Ok(metadata) if !metadata.is_file() => return Err(not_regular(path, metadata.file_type())),
+        _ => {}
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| open_error(path, &error))?;
+    let metadata = file.metadata().map_err(|error| open_error(path, &error))?;
+    if !metadata.is_file() {
+        return Err(not_regular(path, metadata.file_type()));
+    }
+    check_one_name(path, &file, &metadata)?;
+    Ok(file)
 }
 
 /// The ledger's path with its folder's real path: every link above the
@@ -375,7 +419,7 @@ mod libc_errno {
     pub const ELOOP: i32 = nix::errno::Errno::ELOOP as i32;
 }
 
-fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
+pub(super) fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
     if error.raw_os_error() == Some(libc_errno::ELOOP) {
         // Made a link since it was looked at.
         return symbolic_link(path);
