@@ -13,7 +13,7 @@ use crate::util::{assert_code, listing, require, sqlite, text, Env};
 /// Idem as `nobody` (uid 65534), from a copy of the binary it can reach,
 /// on the ledger `db`; `None` (the test failed, naming why) where this
 /// process cannot switch users.
-fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
+pub(super) fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
     if !require(
         nix::unistd::geteuid().is_root(),
         "root (to run idem as nobody)",

@@ -101,20 +101,28 @@ fn check_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
-/// Makes the ledger's folder (0700) when it is missing, and refuses one
+/// What `run` finds of the ledger's folder, as [`judge_folder`] judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Folder {
+    /// There, and fit to hold the ledger.
+    Ready,
+    /// Missing, and `run` can make it (0700, with the folders above it).
+    Missing,
+}
+
+/// Judges the ledger's folder as `run` does, changing nothing: refuses one
 /// that cannot be searched, that another user owns, or that others can
-/// write without the sticky bit.
-pub(super) fn prepare_folder(path: &Path) -> Result<()> {
+/// write without the sticky bit, and a missing one that this user cannot
+/// make. `idem doctor` asks the same, so that it never promises what `run`
+/// refuses.
+pub(super) fn judge_folder(path: &Path) -> Result<Folder> {
     use std::os::unix::fs::MetadataExt;
     let folder = crate::ledger::folder_of(path);
     let metadata = match std::fs::metadata(folder) {
         Ok(metadata) => metadata,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(folder)
-            .and_then(|()| std::fs::metadata(folder))
-            .map_err(|error| folder_fault(folder, FolderFault::NotCreated(io_words(&error))))?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return makeable(folder).map(|()| Folder::Missing)
+        }
         Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
             return Err(folder_fault(
                 folder,
@@ -153,6 +161,65 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
                 mode: mode_words(metadata.mode()),
             },
         ));
+    }
+    Ok(Folder::Ready)
+}
+
+/// Refuses a missing `folder` that this user cannot make: the nearest
+/// folder above it that exists must let this user add to it, as mkdir
+/// would ask.
+fn makeable(folder: &Path) -> Result<()> {
+    let not_made =
+        |error: &std::io::Error| folder_fault(folder, FolderFault::NotCreated(io_words(error)));
+    for above in folder.ancestors().skip(1) {
+        let above = if above.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            above
+        };
+        match std::fs::metadata(above) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(not_made(&error)),
+            Ok(metadata) if !metadata.is_dir() => {
+                return Err(not_made(&std::io::Error::from_raw_os_error(
+                    nix::libc::ENOTDIR,
+                )))
+            }
+            Ok(_) => {
+                let flags = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+                return nix::unistd::access(above, flags)
+                    .map_err(|errno| not_made(&std::io::Error::from_raw_os_error(errno as i32)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Judges, changing nothing, what `run` would refuse of a ledger it is to
+/// create at `path`: its folder (see [`judge_folder`]), or a folder that
+/// this user may not add the file to.
+pub(super) fn judge_new_ledger(path: &Path) -> Result<()> {
+    if judge_folder(path)? == Folder::Ready {
+        let folder = crate::ledger::folder_of(path);
+        let flags = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+        nix::unistd::access(folder, flags)
+            .map_err(|errno| open_error(path, &std::io::Error::from_raw_os_error(errno as i32)))?;
+    }
+    Ok(())
+}
+
+/// Makes the ledger's folder (0700) when it is missing, once
+/// [`judge_folder`] finds that `run` may use it.
+pub(super) fn prepare_folder(path: &Path) -> Result<()> {
+    if judge_folder(path)? == Folder::Missing {
+        let folder = crate::ledger::folder_of(path);
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(folder)
+            .map_err(|error| folder_fault(folder, FolderFault::NotCreated(io_words(&error))))?;
+        // Made by another process meanwhile, it is judged as found.
+        judge_folder(path)?;
     }
     Ok(())
 }
