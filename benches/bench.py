@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -498,6 +499,7 @@ def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
                        ("`idem ledger metrics`", metrics_big, metrics_small)]:
         table.add(f"{what}, {size} of {jobs:,} daily jobs", str(a), f"10 runs {b}", ratio(a.median, b.median),
                   "<= 50 ms", a.median <= 0.05)
+    serve_rows(table, env, small, big, size, jobs, runs)
     # Last: these write. A key per job and day makes as many keys as runs.
     first_small, first_big = hyperfine(
         [f"{IDEM} --db {small} run --key fresh --force -- true",
@@ -505,6 +507,45 @@ def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
     table.add(f"reference: first run (`--force -- true`), {size} under as many keys / 10 runs", str(first_big),
               f"10 runs {first_small}", ratio(first_big.median, first_small.median), "—", None)
     return import_kib, size
+
+
+def page_times(db, paths, env, requests):
+    """The median time of `requests` GETs of each of `paths` (after three
+    unmeasured), one after another on loopback, from one `idem serve` of
+    `db`: the server opens the ledger for every request, so each is timed
+    whole, open to close."""
+    server = subprocess.Popen([str(IDEM), "--db", str(db), "serve", "--listen", "127.0.0.1:0"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()
+        url = next((word for word in line.split() if word.startswith("http://")), None)
+        if url is None:
+            sys.exit(f"bench: idem serve did not start: {line}")
+        medians = []
+        for path in paths:
+            times = []
+            for i in range(requests + 3):
+                started = time.perf_counter()
+                with urllib.request.urlopen(url.rstrip("/") + path) as response:
+                    response.read()
+                if i >= 3:
+                    times.append(time.perf_counter() - started)
+            medians.append(statistics.median(times))
+        return medians
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def serve_rows(table, env, small, big, size, jobs, requests):
+    """`idem serve`'s board (every job judged, as `status` does) and a job's
+    page (its latest 20 runs with their attempts and output), on the big
+    ledger and on the ten-run one."""
+    board_small, job_small = page_times(small, ["/", "/job/bench"], env, requests)
+    board_big, job_big = page_times(big, ["/", "/job/job-1-%7Bdate%7D"], env, requests)
+    for what, a, b in [(f"`idem serve` board `/`, {size} of {jobs:,} daily jobs", board_big, board_small),
+                       (f"`idem serve` job page `/job/JOB`, {size}", job_big, job_small)]:
+        table.add(what, f"{a * 1e3:.2f} ms", f"10 runs {b * 1e3:.2f} ms", ratio(a, b), "<= 100 ms", a <= 0.1)
 
 
 def race_rows(table, work, floor, cpu_of, rounds, trials):

@@ -31,6 +31,9 @@ _idem_clap() {
             idem,run)
                 cmd="idem__subcmd__run"
                 ;;
+            idem,serve)
+                cmd="idem__subcmd__serve"
+                ;;
             idem,status)
                 cmd="idem__subcmd__status"
                 ;;
@@ -48,6 +51,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__help,run)
                 cmd="idem__subcmd__help__subcmd__run"
+                ;;
+            idem__subcmd__help,serve)
+                cmd="idem__subcmd__help__subcmd__serve"
                 ;;
             idem__subcmd__help,status)
                 cmd="idem__subcmd__help__subcmd__status"
@@ -137,7 +143,7 @@ _idem_clap() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status doctor completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -203,7 +209,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help)
-            opts="run ledger status doctor completions help"
+            opts="run ledger status doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -385,6 +391,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__run)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__serve)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -912,8 +932,38 @@ _idem_clap() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        idem__subcmd__serve)
+            opts="-q -v -h -V --listen --auth-file --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --auth-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         idem__subcmd__status)
-            opts="-q -v -h -V --job --json --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --job --json --wide --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

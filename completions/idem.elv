@@ -32,6 +32,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand ledger 'Inspect and maintain the ledger'
             cand status 'One line per job: its state, last run and success, failures in a row'
             cand doctor 'Check a ledger for problems without changing anything'
+            cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -244,6 +245,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --json 'Print a JSON array'
+            cand --wide 'Every column and the whole command, however wide the table'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -257,6 +259,20 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --json 'Print JSON'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;serve'= {
+            cand --listen 'The address and port to listen on: 127.0.0.1:8417, [::1]:8417, localhost:8417; any address that is not loopback needs --auth-file or IDEM_SERVE_TOKEN'
+            cand --auth-file 'Ask every request for a user and password (HTTP basic authentication) from FILE: one `user:bcrypt-hash` a line, as `htpasswd -nbB user password` writes them'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -283,6 +299,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand ledger 'Inspect and maintain the ledger'
             cand status 'One line per job: its state, last run and success, failures in a row'
             cand doctor 'Check a ledger for problems without changing anything'
+            cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -317,6 +334,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;status'= {
         }
         &'idem;help;doctor'= {
+        }
+        &'idem;help;serve'= {
         }
         &'idem;help;completions'= {
         }

@@ -36,6 +36,7 @@ complete -c idem -n "__fish_idem_needs_command" -f -a "run" -d 'Run COMMAND unde
 complete -c idem -n "__fish_idem_needs_command" -f -a "ledger" -d 'Inspect and maintain the ledger'
 complete -c idem -n "__fish_idem_needs_command" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
 complete -c idem -n "__fish_idem_needs_command" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_needs_command" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
 complete -c idem -n "__fish_idem_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c idem -n "__fish_idem_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand run" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces' -r
@@ -192,6 +193,7 @@ complete -c idem -n "__fish_idem_using_subcommand status" -l color -d 'Colour in
 always\t'Always, even into a pipe'
 never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand status" -l json -d 'Print a JSON array'
+complete -c idem -n "__fish_idem_using_subcommand status" -l wide -d 'Every column and the whole command, however wide the table'
 complete -c idem -n "__fish_idem_using_subcommand status" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand status" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -205,6 +207,16 @@ complete -c idem -n "__fish_idem_using_subcommand doctor" -s q -l quiet -d 'Prin
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand serve" -l listen -d 'The address and port to listen on: 127.0.0.1:8417, [::1]:8417, localhost:8417; any address that is not loopback needs --auth-file or IDEM_SERVE_TOKEN' -r
+complete -c idem -n "__fish_idem_using_subcommand serve" -l auth-file -d 'Ask every request for a user and password (HTTP basic authentication) from FILE: one `user:bcrypt-hash` a line, as `htpasswd -nbB user password` writes them' -r -F
+complete -c idem -n "__fish_idem_using_subcommand serve" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand serve" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand serve" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand serve" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand serve" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand completions" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand completions" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
@@ -213,12 +225,13 @@ complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 
 complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "list" -d 'Runs, newest first'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'

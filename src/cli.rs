@@ -113,6 +113,22 @@ pub enum Command {
     /// read-only; the database session is read-only). Exit 0 when healthy,
     /// 1 when not.
     Doctor(DoctorArgs),
+    /// Serve the ledger read-only over HTTP: a status board, each job's
+    /// runs, metrics
+    ///
+    /// Pages: / the status board (what `idem status` shows), /job/JOB a
+    /// job's runs, newest first, with their attempts and output tails,
+    /// /metrics (what `idem ledger metrics` prints), /api/status (what
+    /// `idem status --json` prints) and /healthz (200 when the ledger can
+    /// be read, 503 otherwise). Pages work without JavaScript and refresh
+    /// themselves every 30 seconds. The ledger is opened for each request,
+    /// read-only, and nothing holds it between requests. Listens on the
+    /// loopback address unless told otherwise; any other address needs
+    /// --auth-file or IDEM_SERVE_TOKEN, and then every request must carry
+    /// the credentials. Stops on SIGTERM or SIGINT once the requests under
+    /// way are answered.
+    #[command(after_long_help = SERVE_EXIT_CODES_HELP)]
+    Serve(ServeArgs),
     /// Print a shell completion script
     ///
     /// After --, the scripts complete a command name, then hand over to
@@ -590,6 +606,9 @@ pub struct StatusArgs {
     /// Print a JSON array
     #[arg(long)]
     pub json: bool,
+    /// Every column and the whole command, however wide the table
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Args)]
@@ -621,6 +640,42 @@ pub struct ListArgs {
     /// Print a JSON array
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address and port to listen on: 127.0.0.1:8417, [::1]:8417,
+    /// localhost:8417; any address that is not loopback needs --auth-file
+    /// or IDEM_SERVE_TOKEN
+    #[arg(
+        long,
+        env = "IDEM_SERVE_LISTEN",
+        default_value = "127.0.0.1:8417",
+        value_name = "ADDR",
+        value_parser = listen_address
+    )]
+    pub listen: std::net::SocketAddr,
+
+    /// Ask every request for a user and password (HTTP basic
+    /// authentication) from FILE: one `user:bcrypt-hash` a line, as
+    /// `htpasswd -nbB user password` writes them
+    #[arg(long, env = "IDEM_SERVE_AUTH_FILE", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+}
+
+/// Parses `--listen`: an IP address and port, or `localhost:PORT`.
+pub fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    const HINT: &str =
+        "give an address and port such as 127.0.0.1:8417, [::1]:8417 or localhost:8417";
+    let text = text.trim();
+    if let Some(port) = text.strip_prefix("localhost:") {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("'{port}' is not a port from 0 to 65535; {HINT}"))?;
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse()
+        .map_err(|_| format!("'{text}' is not an address and port; {HINT}"))
 }
 
 #[derive(Debug, Args)]
@@ -835,7 +890,12 @@ Columns:
   RECENT        its latest 10 outcomes, oldest first: + succeeded, x failed, ? abandoned,
                 > running; at a colour terminal dots of the same order (green succeeded,
                 red failed, magenta abandoned, yellow running)
-  COMMAND       what it runs: the program and its last arguments where the width is short
+  COMMAND       what it runs: the program's base name and its last arguments where the width
+                is short (backup.sh … --daily)
+
+  The table fits the terminal (else $COLUMNS): the command shrinks first, then LAST SUCCESS,
+  MISSED and LAST RUN give way, RECENT keeps its latest 6, then FAILS and RECENT give way.
+  --wide shows every column and the whole command.
 
 Examples:
   idem status                       every job, those that need a person first
@@ -845,7 +905,8 @@ Examples:
 
 Exit codes:
   0    every job is ok or running (or there are none)
-  1    a job is failing or overdue
+  1    a job is failing or overdue; or no ledger at --db (nothing has run with it yet), or no
+       job matches --job
   2    usage error: bad flag or glob
   125  idem itself failed (ledger unreadable, corrupt or newer)
 
@@ -858,12 +919,43 @@ Environment:
 See also:
 idem-run(1), idem-ledger(1), idem-doctor(1), crontab(5)";
 
+/// The pages, exit codes and environment of `idem serve`, shown by
+/// `--help` and in the man pages.
+pub const SERVE_EXIT_CODES_HELP: &str = "\
+Pages:
+  /             the status board: every job, those that need a person first
+  /job/JOB      the job's latest runs, newest first, with attempts and output tails
+  /metrics      what `idem ledger metrics` prints (Prometheus text format)
+  /api/status   what `idem status --json` prints
+  /healthz      200 \"ok\" when the ledger can be read, 503 and why otherwise
+
+Examples:
+  idem serve                                         the board on http://127.0.0.1:8417/
+  idem serve --listen 0.0.0.0:8417 --auth-file FILE  for the network, each user with a password
+  IDEM_SERVE_TOKEN=... idem serve --listen [::]:8417  for the network, one token for scripts
+
+Exit codes:
+  0    stopped by SIGTERM or SIGINT
+  2    usage error: a bad --listen or auth file; an address that is not loopback without --auth-file or IDEM_SERVE_TOKEN
+  125  idem itself failed: the address is in use, or cannot be listened on
+
+Environment:
+  IDEM_DB               the ledger, as --db
+  IDEM_SERVE_LISTEN     as --listen
+  IDEM_SERVE_AUTH_FILE  as --auth-file
+  IDEM_SERVE_TOKEN      a bearer token every request must carry (Authorization: Bearer TOKEN)
+  TZ                    time zone of the times shown
+
+See also:
+idem-status(1), idem-ledger(1)";
+
 /// The exit codes and environment of `idem ledger`, shown by `--help` and
 /// in the man pages.
 pub const LEDGER_EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    done
-  1    show: the key is not in the ledger; forget: a key is not (the others are forgotten)
+  1    list, show, metrics: no ledger at --db (nothing has run with it yet); show: the key is
+       not in the ledger; forget: a key is not (the others are forgotten)
   2    usage error: bad flag, duration, time, or a line import cannot read
   75   forget: a key is running under a live owner; nothing was forgotten
   125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)

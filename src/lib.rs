@@ -14,6 +14,7 @@ pub mod process;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod serve;
 pub mod start;
 
 use anyhow::Result;
@@ -37,6 +38,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
         Command::Status(args) => cmd::status::run(args, &location()?, global.color),
+        Command::Serve(args) => serve::run(args, &location()?, global.quiet),
         Command::Completions { shell } => {
             use std::io::Write;
             std::io::stdout().write_all(&cmd::completions::script(*shell))?;

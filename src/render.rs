@@ -106,6 +106,57 @@ pub fn short_argv(command: &[OsString], shell: bool, width: usize) -> String {
     text
 }
 
+/// A command line in `width` characters by what identifies it: whole when
+/// it fits; else the program's base name and as many of its last words as
+/// fit, an ellipsis for those left out (`backup.sh … --daily`): the start
+/// of a long path says little, its end and the last arguments say which
+/// job it is. A `--shell` script is taken by its words alike. Only a base
+/// name wider than `width` is cut.
+pub fn identifying_argv(command: &[OsString], shell: bool, width: usize) -> String {
+    let whole = short_argv(command, shell, usize::MAX);
+    if whole.chars().count() <= width {
+        return whole;
+    }
+    let raw = lossy_words(command);
+    let words: Vec<String> = if shell {
+        let script = raw.join(" ");
+        script.split_whitespace().map(str::to_owned).collect()
+    } else {
+        raw
+    };
+    let Some((program, args)) = words.split_first() else {
+        return cut(&whole, width);
+    };
+    let base = program.rsplit('/').find(|part| !part.is_empty());
+    let word = |word: &str| {
+        let word = printable(word);
+        if shell {
+            word.into_owned()
+        } else {
+            shell_word(&word)
+        }
+    };
+    let base = word(base.unwrap_or(program));
+    let args: Vec<String> = args.iter().map(|arg| word(arg)).collect();
+    // The most last words that fit, down to none.
+    let mut shortest = String::new();
+    for kept in (0..=args.len()).rev() {
+        let mut text = base.clone();
+        if kept < args.len() {
+            text.push_str(" …");
+        }
+        for arg in &args[args.len() - kept..] {
+            text.push(' ');
+            text.push_str(arg);
+        }
+        if text.chars().count() <= width {
+            return text;
+        }
+        shortest = text;
+    }
+    cut(&shortest, width)
+}
+
 /// An exit code for people (`-` when there is none).
 pub fn exit_text(code: Option<i32>) -> String {
     code.map_or("-".into(), |code| code.to_string())
@@ -207,24 +258,12 @@ const GIVE_WAY: [usize; 6] = [6, 3, 5, 2, COMMAND, 4];
 const GAP: usize = 2;
 
 /// The colour of a status, wherever one is shown.
-fn status_colour(status: Status) -> Color {
+pub fn status_colour(status: Status) -> Color {
     match status {
         Status::Running => Color::Yellow,
         Status::Succeeded => Color::Green,
         Status::Failed => Color::Red,
         Status::Abandoned => Color::Magenta,
-    }
-}
-
-/// [`status_colour`] as the code of an ANSI escape (`ESC [ 32 m`), for
-/// text coloured by hand.
-pub fn status_ansi(status: Status) -> u8 {
-    match status_colour(status) {
-        Color::Red => 31,
-        Color::Green => 32,
-        Color::Yellow => 33,
-        Color::Magenta => 35,
-        _ => 39,
     }
 }
 
@@ -240,7 +279,7 @@ pub fn new_table(style: Style) -> Table {
 }
 
 /// `text` cut to `width` characters, the last one an ellipsis when cut.
-fn cut(text: &str, width: usize) -> String {
+pub fn cut(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
     }
@@ -374,6 +413,38 @@ mod tests {
         assert_eq!(shell_word("two words"), "'two words'");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn a_command_is_shortened_to_what_identifies_it() {
+        let argv = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
+        let backup = argv(&[
+            "/usr/local/bin/backup.sh",
+            "--target",
+            "/srv/data",
+            "--daily",
+        ]);
+        let whole = "/usr/local/bin/backup.sh --target /srv/data --daily";
+        assert_eq!(identifying_argv(&backup, false, 80), whole);
+        assert_eq!(
+            identifying_argv(&backup, false, 40),
+            "backup.sh --target /srv/data --daily"
+        );
+        assert_eq!(
+            identifying_argv(&backup, false, 30),
+            "backup.sh … /srv/data --daily"
+        );
+        assert_eq!(identifying_argv(&backup, false, 19), "backup.sh … --daily");
+        assert_eq!(identifying_argv(&backup, false, 12), "backup.sh …");
+        assert_eq!(identifying_argv(&backup, false, 6), "backu…");
+        let spaced = argv(&["/opt/my tools/run it", "a b"]);
+        assert_eq!(identifying_argv(&spaced, false, 14), "'run it' 'a b'");
+        let script = argv(&["./report.sh --daily; exit 3"]);
+        assert_eq!(
+            identifying_argv(&script, true, 40),
+            "sh -c './report.sh --daily; exit 3'"
+        );
+        assert_eq!(identifying_argv(&script, true, 20), "report.sh … exit 3");
     }
 
     #[test]

@@ -94,11 +94,15 @@ fn start_sleeper(backend: &Backend, env: &Env, key: &str) -> Child {
         .spawn()
         .unwrap();
     eventually("the sleeper to run", Duration::from_secs(30), || {
-        env.list_json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|run| run["key"] == key && run["status"] == "running")
+        // Until the sleeper has made the ledger, list says there is none.
+        let listed = env.run(["ledger", "list", "--json"]);
+        listed.status.success()
+            && serde_json::from_slice::<Value>(&listed.stdout)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|run| run["key"] == key && run["status"] == "running")
     });
     child
 }
@@ -182,8 +186,10 @@ fn list_draws_a_plain_table_off_a_terminal(backend: &Backend) {
     }
     assert!(lines(&narrow.stdout())[2].starts_with("long "));
 
-    // An empty ledger (or none at all) lists nothing.
+    // An empty ledger lists nothing (one that is not there is told: see
+    // tests/truth.rs).
     let fresh = backend.env();
+    fresh.cmd(["ledger", "import"]).stdin("").succeeds();
     fresh.cmd(["ledger", "list"]).succeeds().stdout_is("");
     assert_eq!(fresh.list_json(), serde_json::json!([]));
 }
@@ -278,12 +284,17 @@ fn show_of_non_utf8_output_is_valid_json(backend: &Backend) {
 
 fn show_of_an_unknown_key_exits_1(backend: &Backend) {
     let env = backend.env();
+    // Before any run (on SQLite: no ledger at all, which is told so).
+    env.cmd(["ledger", "show", "nope"])
+        .expect_code(1)
+        .stdout_is("")
+        .stderr_one_line();
+    sh(&env, "other", "true").succeeds();
     env.cmd(["ledger", "show", "nope"])
         .expect_code(1)
         .stdout_is("")
         .stderr_one_line()
-        .stderr_has("nope");
-    sh(&env, "other", "true").succeeds();
+        .stderr_has("no runs of key nope");
     env.cmd(["ledger", "show", "nope", "--json"]).expect_code(1);
 }
 
@@ -957,8 +968,10 @@ fn metrics_are_the_prometheus_text_format(backend: &Backend) {
         .run()
         .stdout_has(r#"idem_key_consecutive_failures{key="we\"ird\\key"} 2"#);
 
-    // No ledger: an empty but valid exposition.
-    let none = backend.env().cmd(["ledger", "metrics"]).succeeds();
+    // An empty ledger: an empty but valid exposition.
+    let empty = backend.env();
+    empty.cmd(["ledger", "import"]).stdin("").succeeds();
+    let none = empty.cmd(["ledger", "metrics"]).succeeds();
     assert!(none.stdout().lines().all(|line| line.starts_with('#')));
 }
 
@@ -1070,12 +1083,13 @@ fn export_into_a_closed_pipe_is_the_readers_choice(backend: &Backend) {
 // What only a SQLite file can show: its path, and its bytes edited by hand.
 
 #[test]
-fn a_missing_ledger_lists_empty_but_an_impossible_path_is_an_error() {
+fn a_missing_ledger_is_told_and_an_impossible_path_is_an_error() {
     let env = Env::new();
     let missing = env.path("not/yet/ledger.db");
     env.cmd(["ledger", "list"])
         .db(&missing)
-        .succeeds()
+        .expect_code(1)
+        .stderr_has("no ledger at")
         .stdout_is("");
     assert!(!missing.exists(), "listing creates nothing");
     let file = env.path("a-file");

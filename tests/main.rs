@@ -25,5 +25,7 @@ mod postgres;
 mod recipes;
 mod run;
 mod run_engine;
+mod serve;
+mod truth;
 mod wrapper;
 mod wrapper_ux;

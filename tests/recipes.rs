@@ -250,6 +250,51 @@ fn the_systemd_timer_runs_the_daily_job_once() {
 }
 
 #[test]
+fn the_systemd_service_serves_the_board_on_loopback() {
+    let service = example("systemd/idem-serve.service");
+    let settings = unit(&service, "Service");
+    assert_eq!(setting(&settings, "Type"), Some("exec"));
+    assert_eq!(setting(&settings, "StateDirectory"), Some("idem"));
+    assert_eq!(
+        setting(&settings, "Environment"),
+        Some("IDEM_DB=/var/lib/idem/ledger.db")
+    );
+    assert_eq!(
+        setting(&settings, "ExecStart"),
+        Some("/usr/bin/idem serve --listen 127.0.0.1:8417")
+    );
+    assert_eq!(
+        setting(&unit(&service, "Install"), "WantedBy"),
+        Some("multi-user.target")
+    );
+    // systemd-analyze reads it (with ExecStart naming this build): no
+    // error, no warning.
+    let env = Env::new();
+    let units = env.path("units");
+    std::fs::create_dir_all(&units).unwrap();
+    let installed = units.join("idem-serve.service");
+    std::fs::write(
+        &installed,
+        read(&service).replace("/usr/bin/idem", env!("CARGO_BIN_EXE_idem")),
+    )
+    .unwrap();
+    let Ok(output) = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&installed)
+        .output()
+    else {
+        return missing(
+            "the_systemd_service_serves_the_board_on_loopback",
+            "systemd-analyze (the systemd package)",
+        )
+        .unwrap_or(());
+    };
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("idem-serve"), "{stderr}");
+}
+
+#[test]
 fn the_kubernetes_cronjob_makes_one_report_a_day() {
     let test = "the_kubernetes_cronjob_makes_one_report_a_day";
     if python(test).is_none() {

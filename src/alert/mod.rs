@@ -22,6 +22,9 @@ use crate::exit::Failure;
 use crate::ledger::{Attempt, Claim, HookRun, Ledger, Outcome, Status};
 use crate::report::Reporter;
 pub use hooks::HOOK_LIMIT;
+/// How a URL is shown where it might be a secret, shared with `idem
+/// serve`, whose pages mask the URLs in commands so.
+pub use ping::mask as mask_url;
 use ping::Ping;
 
 /// Refuses a bad `--ping` before anything runs, without printing it.

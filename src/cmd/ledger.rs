@@ -59,23 +59,19 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
         .as_deref()
         .map(|text| parse_time("--until", text, true))
         .transpose()?;
-    let mut runs = match ledger::open_to_read(location)? {
-        Some(mut ledger) => {
-            // "2h" ago by the clock that stamped the runs.
-            let now = ledger.now()?;
-            let filter = ListFilter {
-                key_glob: args.key.clone(),
-                job_glob: args.job.clone(),
-                statuses: args.status.iter().copied().map(Status::from).collect(),
-                since: since.map(|when| when.at(now)),
-                until: until.map(|when| when.at(now)),
-                // One more than shown, to tell whether more match.
-                limit: args.limit.saturating_add(1),
-            };
-            ledger.list(&filter)?
-        }
-        None => Vec::new(),
+    let mut ledger = open_to_read(location)?;
+    // "2h" ago by the clock that stamped the runs.
+    let now = ledger.now()?;
+    let filter = ListFilter {
+        key_glob: args.key.clone(),
+        job_glob: args.job.clone(),
+        statuses: args.status.iter().copied().map(Status::from).collect(),
+        since: since.map(|when| when.at(now)),
+        until: until.map(|when| when.at(now)),
+        // One more than shown, to tell whether more match.
+        limit: args.limit.saturating_add(1),
     };
+    let mut runs = ledger.list(&filter)?;
     let more = runs.len() > args.limit as usize;
     runs.truncate(args.limit as usize);
     if more && !quiet {
@@ -93,6 +89,23 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
         writeln!(out, "{}", render::table_text(&table))?;
     }
     Ok(exit::SUCCESS)
+}
+
+/// The ledger that list, show, metrics and `status` read. One that does
+/// not exist is an error (exit 1), not an empty answer: a monitor pointed
+/// at the wrong path must not read it as all being well. Reading creates
+/// nothing; only `idem run` (and `import`) make a ledger.
+pub fn open_to_read(location: &Location) -> Result<Box<dyn ledger::Ledger>> {
+    ledger::open_to_read(location)?.ok_or_else(|| {
+        Failure::new(
+            exit::NOT_FOUND,
+            format!(
+                "no ledger at {}: nothing has run with it yet; check --db or IDEM_DB",
+                render::printable(&location.display())
+            ),
+        )
+        .into()
+    })
 }
 
 /// A time for `--since`/`--until`: a duration (that long ago), RFC 3339
@@ -184,9 +197,7 @@ fn show(key: &str, json: bool, limit: u32, location: &Location) -> Result<u8> {
         )
         .into()
     };
-    let Some(mut ledger) = ledger::open_to_read(location)? else {
-        return Err(unknown(key));
-    };
+    let mut ledger = open_to_read(location)?;
     // A template (`daily-{date}`) names the key it makes now, unless the
     // ledger holds a key spelled so (made with `{{` `}}`).
     let expanded = match crate::key::Template::parse(key) {
@@ -430,16 +441,12 @@ fn summary(quiet: bool) -> Box<dyn Write> {
 }
 
 fn metrics(location: &Location, per_key: bool) -> Result<u8> {
-    let (jobs, keys) = match ledger::open_to_read(location)? {
-        Some(mut ledger) => (
-            ledger.jobs(None)?,
-            if per_key {
-                ledger.metrics()?
-            } else {
-                Vec::new()
-            },
-        ),
-        None => (Vec::new(), Vec::new()),
+    let mut ledger = open_to_read(location)?;
+    let jobs = ledger.jobs(None)?;
+    let keys = if per_key {
+        ledger.metrics()?
+    } else {
+        Vec::new()
     };
     let mut text = render::metrics::job_metrics_text(&jobs);
     if per_key {

@@ -12,9 +12,9 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
 use crate::cli::StatusArgs;
-use crate::exit;
+use crate::exit::{self, Failure};
 use crate::key::{Period, Template};
-use crate::ledger::{self, JobState, Location, Status};
+use crate::ledger::{JobState, Location, Status};
 use crate::render;
 use crate::render::status::{JobStatus, State, STRIP};
 
@@ -24,10 +24,18 @@ const WINDOW: i64 = 10;
 /// Judges every job (or those `--job` matches) and prints them; exit 1
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
-    let jobs = match ledger::open_to_read(location)? {
-        Some(mut ledger) => ledger.jobs(args.job.as_deref())?,
-        None => Vec::new(),
-    };
+    let jobs = super::ledger::open_to_read(location)?.jobs(args.job.as_deref())?;
+    if let (true, Some(glob)) = (jobs.is_empty(), &args.job) {
+        // A check of a job that is not there is not a job that is fine.
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!(
+                "no job matches {}; see `idem status` for the jobs there are",
+                render::printable(glob)
+            ),
+        )
+        .into());
+    }
     let now = Timestamp::now();
     let mut zones = Zones::default();
     let host = crate::host::name();
@@ -40,7 +48,8 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
     if args.json {
         render::status::json(&mut out, &statuses)?;
     } else {
-        render::status::text(&mut out, &statuses, now, render::Style::for_stdout(colour))?;
+        let style = render::Style::for_stdout(colour);
+        render::status::text(&mut out, &statuses, now, style, args.wide)?;
     }
     Ok(if statuses.iter().any(|job| job.state.needs_a_person()) {
         exit::NOT_FOUND

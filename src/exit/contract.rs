@@ -1,5 +1,6 @@
 //! The exit codes as `--help`, the man pages and the flags' defaults tell
-//! them, held against the constants of `exit.rs`. `cli.rs` knows nothing
+//! them, held against the constants of `exit.rs` (and `--capture`'s limit
+//! against the ledger's). `cli.rs` knows nothing
 //! of the crate (so that completions and man pages come from it alone),
 //! so its words are checked here rather than built from the constants.
 
@@ -69,4 +70,11 @@ fn the_flags_defaults_are_the_codes_of_exit_rs() {
         run_default("no_retry_on"),
         format!("{CANNOT_EXECUTE},{NOT_FOUND_COMMAND}")
     );
+}
+
+/// `--capture`'s limit is the longest tail import keeps: a run moved
+/// between ledgers keeps the output it had.
+#[test]
+fn import_keeps_as_much_as_the_largest_capture() {
+    assert_eq!(crate::ledger::line::MAX_CAPTURE, cli::MAX_CAPTURE);
 }

@@ -34,6 +34,27 @@ macro_rules! select_list {
         }
     };
 }
+
+/// The [`Records`] methods that only run a rule of `rules.rs` in one of the
+/// backend's transactions (committed, or rolled back for a dry run), written
+/// once and expanded in each backend's `impl Records`, which must have
+/// `write_or_rehearse(doing, dry_run, body)`.
+macro_rules! rule_methods {
+    () => {
+        fn forget(
+            &mut self,
+            keys: &[String],
+            purge: bool,
+            dry_run: bool,
+            force: bool,
+        ) -> Result<ForgetReport> {
+            self.write_or_rehearse("forget keys in", dry_run, |tx| {
+                rules::forget(tx, keys, purge, force)
+            })
+        }
+    };
+}
+
 mod columns;
 mod error;
 mod inspect;

@@ -227,17 +227,7 @@ impl Records for PostgresLedger {
         reads::output(&mut self.client, run_id, number).map_err(|error| self.fail("read", &error))
     }
 
-    fn forget(
-        &mut self,
-        keys: &[String],
-        purge: bool,
-        dry_run: bool,
-        force: bool,
-    ) -> Result<ForgetReport> {
-        self.write_or_rehearse("forget keys in", dry_run, |tx| {
-            rules::forget(tx, keys, purge, force)
-        })
-    }
+    rule_methods!();
 
     fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
         reads::hooks(&mut self.client, run_id).map_err(|error| self.fail("read", &error))

@@ -405,17 +405,7 @@ impl Records for SqliteLedger {
         read().map_err(|error| self.fail("read", &error))
     }
 
-    fn forget(
-        &mut self,
-        keys: &[String],
-        purge: bool,
-        dry_run: bool,
-        force: bool,
-    ) -> Result<ForgetReport> {
-        self.write_or_rehearse("forget keys in", dry_run, |tx| {
-            rules::forget(tx, keys, purge, force)
-        })
-    }
+    rule_methods!();
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
         let report = self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))?;

@@ -104,6 +104,9 @@ fn attempt_text(out: &mut dyn Write, attempt: &Attempt, tails: &Tails) -> Result
     };
     let code = exit_text(attempt.exit_code);
     writeln!(out, "  attempt {}: exit {code}{timed_out}", attempt.number)?;
+    if tails.cut {
+        writeln!(out, "    {}", cut_note(tails))?;
+    }
     for (name, tail) in [("stdout", &tails.stdout), ("stderr", &tails.stderr)] {
         if !tail.is_empty() {
             writeln!(out, "    {name}:")?;
@@ -113,6 +116,21 @@ fn attempt_text(out: &mut dyn Write, attempt: &Attempt, tails: &Tails) -> Result
         }
     }
     Ok(())
+}
+
+/// The line that says an attempt's output lacks its start. The ledger
+/// keeps one flag for both streams, and a stream that was cut kept exactly
+/// `--capture` bytes, so the longer tail is that limit: what is said holds
+/// of either stream.
+fn cut_note(tails: &Tails) -> String {
+    let kept = tails.stdout.len().max(tails.stderr.len()) as u64;
+    if kept == 0 {
+        return "[output not kept: --capture 0]".to_owned();
+    }
+    format!(
+        "[… earlier output cut: only the last {} of each stream kept (--capture)]",
+        super::human_bytes(kept)
+    )
 }
 
 fn hook_text(hook: &HookRun, zone: &TimeZone) -> String {

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::Write;
 
 use anyhow::Result;
-use comfy_table::{Cell, Color, ColumnConstraint, ContentArrangement, Row, Table};
+use comfy_table::{Cell, Color, ContentArrangement, Row, Table};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -85,14 +85,17 @@ pub fn json(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {
 }
 
 /// `status` for people: a table of the jobs, none when there are none.
+/// `wide` shows every column and the whole command, whatever the width.
 pub fn text(
     out: &mut dyn Write,
     statuses: &[JobStatus],
     now: Timestamp,
     style: render::Style,
+    wide: bool,
 ) -> Result<()> {
     if !statuses.is_empty() {
-        writeln!(out, "{}", render::table_text(&table(statuses, now, style)))?;
+        let table = table(statuses, now, style, wide);
+        writeln!(out, "{}", render::table_text(&table))?;
     }
     Ok(())
 }
@@ -119,24 +122,11 @@ fn mark(status: Status) -> char {
     }
 }
 
-/// The strip as one cell: marks side by side.
-fn strip_cell(strip: &[&str], colour: bool) -> Cell {
-    let statuses = strip
+fn strip_statuses(strip: &[&str]) -> Vec<Status> {
+    strip
         .iter()
-        .map(|status| Status::parse(status).unwrap_or(Status::Running));
-    if !colour {
-        return Cell::new(statuses.map(mark).collect::<String>());
-    }
-    // comfy-table colours a whole cell, so the marks are coloured by hand,
-    // and every row gets as many slots (a dim dot when empty) so that the
-    // escapes count the same in each and the columns stay aligned.
-    let slot = |code: u8, glyph: char| format!("\x1b[{code}m{glyph}\x1b[0m");
-    let empty = (STRIP + 1).saturating_sub(strip.len());
-    let mut text: String = (0..empty).map(|_| slot(90, '·')).collect();
-    for status in statuses.take(STRIP + 1) {
-        text.push_str(&slot(render::status_ansi(status), '●'));
-    }
-    Cell::new(text)
+        .map(|status| Status::parse(status).unwrap_or(Status::Running))
+        .collect()
 }
 
 /// The columns of `status`.
@@ -150,78 +140,267 @@ const HEADERS: [&str; 8] = [
     "RECENT",
     "COMMAND",
 ];
+const JOB: usize = 0;
+const STATE: usize = 1;
+const LAST_RUN: usize = 2;
+const LAST_SUCCESS: usize = 3;
+const FAILS: usize = 4;
+const MISSED: usize = 5;
+const RECENT: usize = 6;
+const COMMAND: usize = 7;
 
-fn table(statuses: &[JobStatus], now: Timestamp, style: render::Style) -> Table {
-    let mut table = render::new_table(style);
-    table.set_header(HEADERS);
-    for job in statuses {
-        let mut row = Row::from(row(job, now, style));
-        row.max_height(1);
-        table.add_row(row);
-    }
-    fit(&mut table, style.width);
-    for column in table.column_iter_mut() {
-        column.set_padding((0, 2));
-    }
-    table
+/// The narrowest the command shrinks to before a column gives way: room
+/// for a program's base name and its last argument or two.
+const COMMAND_FLOOR: usize = 24;
+
+/// What gives way, in this order, when the table is wider than the
+/// terminal and the command has shrunk to [`COMMAND_FLOOR`]: whole
+/// columns, or RECENT down to the latest outcomes its header is wide.
+#[derive(Clone, Copy)]
+enum GiveWay {
+    Drop(usize),
+    Shorten(usize),
 }
 
-/// A job's cells, in the order of [`HEADERS`].
-fn row(job: &JobStatus, now: Timestamp, style: render::Style) -> Vec<Cell> {
+const GIVE_WAY: [GiveWay; 6] = [
+    GiveWay::Drop(LAST_SUCCESS),
+    GiveWay::Drop(MISSED),
+    GiveWay::Drop(LAST_RUN),
+    GiveWay::Shorten(RECENT),
+    GiveWay::Drop(FAILS),
+    GiveWay::Drop(RECENT),
+];
+
+/// Blanks between two columns.
+const GAP: usize = 2;
+
+/// Which columns show, and how wide each is, within `width` characters as
+/// they are seen: every column as wide as its content; when that is too
+/// wide the command shrinks (to [`COMMAND_FLOOR`]), then [`GIVE_WAY`] in
+/// its order (the command taking back what each left), then the command
+/// shrinks to its header and the job's name is cut. JOB and STATE always
+/// show; a header is never cut.
+fn fit(content: &[usize; 8], width: usize) -> Vec<(usize, usize)> {
+    let mut shown: Vec<usize> = (0..HEADERS.len()).collect();
+    let full: [usize; 8] = std::array::from_fn(|at| content[at].max(HEADERS[at].len()));
+    let mut widths = full;
+    let floor = full[COMMAND].min(COMMAND_FLOOR);
+    let total = |shown: &[usize], widths: &[usize; 8]| {
+        shown.iter().map(|&at| widths[at]).sum::<usize>() + GAP * shown.len().saturating_sub(1)
+    };
+    let mut giving_way = GIVE_WAY.iter();
+    while total(&shown, &widths) > width {
+        let over = total(&shown, &widths) - width;
+        if shown.contains(&COMMAND) && widths[COMMAND] > floor {
+            widths[COMMAND] -= over.min(widths[COMMAND] - floor);
+            continue;
+        }
+        match giving_way.next() {
+            Some(GiveWay::Drop(column)) => shown.retain(|&at| at != *column),
+            Some(GiveWay::Shorten(column)) => {
+                widths[*column] = widths[*column].min(HEADERS[*column].len());
+            }
+            None => {
+                for (column, least) in
+                    [(COMMAND, HEADERS[COMMAND].len()), (JOB, HEADERS[JOB].len())]
+                {
+                    let over = total(&shown, &widths).saturating_sub(width);
+                    widths[column] -= over.min(widths[column].saturating_sub(least));
+                }
+                break;
+            }
+        }
+        widths[COMMAND] = full[COMMAND];
+    }
+    shown.iter().map(|&at| (at, widths[at])).collect()
+}
+
+/// A job's cells as text, in the order of [`HEADERS`]: RECENT's marks
+/// without colour, the command whole.
+fn texts(job: &JobStatus, now: Timestamp) -> [String; 8] {
     let when = |time: &Option<String>| {
         time.as_deref()
             .and_then(|text| text.parse::<Timestamp>().ok())
             .map_or("never".to_owned(), |time| ago(time, now))
     };
-    // Within a known width the table cuts the command itself.
-    let width = if style.width.is_some() {
-        usize::MAX
-    } else {
-        render::COMMAND_WIDTH
-    };
-    vec![
-        Cell::new(render::printable(&job.job)),
-        state_cell(job.state, style.colour),
-        Cell::new(when(&job.last_run)),
-        Cell::new(when(&job.last_success)),
-        Cell::new(job.failures),
-        Cell::new(
-            job.missed
-                .map_or("-".to_owned(), |missed| missed.to_string()),
-        ),
-        strip_cell(&job.strip, style.colour),
-        Cell::new(render::short_argv(&job.argv, job.shell, width)),
+    [
+        render::printable(&job.job).into_owned(),
+        job.state.as_str().to_owned(),
+        when(&job.last_run),
+        when(&job.last_success),
+        job.failures.to_string(),
+        job.missed
+            .map_or("-".to_owned(), |missed| missed.to_string()),
+        strip_statuses(&job.strip).into_iter().map(mark).collect(),
+        render::short_argv(&job.argv, job.shell, usize::MAX),
     ]
 }
 
-fn state_cell(state: State, colour: bool) -> Cell {
-    let cell = Cell::new(state.as_str());
-    if !colour {
-        return cell;
+/// The table within the width (see [`fit`]); unbounded when the width is
+/// unknown (the command then cut at [`render::COMMAND_WIDTH`]) or `wide`.
+fn table(statuses: &[JobStatus], now: Timestamp, style: render::Style, wide: bool) -> Table {
+    let rows: Vec<[String; 8]> = statuses.iter().map(|job| texts(job, now)).collect();
+    let mut content: [usize; 8] = std::array::from_fn(|at| {
+        rows.iter()
+            .map(|row| row[at].chars().count())
+            .max()
+            .unwrap_or(0)
+    });
+    if style.colour {
+        // At a colour terminal every row has all its slots, dim when empty.
+        content[RECENT] = STRIP + 1;
     }
-    cell.fg(match state {
+    let columns = match (wide, style.width) {
+        (false, Some(width)) => fit(&content, usize::from(width)),
+        (wide, _) => {
+            if !wide {
+                content[COMMAND] = content[COMMAND].min(render::COMMAND_WIDTH);
+            }
+            (0..HEADERS.len())
+                .map(|at| (at, content[at].max(HEADERS[at].len())))
+                .collect()
+        }
+    };
+    let mut table = render::new_table(style);
+    table.set_content_arrangement(ContentArrangement::Disabled);
+    table.set_header(header(&columns, style.colour));
+    for (job, texts) in statuses.iter().zip(&rows) {
+        let mut row = Row::from(cells(job, texts, &columns, style.colour));
+        row.max_height(1);
+        table.add_row(row);
+    }
+    let gaps = gaps(&columns, style.colour);
+    for (column, gap) in table.column_iter_mut().zip(gaps) {
+        column.set_padding((0, gap));
+    }
+    table
+}
+
+/// The header's cells. At a colour terminal RECENT is a column per mark,
+/// so that comfy-table colours each and counts what is seen (colour
+/// escapes written into a cell would count as width); its header is then
+/// spelt across them.
+fn header(columns: &[(usize, usize)], colour: bool) -> Vec<String> {
+    let mut cells = Vec::new();
+    for &(at, width) in columns {
+        if at == RECENT && colour {
+            let mut letters = HEADERS[RECENT].chars().map(String::from);
+            cells.extend((0..width).map(|_| letters.next().unwrap_or_default()));
+        } else {
+            cells.push(HEADERS[at].to_owned());
+        }
+    }
+    cells
+}
+
+/// A job's cells, in the order of [`header`].
+fn cells(
+    job: &JobStatus,
+    texts: &[String; 8],
+    columns: &[(usize, usize)],
+    colour: bool,
+) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for &(at, width) in columns {
+        match at {
+            STATE if colour => cells.push(Cell::new(&texts[STATE]).fg(state_colour(job.state))),
+            RECENT => cells.extend(strip_cells(&job.strip, width, colour)),
+            COMMAND => cells.push(Cell::new(render::identifying_argv(
+                &job.argv, job.shell, width,
+            ))),
+            _ => cells.push(Cell::new(render::cut(&texts[at], width))),
+        }
+    }
+    cells
+}
+
+/// The latest `width` outcomes: marks in one cell, or at a colour
+/// terminal a dot per slot, coloured by comfy-table, dim when empty.
+fn strip_cells(strip: &[&str], width: usize, colour: bool) -> Vec<Cell> {
+    let statuses = strip_statuses(strip);
+    let latest = &statuses[statuses.len().saturating_sub(width)..];
+    if !colour {
+        return vec![Cell::new(
+            latest.iter().copied().map(mark).collect::<String>(),
+        )];
+    }
+    let empty = width - latest.len();
+    let dim = (0..empty).map(|_| Cell::new('·').fg(Color::DarkGrey));
+    let marks = latest
+        .iter()
+        .map(|&status| Cell::new('●').fg(render::status_colour(status)));
+    dim.chain(marks).collect()
+}
+
+/// The blanks after each of comfy-table's columns: [`GAP`], but none
+/// between RECENT's slots and none after the last column.
+fn gaps(columns: &[(usize, usize)], colour: bool) -> Vec<u16> {
+    let mut gaps = Vec::new();
+    for &(at, width) in columns {
+        if at == RECENT && colour {
+            gaps.extend(std::iter::repeat_n(0, width.saturating_sub(1)));
+        }
+        gaps.push(GAP as u16);
+    }
+    if let Some(last) = gaps.last_mut() {
+        *last = 0;
+    }
+    gaps
+}
+
+fn state_colour(state: State) -> Color {
+    match state {
         State::Failing => Color::Red,
         State::Overdue => Color::Magenta,
         State::Running => Color::Yellow,
         State::Ok => Color::Green,
-    })
+    }
 }
 
-/// Within a known width every column but the command keeps its content
-/// and the command gives way, down to 12 characters; without one the
-/// table is as wide as it is.
-fn fit(table: &mut Table, width: Option<u16>) {
-    let Some(width) = width else {
-        table.set_content_arrangement(ContentArrangement::Disabled);
-        return;
-    };
-    table
-        .set_width(width)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_truncation_indicator("…");
-    let mut constraints = vec![ColumnConstraint::ContentWidth; HEADERS.len() - 1];
-    constraints.push(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
-        12,
-    )));
-    table.set_constraints(constraints);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The columns `fit` keeps at `width`, and how wide each is.
+    fn kept(width: usize) -> Vec<(&'static str, usize)> {
+        // backup-nightly, failing, "12s ago", never, 4, -, 11 slots, 71.
+        let content = [14, 7, 7, 5, 1, 1, 11, 71];
+        fit(&content, width)
+            .into_iter()
+            .map(|(at, width)| (HEADERS[at], width))
+            .collect()
+    }
+
+    fn headers(width: usize) -> Vec<&'static str> {
+        kept(width).into_iter().map(|(header, _)| header).collect()
+    }
+
+    fn command(width: usize) -> usize {
+        kept(width)
+            .into_iter()
+            .find(|&(header, _)| header == "COMMAND")
+            .map_or(0, |(_, width)| width)
+    }
+
+    #[test]
+    fn columns_give_way_in_their_order() {
+        assert_eq!(headers(200), HEADERS);
+        assert_eq!(command(200), 71);
+        assert_eq!(headers(120), HEADERS);
+        assert_eq!(command(120), 43);
+        let some = ["JOB", "STATE", "LAST RUN", "FAILS", "RECENT", "COMMAND"];
+        assert_eq!(headers(80), some);
+        assert_eq!(command(80), 25);
+        assert_eq!(headers(79), some);
+        assert_eq!(command(79), 24);
+        assert_eq!(headers(78), ["JOB", "STATE", "FAILS", "RECENT", "COMMAND"]);
+        // RECENT down to its header's width, its latest 6.
+        assert_eq!(kept(64)[3], ("RECENT", 6));
+        assert_eq!(command(64), 24);
+        assert_eq!(headers(63), ["JOB", "STATE", "RECENT", "COMMAND"]);
+        assert_eq!(headers(56), ["JOB", "STATE", "COMMAND"]);
+        // The narrowest: the command down to its header, the job cut.
+        assert_eq!(kept(21), [("JOB", 3), ("STATE", 7), ("COMMAND", 7)]);
+        assert_eq!(kept(20), kept(21), "no narrower than 21");
+    }
 }

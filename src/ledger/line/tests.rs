@@ -133,13 +133,6 @@ fn a_long_tail_is_cut_to_its_end_as_it_is_read() {
     }
 }
 
-/// `--capture`'s limit is the longest tail import keeps: a run moved
-/// between ledgers keeps the output it had.
-#[test]
-fn import_keeps_as_much_as_the_largest_capture() {
-    assert_eq!(MAX_CAPTURE, crate::cli::MAX_CAPTURE);
-}
-
 // ---- properties, with serde_json as the reference -----------------------
 
 mod properties {

@@ -1,0 +1,84 @@
+//! The status board: every job as `idem status` shows it, the jobs that
+//! need a person first.
+
+use jiff::Timestamp;
+use maud::{html, Markup};
+
+use super::{command_text, frame, job_href, strip, when};
+use crate::render::status::{JobStatus, State};
+
+/// The board's HTML; `ledger` is the ledger's name, masked.
+pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp) -> String {
+    let body = html! {
+        h1 { "Jobs" }
+        p.summary { (summary(statuses)) }
+        @if statuses.is_empty() {
+            p.message { "No jobs yet: nothing has run under this ledger." }
+        } @else {
+            div.scroll {
+                table.board {
+                    thead {
+                        tr {
+                            th { "Job" } th { "State" } th { "Last run" }
+                            th { "Last success" } th.num { "Fails" } th.num { "Missed" }
+                            th { "Recent" } th { "Command" }
+                        }
+                    }
+                    tbody {
+                        @for job in statuses { (row(job, now)) }
+                    }
+                }
+            }
+            p.legend {
+                "Recent: the latest runs, oldest first: "
+                span.mark.succeeded { "+" } " succeeded, "
+                span.mark.failed { "x" } " failed, "
+                span.mark.abandoned { "?" } " abandoned, "
+                span.mark.running { ">" } " running."
+            }
+        }
+    };
+    frame("Jobs", ledger, now, body).into_string()
+}
+
+/// "4 jobs: 1 failing, 3 ok".
+fn summary(statuses: &[JobStatus]) -> String {
+    let mut counts: Vec<(State, usize)> = Vec::new();
+    for job in statuses {
+        match counts.iter_mut().find(|(state, _)| *state == job.state) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((job.state, 1)),
+        }
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(state, count)| format!("{count} {}", state.as_str()))
+        .collect();
+    let jobs = crate::render::count(statuses.len() as u64, "job");
+    if parts.is_empty() {
+        jobs
+    } else {
+        format!("{jobs}: {}", parts.join(", "))
+    }
+}
+
+/// A job's row; each cell names its column for the narrow layout, where
+/// a row is a card.
+fn row(job: &JobStatus, now: Timestamp) -> Markup {
+    let state = job.state.as_str();
+    let command = command_text(&job.argv, job.shell);
+    html! {
+        tr class=(state) {
+            td.job data-label="Job" { a href=(job_href(&job.job)) { (job.job) } }
+            td data-label="State" { span class={ "state " (state) } { (state) } }
+            td data-label="Last run" { (when(job.last_run.as_deref(), now)) }
+            td data-label="Last success" { (when(job.last_success.as_deref(), now)) }
+            td.num data-label="Fails" { (job.failures) }
+            td.num data-label="Missed" {
+                @match job.missed { Some(missed) => (missed), None => "-" }
+            }
+            td data-label="Recent" { (strip(&job.strip)) }
+            td.command data-label="Command" title=(command) { code { (command) } }
+        }
+    }
+}
