@@ -96,7 +96,7 @@ fn list(args: &ListArgs, location: &Location, colour: ColorChoice, quiet: bool) 
 /// at the wrong path must not read it as all being well. Reading creates
 /// nothing; only `idem run` (and `import`) make a ledger.
 pub fn open_to_read(location: &Location) -> Result<Box<dyn ledger::Ledger>> {
-    ledger::open_existing(location)?.ok_or_else(|| {
+    ledger::open_to_read(location)?.ok_or_else(|| {
         Failure::new(
             exit::NOT_FOUND,
             format!(
@@ -417,6 +417,10 @@ struct Counted<'a> {
 }
 
 impl ledger::ImportSink for Counted<'_> {
+    fn ledger_fence(&mut self, fence: i64) -> Result<()> {
+        self.sink.ledger_fence(fence)
+    }
+
     fn run(&mut self, run: &ledger::Run, head: bool) -> Result<()> {
         self.sink.run(run, head)
     }

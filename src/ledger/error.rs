@@ -29,6 +29,14 @@ pub(crate) enum LedgerError {
         version: i64,
         latest: i64,
     },
+    /// The schema is older than this idem reads, and the reader, who is
+    /// not its owner, may not migrate it.
+    OlderForReader {
+        ledger: String,
+        version: i64,
+        latest: i64,
+        owner: String,
+    },
     /// Another process held the writers' lock past the wait.
     StayedLocked { ledger: String, secs: u64 },
     /// A run of an older idem still goes, which the migration to `schema`
@@ -155,6 +163,8 @@ pub(crate) enum FolderFault {
     NotSearchable {
         mode: String,
         owner: String,
+        /// The folder is the user's own, who can give itself the right.
+        mine: bool,
     },
     ForeignOwner {
         owner: String,
@@ -188,6 +198,10 @@ impl fmt::Display for LedgerError {
             LedgerError::Newer { ledger, version, latest } => write!(
                 f,
                 "ledger {ledger} was written by a newer idem (schema {version}, this idem knows {latest}); upgrade idem"
+            ),
+            LedgerError::OlderForReader { ledger, version, latest, owner } => write!(
+                f,
+                "ledger {ledger} has schema {version}, older than this idem reads ({latest}); an `idem run` as its owner, {owner}, migrates it"
             ),
             LedgerError::OlderRunGoing { ledger, key, schema } => write!(
                 f,
@@ -318,9 +332,13 @@ fn folder_refusal(folder: &str, fault: &FolderFault, f: &mut fmt::Formatter<'_>)
             f,
             "could not read ledger folder {folder}: {why}; set --db or IDEM_DB"
         ),
-        FolderFault::NotSearchable { mode, owner } => write!(
+        FolderFault::NotSearchable { mode, owner, mine: true } => write!(
             f,
             "ledger folder {folder} cannot be searched (mode {mode}, owner {owner}); chmod u+x {folder}, or set --db"
+        ),
+        FolderFault::NotSearchable { mode, owner, mine: false } => write!(
+            f,
+            "you cannot search folder {folder} (mode {mode}, owner {owner}), which holds the ledger: ask its owner, or run as a user who can"
         ),
         FolderFault::ForeignOwner { owner } => write!(
             f,

@@ -114,6 +114,31 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
     }
 }
 
+/// Opens an existing ledger for a reader (`status`, `ledger list|show|
+/// metrics`), whoever owns it; `None` as [`open_existing`] says. The
+/// user's own SQLite ledger opens as for `run`, which migrates it and
+/// makes its -shm index; another user's opens read-only, creating and
+/// refusing nothing a run's checks guard (see
+/// [`SqliteLedger::open_reader`]).
+pub fn open_to_read(location: &Location) -> Result<Option<Box<dyn Ledger>>> {
+    use std::os::unix::fs::MetadataExt;
+    let Location::Sqlite(path) = location else {
+        return open_existing(location);
+    };
+    // Another user's file, or one behind a folder this user cannot
+    // search; the rest (the user's own, nothing, a folder that is a
+    // file) is judged as ever.
+    let others = match std::fs::symlink_metadata(path) {
+        Ok(file) => file.uid() != nix::unistd::geteuid().as_raw(),
+        Err(error) => error.kind() == std::io::ErrorKind::PermissionDenied,
+    };
+    if !others {
+        return open_existing(location);
+    }
+    let opened = SqliteLedger::open_reader(path)?;
+    Ok(opened.map(|ledger| Box::new(ledger) as Box<dyn Ledger>))
+}
+
 /// Whether nothing at all is at `path` (not even a link).
 fn nothing_at(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)

@@ -95,6 +95,11 @@ pub(super) trait Tx {
 
     /// The runs with row ids `ids`.
     fn runs(&mut self, ids: &[i64]) -> Result<HashMap<i64, Run>, Self::Error>;
+
+    /// Raises the fence counter so that every later claim's fence is above
+    /// `fence` (the highest of a ledger whose runs are imported); never
+    /// lowers it.
+    fn raise_fence(&mut self, fence: i64) -> Result<(), Self::Error>;
 }
 
 /// What a backend counts for one key, in one pass over its runs.
@@ -228,12 +233,16 @@ pub(super) fn import_all<T: Tx>(
     feed: &mut Feed<'_>,
     report: &mut ImportReport,
 ) -> Result<anyhow::Result<()>, T::Error> {
+    // The fence raised so far: every line of one export carries the same,
+    // so the counter is written once, not once a run.
+    let mut raised = 0;
     loop {
         tx.batch("SAVEPOINT import_run")?;
         let before = *report;
         let mut sink = Sink {
             tx: &mut *tx,
             report: &mut *report,
+            raised: &mut raised,
             into: Imported::Nowhere,
             failed: None,
         };
@@ -263,6 +272,7 @@ pub(super) fn import_all<T: Tx>(
 struct Sink<'a, T: Tx> {
     tx: &'a mut T,
     report: &'a mut ImportReport,
+    raised: &'a mut i64,
     into: Imported,
     failed: Option<T::Error>,
 }
@@ -277,6 +287,15 @@ impl<T: Tx> Sink<'_, T> {
 }
 
 impl<T: Tx> ImportSink for Sink<'_, T> {
+    fn ledger_fence(&mut self, fence: i64) -> anyhow::Result<()> {
+        if fence <= *self.raised {
+            return Ok(());
+        }
+        let raised = self.tx.raise_fence(fence);
+        *self.raised = fence;
+        self.keep(raised)
+    }
+
     fn run(&mut self, run: &Run, head: bool) -> anyhow::Result<()> {
         let into = import(self.tx, run, head, self.report);
         let into = into.map(|into| self.into = into);

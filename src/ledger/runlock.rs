@@ -153,7 +153,8 @@ impl Hold {
         };
         // Whatever is at the path now (nothing, another file, another
         // user's plant), the kernel's link still leads to the run's file.
-        if let Some(file) = open_checked(&self.path, false).ok().and_then(same) {
+        let me = nix::unistd::geteuid().as_raw();
+        if let Some(file) = open_checked(&self.path, false, me).ok().and_then(same) {
             return Ok(file);
         }
         let link = format!("/proc/self/fd/{}", self.file.as_raw_fd());
@@ -204,6 +205,12 @@ pub struct RunLocks {
     probe: std::cell::OnceCell<File>,
     /// The ledger file's inode, read once it is needed.
     ledger_inode: std::cell::OnceCell<u64>,
+    /// Who besides root may own the lock file: this user, or for a
+    /// reader the ledger's owner, whose runs lock it.
+    trusted: u32,
+    /// Whether a lock file this user may not read leaves a run unjudged
+    /// (a reader of another user's ledger) rather than failing.
+    reader: bool,
 }
 
 impl RunLocks {
@@ -213,6 +220,19 @@ impl RunLocks {
             ledger: ledger.to_owned(),
             probe: std::cell::OnceCell::new(),
             ledger_inode: std::cell::OnceCell::new(),
+            trusted: nix::unistd::geteuid().as_raw(),
+            reader: false,
+        }
+    }
+
+    /// The locks of a ledger that `owner` owns, as another user that only
+    /// reads it sees them: a lock file of the owner's is trusted, and one
+    /// this user may not read leaves its runs unjudged.
+    pub fn for_reader(ledger: &Path, owner: u32) -> RunLocks {
+        RunLocks {
+            trusted: owner,
+            reader: true,
+            ..RunLocks::new(ledger)
         }
     }
 
@@ -278,7 +298,13 @@ impl RunLocks {
     /// byte; `None` when the lock file it held is gone or replaced, so the
     /// kernel cannot say.
     pub fn judge(&self, slot: i64, stamp: i64) -> io::Result<Option<bool>> {
-        let Some(probe) = self.probe()? else {
+        let probe = match self.probe() {
+            Err(error) if self.reader && error.kind() == io::ErrorKind::PermissionDenied => {
+                return Ok(None)
+            }
+            probe => probe?,
+        };
+        let Some(probe) = probe else {
             // No lock file: the ledger's own inode still tells a copy.
             let now = self.stamp_of_none()?;
             return Ok(match stamped(stamp, now) {
@@ -314,8 +340,8 @@ impl RunLocks {
         if let Some(file) = self.probe.get() {
             return Ok(Some(file));
         }
-        match open(&self.path, false) {
-            Ok(file) => Ok(Some(self.probe.get_or_init(|| file))),
+        match open_checked(&self.path, false, self.trusted) {
+            Ok((file, _)) => Ok(Some(self.probe.get_or_init(|| file))),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(error),
         }
@@ -370,11 +396,13 @@ fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
 /// writable by no one else: whoever can lock its bytes can keep keys busy,
 /// or let two runs of one key overlap.
 fn open(path: &Path, create: bool) -> io::Result<File> {
-    open_checked(path, create).map(|(file, _)| file)
+    let me = nix::unistd::geteuid().as_raw();
+    open_checked(path, create, me).map(|(file, _)| file)
 }
 
-/// [`open`], with what the file was found to be.
-fn open_checked(path: &Path, create: bool) -> io::Result<(File, Metadata)> {
+/// [`open`], with what the file was found to be; owned by root or by
+/// `trusted`.
+fn open_checked(path: &Path, create: bool, trusted: u32) -> io::Result<(File, Metadata)> {
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -384,12 +412,11 @@ fn open_checked(path: &Path, create: bool) -> io::Result<(File, Metadata)> {
     }
     let file = options.open(path)?;
     let metadata = file.metadata()?;
-    let me = nix::unistd::geteuid().as_raw();
     let wrong = if !metadata.is_file() {
         Some("it is not a regular file".to_owned())
-    } else if metadata.uid() != me && metadata.uid() != 0 {
+    } else if metadata.uid() != trusted && metadata.uid() != 0 {
         Some(format!(
-            "it belongs to uid {}, not to uid {me}",
+            "it belongs to uid {}, not to uid {trusted}",
             metadata.uid()
         ))
     } else if metadata.mode() & 0o022 != 0 {

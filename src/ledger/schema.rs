@@ -91,9 +91,16 @@ pub const MIGRATIONS: &[&str] = &[
     // 4: liveness from the kernel and fencing tokens. `owner_lock` marks a
     // claim whose run holds its key's byte of the lock file (see
     // `runlock`); a running head without it was claimed by an idem that
-    // did not lock, and cannot be judged. `fences` hands every claim a
-    // token larger than any before it, which row ids cannot promise once
-    // the newest runs are purged.
+    // did not lock, and cannot be judged. Later idems write there the
+    // claim's stamp (`runlock::Hold::stamp`: the inodes of the ledger file
+    // and of the lock file the run locked; 1 for an idem that locked
+    // without stamping), so that a judge tells a copy of the ledger (its
+    // runs over) from a lock file deleted or replaced under a run (the key
+    // busy until a reboot, and named locks refused meanwhile); an older
+    // idem reads any value but 0 as "locked". `fences` hands every claim
+    // a token larger than any before it, which row ids cannot promise once
+    // the newest runs are purged; an import raises it to at least the
+    // highest fence of the ledger it came from.
     "
     ALTER TABLE keys ADD COLUMN owner_lock INTEGER;
     CREATE TABLE fences (last INTEGER NOT NULL);

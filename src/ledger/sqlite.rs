@@ -435,6 +435,11 @@ impl Records for SqliteLedger {
             ))
             .map_err(read)?;
         let mut rows = runs.query([]).map_err(read)?;
+        // The snapshot of the runs' first read: no run in it drew a fence
+        // above this.
+        let ledger_fence = tx
+            .query_row(statements::HIGHEST_FENCE, [], |row| get(row, "last"))
+            .map_err(read)?;
         while let Some(row) = rows.next().map_err(read)? {
             let (id, run) = run_from_row(row).map_err(read)?;
             let run_attempts = attempts
@@ -445,6 +450,7 @@ impl Records for SqliteLedger {
                 head: run.head,
                 run,
                 attempts: run_attempts,
+                ledger_fence,
             })?;
         }
         Ok(())

@@ -266,6 +266,10 @@ pub struct ExportedRun {
     pub attempts: Vec<Attempt>,
     /// The run was its key's head (the run that decides) in its ledger.
     pub head: bool,
+    /// The highest fence (`IDEM_FENCE`) its ledger had handed out when the
+    /// export read it: an import raises its own counter to at least it, so
+    /// that the claims after a move draw larger fences than any before.
+    pub ledger_fence: i64,
 }
 
 /// What `import` did with a batch of runs.
@@ -284,6 +288,10 @@ pub struct ImportReport {
 /// Where `import` puts the runs of a stream, one at a time: each run, then
 /// its attempts, so that memory holds one attempt whatever the run holds.
 pub trait ImportSink {
+    /// The highest fence of the ledger the stream came from, read before
+    /// the run of its line.
+    fn ledger_fence(&mut self, fence: i64) -> Result<()>;
+
     /// A run (`head`: it was its key's head in its ledger); its attempts
     /// follow.
     fn run(&mut self, run: &Run, head: bool) -> Result<()>;

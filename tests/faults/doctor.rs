@@ -315,3 +315,72 @@ fn doctor_reads_an_older_schema_and_migrates_nothing() {
     assert_eq!(fs::read(env.db()).unwrap(), before, "doctor migrated");
     assert_eq!(listing(env.dir.path()), names, "doctor made files");
 }
+
+/// The fix doctor gives for a missing ledger at `db`, checked to be a
+/// problem.
+fn missing_ledger_fix(report: &serde_json::Value) -> String {
+    let file = check(report, "file");
+    assert_eq!(file["status"], "problem", "{file}");
+    file["fix"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn doctor_promises_a_new_ledger_only_where_run_would_create_it() {
+    let env = Env::new();
+    if !crate::util::require(nix::unistd::geteuid().is_root(), "root (to chown)") {
+        return;
+    }
+    let open = env.path("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let theirs = env.path("theirs");
+    fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+    for (folder, refused) in [
+        (&open, "other users can replace the ledger"),
+        (&theirs, "belongs to nobody"),
+    ] {
+        let db = folder.join("ledger.db");
+        let (code, report) = doctor_json(&env, &db);
+        assert_eq!(code, 1, "{report}");
+        let fix = missing_ledger_fix(&report);
+        assert!(!fix.contains("creates it"), "{fix}");
+        // `run` refuses it, in the words doctor gives.
+        let output = run_with_db(&env, &db, &["run", "--key", "k", "--", "true"]);
+        assert_code(&output, 125);
+        let said = text(&output.stderr);
+        assert!(said.contains(refused), "{said}");
+        assert!(
+            fix.contains(said.trim().trim_start_matches("idem: ")),
+            "{fix}"
+        );
+        assert!(!db.exists());
+    }
+
+    // A missing folder run can make: promised, and kept.
+    let fresh = env.path("new/sub/ledger.db");
+    let (_, report) = doctor_json(&env, &fresh);
+    assert!(missing_ledger_fix(&report).contains("the first `idem run` creates it"));
+    assert_code(
+        &run_with_db(&env, &fresh, &["run", "--key", "k", "--", "true"]),
+        0,
+    );
+    assert!(fresh.exists());
+
+    // One nobody cannot make, under root's folder: no promise to nobody.
+    let Some(output) = super::readers::as_nobody(&env, &env.path("x/ledger.db"), &["doctor"])
+    else {
+        return;
+    };
+    assert_code(&output, 1);
+    let said = text(&output.stdout);
+    assert!(!said.contains("creates it"), "{said}");
+    assert!(said.contains("would not create it"), "{said}");
+    let output = super::readers::as_nobody(
+        &env,
+        &env.path("x/ledger.db"),
+        &["run", "--key", "k", "--", "true"],
+    )
+    .unwrap();
+    assert_code(&output, 125);
+}

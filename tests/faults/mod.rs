@@ -1,8 +1,9 @@
 //! Faults and bad input, each provoked for real, one file per concern: a
 //! full disk, a read-only file system, foreign ledgers, a locked ledger,
 //! bad arguments, bytes that are not text, floods of output, power loss,
-//! privacy, `idem doctor`, the parsers, and the world moving under a
-//! ledger.
+//! privacy, `idem doctor`, the parsers, the world moving under a ledger,
+//! a ledger moved by export and import keeping its fences, and readers of
+//! another user's ledger.
 //!
 //! Mounting needs root; where it fails the test says so and does not run,
 //! and under CI (`CI` set) it fails.
@@ -11,6 +12,7 @@ mod args;
 mod bytes;
 mod disk;
 mod doctor;
+mod fences;
 mod floods;
 mod foreign;
 mod locking;
@@ -18,6 +20,7 @@ mod moved;
 mod parsers;
 mod power_loss;
 mod read_only;
+mod readers;
 mod security;
 
 use std::fs;

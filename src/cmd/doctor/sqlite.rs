@@ -30,11 +30,18 @@ pub(super) fn examine(path: &Path) -> Report {
             return report;
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            // Judged as `run` judges it: never a promise that run refuses.
+            let fix = match SqliteInspector::creation_refusal(path) {
+                None => "check --db or IDEM_DB; the first `idem run` creates it".to_owned(),
+                Some(refusal) => {
+                    format!("check --db or IDEM_DB; `idem run` would not create it: {refusal}")
+                }
+            };
             report.push(
                 "file",
                 Level::Problem,
                 format!("there is no ledger at {}", path.display()),
-                Some("check --db or IDEM_DB; the first `idem run` creates it"),
+                Some(fix),
             );
             return report;
         }

@@ -11,11 +11,15 @@ use serde::Serialize;
 use crate::ledger::{Attempt, ExportedRun};
 use crate::render::json::{AttemptJson, RunJson};
 
-/// One line of `ledger export`: the run's `list --json` fields (`head`:
-/// whether it is its key's head in this ledger), then its attempts (as in
-/// `show --json`).
+/// One line of `ledger export`: the ledger's highest fence, the run's
+/// `list --json` fields (`head`: whether it is its key's head in this
+/// ledger), then its attempts (as in `show --json`).
 #[derive(Serialize)]
 struct RunLine<'a> {
+    /// The highest fence the ledger had handed out, first in the line: an
+    /// idem that knows it not passes it over, while after
+    /// `attempts_detail` its import would refuse the line.
+    ledger_fence: i64,
     #[serde(flatten)]
     run: RunJson<'a>,
     /// When an argument is not UTF-8, every argument base64-encoded: the
@@ -55,6 +59,7 @@ pub fn export_line(exported: &ExportedRun) -> serde_json::Result<Vec<u8>> {
         .iter()
         .any(|arg| std::str::from_utf8(arg.as_bytes()).is_err());
     let line = RunLine {
+        ledger_fence: exported.ledger_fence,
         run: RunJson {
             head: exported.head,
             ..RunJson::from(run)

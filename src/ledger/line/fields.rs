@@ -35,6 +35,9 @@ pub(super) struct RunIn {
     command_base64: Option<Vec<String>>,
     shell: Option<bool>,
     recovered: Option<bool>,
+    /// Lines of an idem before fences moved with a ledger carry none.
+    #[serde(default)]
+    ledger_fence: Option<i64>,
 }
 
 /// An attempt as a line holds it.
@@ -157,6 +160,14 @@ fn time(name: &str, text: Option<String>) -> Result<Option<Timestamp>> {
 }
 
 impl RunIn {
+    /// The highest fence of the line's ledger, when the line carries it.
+    pub(super) fn ledger_fence(&self) -> Result<Option<i64>> {
+        match self.ledger_fence {
+            Some(fence) if fence < 0 => bail!("ledger_fence {fence} is below 0"),
+            fence => Ok(fence),
+        }
+    }
+
     /// The run, checked as a run of this ledger must be; `head` too.
     pub(super) fn run(self) -> Result<(Run, bool)> {
         crate::key::validate(&self.key)

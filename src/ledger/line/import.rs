@@ -55,15 +55,18 @@ fn read_line(line: &mut OneLine, sink: &mut dyn ImportSink) -> Result<(), Refuse
     json.consume_trailing_whitespace().map_err(not_json)
 }
 
-/// Hands the run its `fields` make to the sink.
+/// Hands the ledger's fence and the run its `fields` make to the sink.
 fn start(
     fields: serde_json::Map<String, serde_json::Value>,
     sink: &mut dyn ImportSink,
 ) -> Result<(), Refused> {
-    let run = RunIn::deserialize(serde_json::Value::Object(fields))
-        .map_err(anyhow::Error::from)
-        .and_then(RunIn::run);
-    let (run, head) = run.map_err(Refused::Line)?;
+    let line = RunIn::deserialize(serde_json::Value::Object(fields))
+        .map_err(|error| Refused::Line(error.into()))?;
+    let fence = line.ledger_fence().map_err(Refused::Line)?;
+    let (run, head) = line.run().map_err(Refused::Line)?;
+    if let Some(fence) = fence {
+        sink.ledger_fence(fence).map_err(Refused::Sink)?;
+    }
     sink.run(&run, head).map_err(Refused::Sink)
 }
 

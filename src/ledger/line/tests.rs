@@ -12,11 +12,17 @@ use crate::ledger::{Attempt, ExportedRun, ImportSink, Run, Status};
 
 #[derive(Default)]
 struct Collect {
+    fences: Vec<i64>,
     runs: Vec<(Run, bool)>,
     attempts: Vec<Attempt>,
 }
 
 impl ImportSink for Collect {
+    fn ledger_fence(&mut self, fence: i64) -> Result<()> {
+        self.fences.push(fence);
+        Ok(())
+    }
+
     fn run(&mut self, run: &Run, head: bool) -> Result<()> {
         self.runs.push((run.clone(), head));
         Ok(())
@@ -68,6 +74,7 @@ fn exported(stdout: Vec<u8>) -> ExportedRun {
             cut: true,
         }],
         head: true,
+        ledger_fence: 7,
     }
 }
 
@@ -81,6 +88,29 @@ fn bytes_round_trip_through_export() {
     let back = read_back(&line);
     assert_eq!(back.runs, vec![(exported.run.clone(), true)]);
     assert_eq!(back.attempts, exported.attempts);
+}
+
+#[test]
+fn the_ledgers_fence_comes_first_and_a_line_without_it_still_imports() {
+    let line = export_line(&exported(b"ok".to_vec())).unwrap();
+    let text = String::from_utf8(line).unwrap();
+    assert!(
+        text.starts_with(r#"{"ledger_fence":7,"key":"k","#),
+        "{text}"
+    );
+    assert_eq!(read_back(text.as_bytes()).fences, vec![7]);
+
+    let older = text.replacen(r#""ledger_fence":7,"#, "", 1);
+    let back = read_back(older.as_bytes());
+    assert_eq!(back.fences, Vec::<i64>::new(), "no fence to raise");
+    assert_eq!(back.runs.len(), 1);
+
+    let below = text.replacen("7", "-1", 1);
+    let mut input = below.as_bytes();
+    let error = Lines::new(&mut input, "a line")
+        .next(&mut Collect::default())
+        .unwrap_err();
+    assert_eq!(format!("{error:#}"), "line 1: ledger_fence -1 is below 0");
 }
 
 #[test]
@@ -196,15 +226,16 @@ mod properties {
 
     fn exported_run() -> impl Strategy<Value = ExportedRun> {
         let numbers = proptest::collection::btree_set(any::<u32>(), 0..4);
-        (run(), numbers)
-            .prop_flat_map(|(run, numbers): (Run, BTreeSet<u32>)| {
+        (run(), numbers, 0..i64::MAX)
+            .prop_flat_map(|(run, numbers, fence): (Run, BTreeSet<u32>, i64)| {
                 let attempts: Vec<_> = numbers.into_iter().map(attempt).collect();
-                (Just(run), attempts)
+                (Just(run), attempts, Just(fence))
             })
-            .prop_map(|(run, attempts)| ExportedRun {
+            .prop_map(|(run, attempts, ledger_fence)| ExportedRun {
                 head: run.head,
                 run,
                 attempts,
+                ledger_fence,
             })
     }
 
@@ -238,6 +269,7 @@ mod properties {
             let line = export_line(&exported).unwrap();
             prop_assert!(serde_json::from_slice::<serde_json::Value>(&line).is_ok());
             let back = read_back(&line);
+            prop_assert_eq!(back.fences, vec![exported.ledger_fence]);
             prop_assert_eq!(back.runs, vec![(exported.run.clone(), exported.head)]);
             prop_assert_eq!(back.attempts, exported.attempts);
         }

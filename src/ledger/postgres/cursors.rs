@@ -11,6 +11,7 @@ use super::super::columns::attempt_list;
 use super::super::{Attempt, ExportedRun, Run};
 use super::client::Transaction;
 use super::faults::fault;
+use super::fences::highest_fence;
 use super::rows::{attempt_from_row, run_from_row, RunCol};
 use super::PostgresLedger;
 
@@ -33,11 +34,15 @@ impl PostgresLedger {
         )
         .map_err(read)?;
         let mut cursors = Cursors::open(&mut tx).map_err(read)?;
+        // Read after the cursors took the snapshot: no run in it drew a
+        // fence above this.
+        let ledger_fence = highest_fence(&mut tx).map_err(read)?;
         while let Some((run, attempts)) = cursors.next(&mut tx).map_err(read)? {
             sink(ExportedRun {
                 head: run.head,
                 run,
                 attempts,
+                ledger_fence,
             })?;
         }
         tx.commit().map_err(read)

@@ -345,6 +345,12 @@ impl rules::Tx for Tx<'_, '_> {
             .map(run_from_row)
             .collect()
     }
+
+    fn raise_fence(&mut self, fence: i64) -> Result<(), tokio_postgres::Error> {
+        // A sequence ignores the transaction: a raise outlives an import
+        // rolled back, which is harmless, since it never lowers.
+        super::fences::raise_fence(self.tx, fence)
+    }
 }
 
 /// A running run ended `status`: its job's figures follow, in the

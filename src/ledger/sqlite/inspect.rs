@@ -15,7 +15,7 @@ use super::super::runlock::RunLocks;
 use super::super::Owner;
 use super::durability::LOCK_WAIT;
 use super::open::{schema_state, versions};
-use super::path::{check_one_name, read_only_uri, side_file, symbolic_link};
+use super::path::{check_one_name, judge_new_ledger, read_only_uri, side_file, symbolic_link};
 use super::rows::{get, running_heads, RUNNING, SUCCEEDED};
 use crate::exit::io_words;
 
@@ -78,6 +78,13 @@ impl SqliteInspector {
         check_one_name(path, &file, &metadata)
             .err()
             .map(|error| error.to_string())
+    }
+
+    /// What `run` would refuse of a ledger it is to create at `path` (its
+    /// folder, judged as `run` judges it); `None` when the first run
+    /// creates it. Changes nothing.
+    pub fn creation_refusal(path: &Path) -> Option<String> {
+        judge_new_ledger(path).err().map(|error| error.to_string())
     }
 
     /// The keys whose running head's claim locked a lock file that is no

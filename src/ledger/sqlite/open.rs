@@ -14,7 +14,10 @@ use super::super::inspect::Schema;
 use super::super::runlock::RunLocks;
 use super::super::schema::{APPLICATION_ID, LATEST, MIGRATIONS};
 use super::durability::LOCK_WAIT;
-use super::path::{check_side_files, open_file, prepare_folder, read_only_uri, real_path};
+use super::path::{
+    check_side_files, open_error, open_file, open_file_to_read, owner_words, prepare_folder,
+    read_only_uri, real_path,
+};
 use super::rows::{get, lock_file_fault};
 use super::{describe, SqliteLedger};
 
@@ -45,6 +48,49 @@ impl SqliteLedger {
         ledger.configure()?;
         ledger.check_and_migrate()?;
         Ok(ledger)
+    }
+
+    /// Opens the ledger at `path` to read it only, whoever owns it
+    /// (`status`, `ledger list|show|metrics`): its folder is neither made
+    /// nor judged, nor its owner refused, since those guard what a run
+    /// writes; SQLite reads it read-only, creating nothing (see
+    /// [`read_only_uri`]), and migrates nothing: a schema older than this
+    /// idem reads is an error that names who can migrate it. `None` for a
+    /// file no run has written yet.
+    pub fn open_reader(path: &Path) -> Result<Option<SqliteLedger>> {
+        use std::os::unix::fs::MetadataExt;
+        let file = open_file_to_read(path)?;
+        let owner = file
+            .metadata()
+            .map_err(|error| open_error(path, &error))?
+            .uid();
+        let conn = connect(path, &file, false)?;
+        let mut ledger = SqliteLedger {
+            conn,
+            lock: Arc::new(file),
+            path: path.to_owned(),
+            locks: RunLocks::for_reader(path, owner),
+            full: false,
+            wal: None,
+            folder_synced: false,
+            owed: false,
+            headless: None,
+        };
+        ledger.configure()?;
+        let found = versions(&ledger.conn).map_err(|error| ledger.fail("read", &error))?;
+        if schema_state(found) == Schema::None {
+            return Ok(None);
+        }
+        if ledger.needs_migration(found)? {
+            return Err(LedgerError::OlderForReader {
+                ledger: path.display().to_string(),
+                version: found.1,
+                latest: LATEST,
+                owner: owner_words(owner),
+            }
+            .into());
+        }
+        Ok(Some(ledger))
     }
 
     /// The one place connection settings are made.

@@ -28,7 +28,7 @@ fn folder_fault(folder: &Path, fault: FolderFault) -> anyhow::Error {
 }
 
 /// A file's owner for people: `alice (uid 1000)`, or `uid 4242`.
-fn owner_words(uid: u32) -> String {
+pub(super) fn owner_words(uid: u32) -> String {
     match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
         Ok(Some(user)) => format!("{} (uid {uid})", user.name),
         _ => format!("uid {uid}"),
@@ -101,20 +101,28 @@ fn check_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
-/// Makes the ledger's folder (0700) when it is missing, and refuses one
+/// What `run` finds of the ledger's folder, as [`judge_folder`] judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Folder {
+    /// There, and fit to hold the ledger.
+    Ready,
+    /// Missing, and `run` can make it (0700, with the folders above it).
+    Missing,
+}
+
+/// Judges the ledger's folder as `run` does, changing nothing: refuses one
 /// that cannot be searched, that another user owns, or that others can
-/// write without the sticky bit.
-pub(super) fn prepare_folder(path: &Path) -> Result<()> {
+/// write without the sticky bit, and a missing one that this user cannot
+/// make. `idem doctor` asks the same, so that it never promises what `run`
+/// refuses.
+pub(super) fn judge_folder(path: &Path) -> Result<Folder> {
     use std::os::unix::fs::MetadataExt;
     let folder = crate::ledger::folder_of(path);
     let metadata = match std::fs::metadata(folder) {
         Ok(metadata) => metadata,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(folder)
-            .and_then(|()| std::fs::metadata(folder))
-            .map_err(|error| folder_fault(folder, FolderFault::NotCreated(io_words(&error))))?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return makeable(folder).map(|()| Folder::Missing)
+        }
         Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
             return Err(folder_fault(
                 folder,
@@ -135,15 +143,7 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
         }
         .into());
     }
-    if nix::unistd::access(folder, nix::unistd::AccessFlags::X_OK).is_err() {
-        return Err(folder_fault(
-            folder,
-            FolderFault::NotSearchable {
-                mode: mode_words(metadata.mode()),
-                owner: owner_words(metadata.uid()),
-            },
-        ));
-    }
+    check_searchable(folder, &metadata)?;
     let me = nix::unistd::geteuid().as_raw();
     if metadata.uid() != me && metadata.uid() != 0 {
         return Err(folder_fault(
@@ -162,7 +162,118 @@ pub(super) fn prepare_folder(path: &Path) -> Result<()> {
             },
         ));
     }
+    Ok(Folder::Ready)
+}
+
+/// Refuses a missing `folder` that this user cannot make: the nearest
+/// folder above it that exists must let this user add to it, as mkdir
+/// would ask.
+fn makeable(folder: &Path) -> Result<()> {
+    let not_made =
+        |error: &std::io::Error| folder_fault(folder, FolderFault::NotCreated(io_words(error)));
+    for above in folder.ancestors().skip(1) {
+        let above = if above.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            above
+        };
+        match std::fs::metadata(above) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(not_made(&error)),
+            Ok(metadata) if !metadata.is_dir() => {
+                return Err(not_made(&std::io::Error::from_raw_os_error(
+                    nix::libc::ENOTDIR,
+                )))
+            }
+            Ok(_) => {
+                let flags = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+                return nix::unistd::access(above, flags)
+                    .map_err(|errno| not_made(&std::io::Error::from_raw_os_error(errno as i32)));
+            }
+        }
+    }
     Ok(())
+}
+
+/// Judges, changing nothing, what `run` would refuse of a ledger it is to
+/// create at `path`: its folder (see [`judge_folder`]), or a folder that
+/// this user may not add the file to.
+pub(super) fn judge_new_ledger(path: &Path) -> Result<()> {
+    if judge_folder(path)? == Folder::Ready {
+        let folder = crate::ledger::folder_of(path);
+        let flags = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+        nix::unistd::access(folder, flags)
+            .map_err(|errno| open_error(path, &std::io::Error::from_raw_os_error(errno as i32)))?;
+    }
+    Ok(())
+}
+
+/// Makes the ledger's folder (0700) when it is missing, once
+/// [`judge_folder`] finds that `run` may use it.
+pub(super) fn prepare_folder(path: &Path) -> Result<()> {
+    if judge_folder(path)? == Folder::Missing {
+        let folder = crate::ledger::folder_of(path);
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(folder)
+            .map_err(|error| folder_fault(folder, FolderFault::NotCreated(io_words(&error))))?;
+        // Made by another process meanwhile, it is judged as found.
+        judge_folder(path)?;
+    }
+    Ok(())
+}
+
+/// Refuses a folder this user cannot search, with advice that fits whose
+/// it is.
+fn check_searchable(folder: &Path, metadata: &Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if nix::unistd::access(folder, nix::unistd::AccessFlags::X_OK).is_ok() {
+        return Ok(());
+    }
+    Err(folder_fault(
+        folder,
+        FolderFault::NotSearchable {
+            mode: mode_words(metadata.mode()),
+            owner: owner_words(metadata.uid()),
+            mine: metadata.uid() == nix::unistd::geteuid().as_raw(),
+        },
+    ))
+}
+
+/// Opens the ledger file to read it only, whoever owns it: never through
+/// a link, a regular file of one name (see [`check_one_name`]). Its owner
+/// and modes guard what a run writes, so a reader does not judge them;
+/// a folder it cannot search is refused with words of its own.
+pub(super) fn open_file_to_read(path: &Path) -> Result<File> {
+    let folder = crate::ledger::folder_of(path);
+    match std::fs::metadata(folder) {
+        Ok(metadata) if !metadata.is_dir() => {
+            return Err(Refusal::NotAFolder {
+                ledger: path.display().to_string(),
+                folder: folder.display().to_string(),
+            }
+            .into())
+        }
+        Ok(metadata) => check_searchable(folder, &metadata)?,
+        Err(_) => {}
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => return Err(symbolic_link(path)),
+        Ok(metadata) if !metadata.is_file() => return Err(not_regular(path, metadata.file_type())),
+        _ => {}
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| open_error(path, &error))?;
+    let metadata = file.metadata().map_err(|error| open_error(path, &error))?;
+    if !metadata.is_file() {
+        return Err(not_regular(path, metadata.file_type()));
+    }
+    check_one_name(path, &file, &metadata)?;
+    Ok(file)
 }
 
 /// The ledger's path with its folder's real path: every link above the
@@ -375,7 +486,7 @@ mod libc_errno {
     pub const ELOOP: i32 = nix::errno::Errno::ELOOP as i32;
 }
 
-fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
+pub(super) fn open_error(path: &Path, error: &std::io::Error) -> anyhow::Error {
     if error.raw_os_error() == Some(libc_errno::ELOOP) {
         // Made a link since it was looked at.
         return symbolic_link(path);

@@ -18,6 +18,7 @@ use super::rows::{
     by_the_kernel, count_at, get, job_from_row, millis, query_head, run_from_row, time_at, RunCol,
     StatusCode, ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
 };
+use super::statements::RAISE_FENCE;
 
 /// Frees a key's owner columns: the run it owned has ended or was judged
 /// dead. Part of every update that ends a head's `running`.
@@ -323,6 +324,10 @@ impl rules::Tx for Tx<'_> {
             }
         }
         Ok(runs)
+    }
+
+    fn raise_fence(&mut self, fence: i64) -> rusqlite::Result<()> {
+        self.conn.execute(RAISE_FENCE, [fence]).map(drop)
     }
 }
 
