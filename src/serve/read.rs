@@ -46,7 +46,7 @@ impl Reader {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         // Dropped at the end, not left: a server goes on, and must close
         // what it opened.
-        let mut ledger = ledger::open_existing(&self.location)?;
+        let mut ledger = ledger::open_to_read(&self.location)?;
         match ledger.as_deref_mut() {
             Some(ledger) => read(Some(ledger)),
             None => read(None),

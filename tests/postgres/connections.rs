@@ -340,8 +340,13 @@ impl Drop for Link {
 
 /// The pid the owner's command writes to `pid_file` once it starts.
 fn command_pid(pid_file: &std::path::Path, owner: &mut Child) -> i32 {
+    // The file is there a moment before its pid is written in it.
+    let written = || {
+        std::fs::read_to_string(pid_file)
+            .is_ok_and(|text| text.ends_with('\n') && text.trim().parse::<i32>().is_ok())
+    };
     eventually("the command to start", Duration::from_secs(30), || {
-        if pid_file.exists() {
+        if written() {
             return true;
         }
         if owner.try_wait().unwrap().is_some() {
