@@ -20,36 +20,6 @@ fn a_shell_word_not_found_says_to_use_shell() {
         .contains("command not found: no-such-command-idem (check the name and PATH)"));
 }
 
-/// Under an open files limit of 64 the guardian cannot move its
-/// descriptors above 100: a step of the setup fails after the attempt was
-/// recorded as started, and its row says how it ended.
-#[test]
-fn an_attempt_whose_setup_failed_is_recorded_ended() {
-    use std::os::unix::process::CommandExt;
-    let env = Env::new();
-    let mut idem = env.idem(["run", "--key", "k", "--", "true"]);
-    // SAFETY: setrlimit is async-signal-safe and reads the struct we own;
-    // the closure allocates nothing.
-    unsafe {
-        idem.pre_exec(|| {
-            let limit = nix::libc::rlimit {
-                rlim_cur: 64,
-                rlim_max: 64,
-            };
-            match nix::libc::setrlimit(nix::libc::RLIMIT_NOFILE, &limit) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
-    assert_code(&idem.output().unwrap(), 125);
-    let shown = env.show_json("k");
-    let attempt = &shown["attempts_detail"][0];
-    assert_eq!(attempt["exit_code"], 125, "{shown}");
-    assert!(attempt["finished_at"].is_string(), "{shown}");
-    assert_eq!(shown["status"], "failed");
-}
-
 #[test]
 fn idem_s_lines_start_a_line_after_output_cut_mid_line() {
     let env = Env::new();

@@ -1,6 +1,7 @@
-//! Each step of an attempt's setup after the fork is checked: one that
-//! fails for real reaches idem as the step's name and errno, idem exits
-//! 125, nothing of the command runs, and the key is not left `running`.
+//! Each step of an attempt's setup is checked: one that fails for real (a
+//! low open-files limit) reaches idem as the step's name and errno, idem
+//! exits 125, nothing of the command runs, and the key is not left
+//! `running`.
 //! A thread the system refuses ends the attempt as idem's failure, not a
 //! panic. And a signal that reaches idem twice at once (`timeout -s INT`)
 //! is passed on once: the command cleans up as it would without idem.
@@ -12,20 +13,16 @@ use nix::libc;
 
 use crate::util::{assert_code, require, text, Env};
 
-/// The guardian moves the descriptors it keeps above 100; under an open
-/// files limit of 64 that step fails with EINVAL, before the command may
-/// run.
-#[test]
-fn a_guardian_step_that_fails_is_named_and_nothing_runs() {
-    let env = Env::new();
-    let mut idem = env.idem(["run", "--key", "k", "--shell", "--", &env.count_cmd("ran")]);
+/// `idem run` under an open-files limit of `limit`.
+fn under_nofile(env: &Env, key: &str, limit: u64) -> std::process::Output {
+    let mut idem = env.idem(["run", "--key", key, "--shell", "--", &env.count_cmd(key)]);
     // SAFETY: setrlimit is async-signal-safe and reads the struct we own;
     // the closure allocates nothing.
     unsafe {
-        idem.pre_exec(|| {
+        idem.pre_exec(move || {
             let limit = libc::rlimit {
-                rlim_cur: 64,
-                rlim_max: 64,
+                rlim_cur: limit,
+                rlim_max: limit,
             };
             match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
                 0 => Ok(()),
@@ -33,21 +30,51 @@ fn a_guardian_step_that_fails_is_named_and_nothing_runs() {
             }
         });
     }
-    let output = idem.output().unwrap();
-    assert_code(&output, 125);
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains(
-            "could not move the command's guardian's descriptors above 100: invalid argument"
-        ),
-        "the failed step is named with its errno: {stderr}"
-    );
-    assert_eq!(env.count("ran"), 0, "nothing of the command ran");
-    let list = env.list_json();
-    let run = &list[0];
-    assert_eq!(run["key"], "k");
-    assert_eq!(run["status"], "failed", "not left running: {run}");
-    assert_eq!(run["exit_code"], 125);
+    idem.output().unwrap()
+}
+
+/// Under every open-files limit from 8 up, a run either runs its command
+/// once, or names the step that failed, exits 125, runs nothing and leaves
+/// its key `failed`, never `running`; from 24 up the command runs (the
+/// guardian keeps its descriptors as high as the limit allows, not at a
+/// fixed 100).
+#[test]
+fn under_any_open_files_limit_a_step_that_fails_is_named_and_nothing_is_left_running() {
+    let env = Env::new();
+    env.cmd(["run", "--key", "made", "--", "true"]).succeeds();
+    let mut after_the_fork = 0;
+    for limit in 8..=40 {
+        let key = format!("k{limit}");
+        let output = under_nofile(&env, &key, limit);
+        let stderr = text(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{limit}: {stderr}");
+        let run = env.show_json(&key);
+        match output.status.code() {
+            Some(0) => {
+                assert_eq!(env.count(&key), 1, "{limit}: ran once");
+                assert_eq!(run["status"], "succeeded", "{limit}: {run}");
+            }
+            Some(125) => {
+                assert!(limit < 24, "{limit}: the command must run: {stderr}");
+                assert!(
+                    stderr.contains("could not"),
+                    "{limit}: the step named: {stderr}"
+                );
+                assert_eq!(env.count(&key), 0, "{limit}: nothing of the command ran");
+                assert_eq!(run["status"], "failed", "{limit}: not left running: {run}");
+                assert_eq!(run["exit_code"], 125, "{limit}");
+                // A step after the fork failed once the attempt was
+                // recorded started: its row says how it ended.
+                for attempt in run["attempts_detail"].as_array().unwrap() {
+                    assert_eq!(attempt["exit_code"], 125, "{limit}: {run}");
+                    assert!(attempt["finished_at"].is_string(), "{limit}: {run}");
+                    after_the_fork += 1;
+                }
+            }
+            code => panic!("{limit}: exit {code:?}: {stderr}"),
+        }
+    }
+    assert!(after_the_fork > 0, "no limit failed a step after the fork");
 }
 
 /// `timeout -s INT` sends SIGINT to idem and then to idem's whole process

@@ -69,7 +69,7 @@ impl Step {
                 "could not give the command's guardian a process group of its own"
             }
             Step::Stdio => "could not give the command's guardian its stdin, stdout and stderr",
-            Step::KeepFds => "could not move the command's guardian's descriptors above 100",
+            Step::KeepFds => "could not move the command's guardian's descriptors out of its way",
             Step::Subreaper => "could not become a subreaper",
             Step::WatchChildren => "could not watch the run's processes end (signalfd)",
             Step::ForkCommand => "could not fork the command's process",

@@ -171,7 +171,8 @@ impl Supervisor {
             Ok(prepared) => prepared,
             Err(error) => return Ok(not_started(spec, started_at, &error)),
         };
-        let mut forked = fork(spec, &prepared, hold)?;
+        // Nothing ran when the fork (or what it needs) fails.
+        let mut forked = fork(spec, &prepared, hold).map_err(AttemptError::Unrecorded)?;
         let pid = forked.pid;
         waiting(Notice::Contained(forked.contained));
         // Recorded at once, while the guardian starts on another CPU, and

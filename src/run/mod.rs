@@ -89,7 +89,15 @@ fn run_key(
         ledger.as_mut(),
         reporter,
     );
-    let mut output = streams.output()?;
+    // What the attempts need besides the ledger; a refusal here (no
+    // descriptor or thread left) ends the claimed run as failed.
+    let set_up = streams
+        .output()
+        .and_then(|output| Ok((output, Supervisor::new()?)));
+    let (mut output, supervisor) = match set_up {
+        Ok(set_up) => set_up,
+        Err(error) => return Err(not_started(ledger, &claim, error)),
+    };
     let run = Run {
         config,
         claim: &claim,
@@ -97,7 +105,6 @@ fn run_key(
         slot,
         reporter,
     };
-    let supervisor = Supervisor::new()?;
     // A shared ledger's claim lives only as long as its heartbeat.
     let heartbeat = ledger
         .leased()
@@ -108,6 +115,30 @@ fn run_key(
     let code = run.conclude(ending, lost, ledger.as_mut(), output, &alerts);
     ledger.leave();
     code
+}
+
+/// A claimed run whose command could not be started (idem ran out of
+/// descriptors or threads before its first attempt): recorded failed with
+/// idem's 125, so that the key is free at once rather than found
+/// abandoned later, and said.
+fn not_started(
+    mut ledger: Box<dyn Ledger>,
+    claim: &ledger::Claim,
+    error: anyhow::Error,
+) -> anyhow::Error {
+    let outcome = ledger::Outcome {
+        status: ledger::Status::Failed,
+        exit_code: exit::IDEM_FAILED.into(),
+        signal: None,
+    };
+    let error = match ledger.finish(claim, None, &outcome) {
+        Ok(()) => error.context("the command did not run"),
+        Err(unrecorded) => error.context(format!(
+            "the command did not run, and its run could not be recorded failed: {unrecorded:#}"
+        )),
+    };
+    ledger.leave();
+    Failure::new(exit::IDEM_FAILED, format!("{}: {error:#}", claim.key)).into()
 }
 
 /// `--splay`: a random wait before the claim, so that a fleet started by
