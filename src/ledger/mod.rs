@@ -507,6 +507,19 @@ pub struct Claim {
     pub locks: Vec<String>,
 }
 
+/// What a heartbeat found of its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease runs on.
+    Renewed,
+    /// Another run holds the key or one of its named locks now (the lease
+    /// ran out), or the run was marked abandoned.
+    TakenOver,
+    /// The ledger has no trace of the run: it lost the claim's commit (a
+    /// failover to a standby that had not received it).
+    Gone,
+}
+
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -657,9 +670,16 @@ pub trait Ledger {
     /// The last attempt ended and the run with it. Durable before it returns.
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()>;
 
-    /// Renews a shared ledger's lease; `false` when the claim was lost.
-    fn heartbeat(&mut self, _claim: &Claim) -> Result<bool> {
-        Ok(true)
+    /// Renews a shared ledger's lease, or tells how the claim was lost.
+    fn heartbeat(&mut self, _claim: &Claim) -> Result<Renewal> {
+        Ok(Renewal::Renewed)
+    }
+
+    /// Whether the server is known to have closed a shared ledger's
+    /// connection (a primary gone in a failover), found without a round
+    /// trip, so that a heartbeat need not wait for its turn to find out.
+    fn cut(&mut self) -> bool {
+        false
     }
 
     /// Whether a claim lives only as long as its lease, so that the run

@@ -54,7 +54,8 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, Ledger, ListFilter, Locks, Outcome, Plan, PruneReport, Run, RunAttempts, Tails,
+    KeyMetrics, Ledger, ListFilter, Locks, Outcome, Plan, PruneReport, Renewal, Run, RunAttempts,
+    Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;
@@ -171,9 +172,13 @@ impl Ledger for PostgresLedger {
         }
     }
 
-    fn heartbeat(&mut self, claim: &Claim) -> Result<bool> {
+    fn heartbeat(&mut self, claim: &Claim) -> Result<Renewal> {
         lease::heartbeat(&mut self.client, claim)
             .map_err(|error| self.fail("renew the lease in", &error))
+    }
+
+    fn cut(&mut self) -> bool {
+        self.client.closed()
     }
 
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Run>> {
