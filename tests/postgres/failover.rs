@@ -21,6 +21,10 @@ impl Pair {
     fn new(test: &str, synchronous: bool) -> Option<Pair> {
         let primary = Server::start(test)?;
         let standby = primary.standby();
+        let streaming = "SELECT count(*)::text FROM pg_stat_replication WHERE state = 'streaming'";
+        eventually("the standby to stream", Duration::from_secs(30), || {
+            primary.value(streaming) == "1"
+        });
         if synchronous {
             primary.synchronous();
         }
@@ -264,4 +268,95 @@ fn postgres_a_claim_an_asynchronous_standby_lost_stops_its_run() {
     ])
     .succeeds();
     assert_eq!(env.count("counter"), 2);
+}
+
+/// What `idem doctor --json` said of the ledger at `url`.
+struct Doctor {
+    code: Option<i32>,
+    /// The replication check's status.
+    status: String,
+    /// Its message and fix.
+    said: String,
+    report: serde_json::Value,
+}
+
+fn doctor(url: &str) -> Doctor {
+    let ran = Env::on_ledger(url).cmd(["doctor", "--json"]).run();
+    let report = ran.json();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["check"] == "replication")
+        .unwrap_or_else(|| panic!("no replication check in {report}"))
+        .clone();
+    Doctor {
+        code: ran.code(),
+        status: check["status"].as_str().unwrap().to_owned(),
+        said: format!("{} {}", check["message"], check["fix"]),
+        report,
+    }
+}
+
+#[test]
+fn postgres_doctor_says_how_the_server_replicates() {
+    let Some(pair) = Pair::new("postgres_doctor_says_how_the_server_replicates", false) else {
+        return;
+    };
+    let url = Pair::url(&pair.primary, &pair.standby);
+    Env::on_ledger(&url)
+        .cmd(["run", "--key", "k", "--", "true"])
+        .succeeds();
+    // Asynchronous: a warning with the fix; still healthy.
+    let found = doctor(&url);
+    assert_eq!(found.code, Some(0), "{}", found.report);
+    assert_eq!(found.status, "warn", "{}", found.report);
+    assert!(
+        found.said.contains("a failover can lose a committed claim"),
+        "{}",
+        found.said
+    );
+    assert!(
+        found.said.contains("synchronous_commit = on"),
+        "{}",
+        found.said
+    );
+    assert_eq!(found.report["replication"]["asynchronous"], 1);
+    assert_eq!(found.report["replication"]["synchronous"], 0);
+
+    pair.primary.synchronous();
+    let found = doctor(&url);
+    assert_eq!(found.code, Some(0), "{}", found.report);
+    assert_eq!(found.status, "ok", "{}", found.report);
+    assert_eq!(found.report["replication"]["synchronous"], 1);
+    assert_eq!(found.report["replication"]["synchronous_commit"], "on");
+
+    // The standby alone: idem could not write there.
+    let found = doctor(&pair.standby.url());
+    assert_eq!(found.code, Some(1), "{}", found.report);
+    assert_eq!(found.status, "problem", "{}", found.report);
+    assert_eq!(found.report["replication"]["in_recovery"], true);
+}
+
+#[test]
+fn postgres_doctor_says_when_every_commit_waits_for_a_standby_that_is_gone() {
+    let Some(mut pair) = Pair::new(
+        "postgres_doctor_says_when_every_commit_waits_for_a_standby_that_is_gone",
+        true,
+    ) else {
+        return;
+    };
+    pair.standby.stop();
+    let url = Pair::url(&pair.primary, &pair.standby);
+    let found = eventually("the standby to be gone", Duration::from_secs(30), || {
+        let found = doctor(&url);
+        (found.report["replication"]["standbys"] == 0).then_some(found)
+    });
+    assert_eq!(found.code, Some(1), "{}", found.report);
+    assert_eq!(found.status, "problem", "{}", found.report);
+    assert!(
+        found.said.contains("every commit waits for one"),
+        "{}",
+        found.said
+    );
 }
