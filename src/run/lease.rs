@@ -99,9 +99,7 @@ impl Renewer {
             }
         }
     }
-}
 
-impl Renewer {
     /// Waits `wait` before the next renewal, cut short when the server
     /// closes the connection: a primary gone in a failover is then noticed
     /// within lease/12, not at the next turn, lease/3 later at worst, so a
