@@ -17,7 +17,7 @@ for `ledger list --limit 50`, which then lists fifty runs too).
 Needs hyperfine, flock, sqlite3, cc and /usr/bin/time (Debian: hyperfine,
 util-linux, sqlite3, gcc, time); the PostgreSQL rows need the server's
 binaries (Debian: postgresql) and, run as root, its `postgres` user and
-runuser. Builds the static release binary the packages ship first. Times
+runuser; the fleet rows (benches/fleet.py) pgbench too. Builds the static release binary the packages ship first. Times
 are hyperfine medians; the machine's noise is real, so read the ratios. A goal not met is printed as
 NOT MET and the script still exits 0: it fails only when it is broken.
 """
