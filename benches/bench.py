@@ -17,7 +17,7 @@ for `ledger list --limit 50`, which then lists fifty runs too).
 Needs hyperfine, flock, sqlite3, cc and /usr/bin/time (Debian: hyperfine,
 util-linux, sqlite3, gcc, time); the PostgreSQL rows need the server's
 binaries (Debian: postgresql) and, run as root, its `postgres` user and
-runuser. Builds the static release binary the packages ship first. Times
+runuser; the fleet rows (benches/fleet.py) pgbench too. Builds the static release binary the packages ship first. Times
 are hyperfine medians; the machine's noise is real, so read the ratios. A goal not met is printed as
 NOT MET and the script still exits 0: it fails only when it is broken.
 """
@@ -237,7 +237,7 @@ class Postgres:
     """A server in a fresh folder, listening only on a Unix socket there,
     as tests/pg.rs starts one; under root it runs as the `postgres` user."""
 
-    def __init__(self, bin):
+    def __init__(self, bin, max_connections=200):
         self.bin = bin
         self.as_postgres = os.geteuid() == 0
         self.dir = Path(tempfile.mkdtemp(prefix="idem-bench-pg-"))
@@ -246,7 +246,7 @@ class Postgres:
         self.data = self.dir / "data"
         self.tool("initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C",
                   "--no-sync")
-        self.tool("pg_ctl", "-D", self.data, "-o", f"-k {self.dir} -c listen_addresses= -c max_connections=200",
+        self.tool("pg_ctl", "-D", self.data, "-o", f"-k {self.dir} -c listen_addresses= -c max_connections={max_connections}",
                   "-l", self.dir / "server.log", "-w", "start")
         self.socket = self.dir / ".s.PGSQL.5432"
         sh(self.bin / "psql", "-X", "-q", "-h", self.dir, "-U", "postgres", "-d", "postgres",
@@ -391,6 +391,25 @@ def postgres_rows(table, runs, work, quick):
                       f"{text} round trips over {connections} connection{'s' * (connections != 1)}, {timing}",
                       baseline, f"{trips / base_trips:.1f}x the round trips, {ratio(timing.median, base.median)} "
                       "the time", f"<= {goal} round trips", trips <= goal)
+    finally:
+        server.stop()
+
+
+def fleet(table, work, quick):
+    """The fleet rows (benches/fleet.py) on a server of their own, with
+    room for 256 clients."""
+    bin = pg_binaries()
+    pgbench = bin / "pgbench" if bin and (bin / "pgbench").exists() else shutil.which("pgbench")
+    if bin is None or pgbench is None:
+        print("fleet rows left out: no PostgreSQL server binaries or no pgbench", flush=True)
+        return
+    from fleet import fleet_rows
+    server = Postgres(bin, max_connections=300)
+    try:
+        folder = str(server.dir).replace("%", "%25").replace("/", "%2F")
+        (work / "fleet").mkdir(parents=True, exist_ok=True)
+        env = idem_env(work / "fleet", f"postgresql://postgres@{folder}/idem")
+        fleet_rows(table, server, env, IDEM, pgbench, quick)
     finally:
         server.stop()
 
@@ -675,6 +694,8 @@ def main():
         race_rows(table, work, floor, cpu_of, 1 if quick else 5, 2 if quick else 20)
         print("PostgreSQL through a proxy adding 1 ms each way", flush=True)
         postgres_rows(table, runs, work, quick)
+        print("16 (--quick) / 64 / 256 concurrent runs on one PostgreSQL server, and pgbench", flush=True)
+        fleet(table, work, quick)
         print("storage per run", flush=True)
         storage_rows(table, work, 200 if quick else 2000)
         print("output throughput and memory", flush=True)

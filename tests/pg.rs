@@ -310,6 +310,94 @@ impl Server {
         }
     }
 
+    /// A hot standby of this server, streaming from it (`pg_basebackup
+    /// -R`), on a socket folder of its own; it replicates asynchronously
+    /// until the primary is told otherwise (see [`Server::synchronous`]).
+    pub fn standby(&self) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("idem-pg")
+            .tempdir()
+            .expect("a tempdir for the standby");
+        if self.as_postgres {
+            chown_to_postgres(dir.path());
+        }
+        let mut standby = Server {
+            bin: self.bin.clone(),
+            dir,
+            as_postgres: self.as_postgres,
+            running: false,
+            extra: String::new(),
+            port: None,
+        };
+        let data = standby.data();
+        let conninfo = format!(
+            "host={} user=postgres application_name=standby",
+            self.dir.path().display()
+        );
+        self.tool(
+            "pg_basebackup",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-d",
+                &conninfo,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
+        );
+        standby.start_again();
+        standby
+    }
+
+    /// Makes every commit wait until the standby named `standby` has it
+    /// on disk, and waits until the standby streams as synchronous.
+    pub fn synchronous(&self) {
+        // One statement each: ALTER SYSTEM refuses a transaction block.
+        for sql in [
+            "ALTER SYSTEM SET synchronous_standby_names = 'standby'",
+            "ALTER SYSTEM SET synchronous_commit = 'on'",
+            "SELECT pg_reload_conf()",
+        ] {
+            self.sql("postgres", sql);
+        }
+        crate::util::eventually(
+            "the standby to stream synchronously",
+            std::time::Duration::from_secs(30),
+            || {
+                self.value(
+                    "SELECT count(*)::text FROM pg_stat_replication WHERE sync_state = 'sync'",
+                ) == "1"
+            },
+        );
+    }
+
+    /// Promotes a standby to a primary, waiting until it accepts writes.
+    pub fn promote(&self) {
+        let data = self.data();
+        self.tool("pg_ctl", &["-D", data.to_str().unwrap(), "-w", "promote"]);
+    }
+
+    /// Starts the server (again, after [`Server::stop`]).
+    pub fn start_again(&mut self) {
+        self.pg_ctl("start");
+        self.running = true;
+    }
+
+    /// The first column of the first row of `sql` in database `idem`, as
+    /// text.
+    pub fn value(&self, sql: &str) -> String {
+        let mut client = postgres::Client::connect(&self.url(), postgres::NoTls)
+            .expect("connect to the test server");
+        client
+            .query_one(sql, &[])
+            .expect("the test's query runs")
+            .get(0)
+    }
+
     fn tool(&self, name: &str, args: &[&str]) {
         let output = self.try_tool(name, args);
         assert!(

@@ -6,6 +6,7 @@
 mod claims;
 mod connections;
 mod database;
+mod failover;
 mod moves;
 
 use std::process::{Child, Command, Output, Stdio};

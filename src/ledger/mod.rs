@@ -128,8 +128,15 @@ pub trait RunLedger {
     fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()>;
 
     /// Renews a shared ledger's lease; `false` when the claim was lost.
-    fn heartbeat(&mut self, _claim: &Claim) -> Result<bool> {
-        Ok(true)
+    fn heartbeat(&mut self, _claim: &Claim) -> Result<Renewal> {
+        Ok(Renewal::Renewed)
+    }
+
+    /// Whether the server is known to have closed a shared ledger's
+    /// connection (a primary gone in a failover), found without a round
+    /// trip, so that a heartbeat need not wait for its turn to find out.
+    fn cut(&mut self) -> bool {
+        false
     }
 
     /// Whether a claim lives only as long as its lease, so that the run

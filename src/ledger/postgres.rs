@@ -54,7 +54,7 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Run, RunAttempts,
+    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Renewal, Run, RunAttempts,
     RunLedger, Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
@@ -172,9 +172,13 @@ impl RunLedger for PostgresLedger {
         }
     }
 
-    fn heartbeat(&mut self, claim: &Claim) -> Result<bool> {
+    fn heartbeat(&mut self, claim: &Claim) -> Result<Renewal> {
         lease::heartbeat(&mut self.client, claim)
             .map_err(|error| self.fail("renew the lease in", &error))
+    }
+
+    fn cut(&mut self) -> bool {
+        self.client.closed()
     }
 
     fn leased(&self) -> bool {

@@ -199,6 +199,19 @@ pub struct Claim {
     pub locks: Vec<String>,
 }
 
+/// What a heartbeat found of its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease runs on.
+    Renewed,
+    /// Another run holds the key or one of its named locks now (the lease
+    /// ran out), or the run was marked abandoned.
+    TakenOver,
+    /// The ledger has no trace of the run: it lost the claim's commit (a
+    /// failover to a standby that had not received it).
+    Gone,
+}
+
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {

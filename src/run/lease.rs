@@ -4,15 +4,16 @@
 //! on a connection of its own. Another host takes the key over once the
 //! lease has passed, so the command must never outlive it: when renewals
 //! keep failing for two thirds of the lease (database gone, network cut),
-//! or the claim turns out lost, the command is stopped (SIGTERM to its
-//! group, SIGKILL at most lease/6 later), well before the lease runs out.
+//! or the claim turns out lost (taken over, or gone with a failover that
+//! lost its commit), the command is stopped (SIGTERM to its group, SIGKILL
+//! at most lease/6 later), well before the lease runs out.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::ledger::{self, Claim, Location};
+use crate::ledger::{self, Claim, Ledger, Location, Renewal};
 use crate::process::Stopper;
 
 /// Renews a claim's lease until dropped.
@@ -25,7 +26,8 @@ pub struct Lease {
 enum Beat {
     /// When the renewal that succeeded was sent, on both clocks.
     Renewed(Instant, i64),
-    Lost,
+    /// The claim is no longer this run's: how it was lost.
+    Lost(Renewal),
     Failed(String),
 }
 
@@ -65,12 +67,11 @@ struct Renewer {
 
 impl Renewer {
     fn run(self, done: &mpsc::Receiver<()>, beats: &mpsc::Sender<Beat>) {
-        let mut ledger = None;
+        let mut ledger: Option<Box<dyn Ledger>> = None;
         let mut wait = self.every;
         loop {
-            match done.recv_timeout(wait) {
-                Err(RecvTimeoutError::Timeout) => {}
-                _ => return,
+            if !self.pause(wait, done, &mut ledger) {
+                return;
             }
             let sent = Instant::now();
             let sent_ms = crate::process::monotonic_ms();
@@ -80,11 +81,11 @@ impl Renewer {
             }
             .and_then(|ledger| ledger.heartbeat(&self.claim));
             let beat = match result {
-                Ok(true) => {
+                Ok(Renewal::Renewed) => {
                     wait = self.every;
                     Beat::Renewed(sent, sent_ms)
                 }
-                Ok(false) => Beat::Lost,
+                Ok(lost) => Beat::Lost(lost),
                 Err(error) => {
                     // Try again soon, on a new connection.
                     ledger = None;
@@ -92,9 +93,35 @@ impl Renewer {
                     Beat::Failed(format!("{error:#}"))
                 }
             };
-            let lost = matches!(beat, Beat::Lost);
+            let lost = matches!(beat, Beat::Lost(_));
             if beats.send(beat).is_err() || lost {
                 return;
+            }
+        }
+    }
+
+    /// Waits `wait` before the next renewal, cut short when the server
+    /// closes the connection: a primary gone in a failover is then noticed
+    /// within lease/12, not at the next turn, lease/3 later at worst, so a
+    /// claim the new primary never received stops its run in time. False:
+    /// told to stop.
+    fn pause(
+        &self,
+        wait: Duration,
+        done: &mpsc::Receiver<()>,
+        ledger: &mut Option<Box<dyn Ledger>>,
+    ) -> bool {
+        let due = Instant::now() + wait;
+        loop {
+            let slice = due
+                .saturating_duration_since(Instant::now())
+                .min(self.every / 4);
+            match done.recv_timeout(slice) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return false,
+            }
+            if Instant::now() >= due || ledger.as_mut().is_some_and(|ledger| ledger.cut()) {
+                return true;
             }
         }
     }
@@ -130,9 +157,7 @@ impl Watcher {
                     guard(&stopper, lease, at_ms);
                 }
                 Ok(Beat::Failed(error)) => last_error = Some(error),
-                Ok(Beat::Lost) => {
-                    break format!("lost the claim on key {key}: its lease ran out and another run took the key over")
-                }
+                Ok(Beat::Lost(how)) => break lost(&key, how),
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() < deadline {
                         continue;
@@ -167,6 +192,19 @@ impl Drop for Lease {
 /// host may take the key.
 fn guard(stopper: &Stopper, lease: Duration, sent_ms: i64) {
     stopper.renewed(sent_ms + (lease * 3 / 4).as_millis() as i64, lease / 6);
+}
+
+/// Why the claim on `key` is no longer this run's, and what would have
+/// kept it.
+fn lost(key: &str, how: Renewal) -> String {
+    match how {
+        Renewal::Gone => format!(
+            "lost the claim on key {key}: the ledger has no trace of this run (a failover to a standby that had not received the claim; make the standby synchronous, see `idem doctor`)"
+        ),
+        _ => format!(
+            "lost the claim on key {key}: its lease ran out and another run took the key over"
+        ),
+    }
 }
 
 fn round(duration: Duration) -> Duration {

@@ -1,8 +1,11 @@
-//! The checks of a shared PostgreSQL ledger: the connection and the role's
-//! rights are doctor's own questions to the server; the schema and the keys
-//! stuck in running are read through the ledger, opened read-only.
+//! The checks of a shared PostgreSQL ledger: the connection, how the server
+//! replicates and the role's rights are doctor's own questions to the
+//! server; the schema and the keys stuck in running are read through the
+//! ledger, opened read-only.
 
 use crate::ledger::PostgresClient;
+
+use serde_json::json;
 
 use super::{running, schema, Level, Report};
 use crate::ledger::{describe, Inspect, PostgresInspector};
@@ -27,6 +30,7 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
     let Some(role) = connection(ledger.session(), &mut report) else {
         return report;
     };
+    replication(ledger.session(), &role, &mut report);
     let unreadable = (
         "cannot read schema idem's version",
         GRANT.replace("<role>", &role),
@@ -149,4 +153,140 @@ fn rights(client: &mut PostgresClient, role: &str, report: &mut Report) {
             None::<String>,
         ),
     }
+}
+
+/// What makes a committed claim survive a failover.
+const SYNCHRONOUS: &str = "set synchronous_standby_names to the standbys a failover may promote, and synchronous_commit = on (or remote_apply)";
+
+/// How the server replicates, as a commit of this session would wait.
+struct Replication {
+    in_recovery: bool,
+    names: String,
+    commit: String,
+    /// Standbys streaming (base backups aside).
+    standbys: i64,
+    synchronous: i64,
+    /// Standbys whose sync state the role may not see.
+    hidden: i64,
+}
+
+impl Replication {
+    fn read(client: &mut PostgresClient) -> Result<Replication, tokio_postgres::Error> {
+        // A role without pg_read_all_stats sees a standby's pid alone.
+        let row = client.query_one(
+            "WITH s AS (SELECT sync_state FROM pg_stat_replication
+                        WHERE coalesce(state, '') <> 'backup')
+             SELECT pg_is_in_recovery(), current_setting('synchronous_standby_names'),
+                    current_setting('synchronous_commit'), (SELECT count(*) FROM s),
+                    (SELECT count(*) FROM s WHERE sync_state IN ('sync', 'quorum')),
+                    (SELECT count(*) FROM s WHERE sync_state IS NULL)",
+            &[],
+        )?;
+        Ok(Replication {
+            in_recovery: row.try_get(0)?,
+            names: row.try_get(1)?,
+            commit: row.try_get(2)?,
+            standbys: row.try_get(3)?,
+            synchronous: row.try_get(4)?,
+            hidden: row.try_get(5)?,
+        })
+    }
+
+    /// The check's level, message and fix.
+    fn verdict(&self, role: &str) -> (Level, String, Option<String>) {
+        let settings = format!(
+            "synchronous_standby_names '{}', synchronous_commit {}",
+            self.names, self.commit
+        );
+        let asynchronous = self.standbys - self.synchronous - self.hidden;
+        let lose = "a failover can lose a committed claim and run its key twice";
+        let (level, message, fix) = if self.in_recovery {
+            (
+                Level::Problem,
+                "the server is a standby (read-only): every `idem run` fails".to_owned(),
+                "name the primary, or list every host with ?target_session_attrs=read-write",
+            )
+        } else if self.standbys == 0 && !self.names.is_empty() && !self.local() {
+            (
+                Level::Problem,
+                format!("no standby streams, yet {settings}: every commit waits for one"),
+                "start the standby, or clear synchronous_standby_names",
+            )
+        } else if self.standbys == 0 {
+            let message = "no standby streams: a failover has no copy of the ledger to go to";
+            return (Level::Ok, message.to_owned(), None);
+        } else if self.hidden > 0 {
+            (
+                Level::Warn,
+                format!(
+                    "{} standby(s) stream, but role {role} may not see whether they are synchronous",
+                    self.standbys
+                ),
+                "GRANT pg_read_all_stats TO the role, or read pg_stat_replication as a superuser",
+            )
+        } else if !self.waits() {
+            let message = format!(
+                "{} standby(s) stream, {settings}: a commit does not wait for them, so {lose}",
+                self.standbys
+            );
+            (Level::Warn, message, SYNCHRONOUS)
+        } else if asynchronous > 0 {
+            let message = format!(
+                "{} synchronous and {asynchronous} asynchronous standby(s), {settings}: {lose}",
+                self.synchronous
+            );
+            (Level::Warn, message, SYNCHRONOUS)
+        } else {
+            let message = format!(
+                "{} synchronous standby(s), {settings}: a committed claim survives a failover",
+                self.synchronous
+            );
+            return (Level::Ok, message, None);
+        };
+        (level, message, Some(fix.to_owned()))
+    }
+
+    /// Whether a commit waits for no standby whatever the names say.
+    fn local(&self) -> bool {
+        matches!(self.commit.as_str(), "off" | "local")
+    }
+
+    /// Whether a commit waits until the synchronous standbys have it on
+    /// disk (`remote_write`: only in their memory).
+    fn waits(&self) -> bool {
+        matches!(self.commit.as_str(), "on" | "remote_apply")
+    }
+}
+
+/// Whether a failover could lose a committed claim: an asynchronous
+/// standby may be promoted without it, and the key then runs twice. Said
+/// as a warning, which leaves doctor's verdict healthy (exit 0): the ledger
+/// works, and replicating asynchronously is an operator's trade of safety
+/// for commit latency, not a fault; a commit that can never return (no
+/// standby for the synchronous names) or a standby in place of the primary
+/// is a problem.
+fn replication(client: &mut PostgresClient, role: &str, report: &mut Report) {
+    let replication = match Replication::read(client) {
+        Ok(replication) => replication,
+        Err(error) => {
+            let why = format!("cannot be read: {}", describe(&error));
+            return report.push("replication", Level::Warn, why, None::<String>);
+        }
+    };
+    let r = &replication;
+    let asynchronous = r.standbys - r.synchronous - r.hidden;
+    report.facts.insert(
+        "replication".into(),
+        json!({
+            "in_recovery": r.in_recovery,
+            "standbys": r.standbys,
+            "synchronous": r.synchronous,
+            "asynchronous": asynchronous,
+            "unknown": r.hidden,
+            "synchronous_standby_names": r.names,
+            "synchronous_commit": r.commit,
+        }),
+    );
+    let (level, message, fix) = r.verdict(role);
+    report.push("replication", level, message, fix);
 }

@@ -75,11 +75,13 @@ pub(super) fn attempt_started(
     // One statement, fenced by the epoch: the key's row is updated
     // (and locked) only while the claim is still this run's. It is
     // bookkeeping that matters only while this host stays up, so
-    // its commit does not wait for the server's disk.
+    // its commit does not wait for the server's disk. The run's id too:
+    // after a failover that lost commits, an epoch may be handed out again.
     let row = client.query_typed_one(
         "WITH k AS (
              UPDATE idem.keys SET owner_pgid = $3
              WHERE key = $1 AND epoch = $2
+                 AND head = (SELECT id FROM idem.runs WHERE run_id = $5)
              RETURNING head
          ), r AS (
              UPDATE idem.runs SET attempts = $4
@@ -97,6 +99,7 @@ pub(super) fn attempt_started(
             &claim.token => INT8,
             &i64::from(pgid) => INT8,
             &(number as i32) => INT4,
+            &claim.run_id => UUID,
         ],
     )?;
     Ok(row.try_get::<_, i64>("started")? == 1)

@@ -25,6 +25,9 @@ pub type Messages = Pin<Box<dyn Stream<Item = Result<AsyncMessage, Error>> + Sen
 /// The transaction mode of every write (see [`Transaction::begin`]).
 pub const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
+/// How long [`Client::closed`] lets the connection run to see its end.
+const CLOSED_WITHIN: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// One connection to the server.
 pub struct Client {
     // Declared before `link`, so dropped first: with no client left, the
@@ -101,6 +104,25 @@ impl Client {
     ) -> Result<T, Error> {
         let Client { client, link } = self;
         link.block_on(work(client))
+    }
+
+    /// Whether the server has closed the connection, found without a
+    /// round trip: the connection is driven for a moment (a socket's end
+    /// is seen only when the runtime polls it), not waited on.
+    pub fn closed(&mut self) -> bool {
+        let Client { client, link } = self;
+        let messages = &mut link.messages;
+        let ended = link.runtime.block_on(async {
+            let end = future::poll_fn(|cx| loop {
+                match messages.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(Ok(_))) => {}
+                    Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            });
+            tokio::time::timeout(CLOSED_WITHIN, end).await.is_ok()
+        });
+        ended || client.is_closed()
     }
 
     pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {

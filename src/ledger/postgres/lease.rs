@@ -7,34 +7,61 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::super::{Claim, Locks};
+use super::super::{Claim, Locks, Renewal};
 use super::client::Client;
 use super::tx::RELEASE_LOCKS;
 use super::{begin, interval};
 
-/// Renews the claim's lease and those of its named locks; false when the
-/// claim or one of its locks was lost.
-pub(super) fn heartbeat(client: &mut Client, claim: &Claim) -> Result<bool, tokio_postgres::Error> {
-    let renewed = client
-        .execute_typed(
-            "UPDATE idem.keys k SET lease_until = clock_timestamp() + k.lease
-             FROM idem.runs r
-             WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.status = 'running'",
-            typed![&claim.key => TEXT, &claim.token => INT8],
-        )
-        .map(|changed| changed == 1)?;
-    if !renewed || claim.locks.is_empty() {
-        return Ok(renewed);
+/// Renews the claim's lease and those of its named locks, or tells how
+/// the claim was lost.
+pub(super) fn heartbeat(
+    client: &mut Client,
+    claim: &Claim,
+) -> Result<Renewal, tokio_postgres::Error> {
+    // The run's id too, not the epoch alone: after a failover that lost
+    // commits, the new primary may hand the same epoch to another run.
+    let renewed = client.execute_typed(
+        "UPDATE idem.keys k SET lease_until = clock_timestamp() + k.lease
+         FROM idem.runs r
+         WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.run_id = $3
+             AND r.status = 'running'",
+        typed![&claim.key => TEXT, &claim.token => INT8, &claim.run_id => UUID],
+    )? == 1;
+    if !renewed {
+        return lost(client, claim);
+    }
+    if claim.locks.is_empty() {
+        return Ok(Renewal::Renewed);
     }
     // A lock whose lease ran out may have gone to another run: then
     // this one has lost it, like a key, and must stop.
-    client
-        .execute_typed(
-            "UPDATE idem.locks SET lease_until = clock_timestamp() + lease
-             WHERE holder = $1 AND name = ANY($2) AND lease_until IS NOT NULL",
-            typed![&claim.run_id => UUID, &claim.locks => TEXT_ARRAY],
-        )
-        .map(|changed| changed as usize == claim.locks.len())
+    let locks = client.execute_typed(
+        "UPDATE idem.locks SET lease_until = clock_timestamp() + lease
+         WHERE holder = $1 AND name = ANY($2) AND lease_until IS NOT NULL",
+        typed![&claim.run_id => UUID, &claim.locks => TEXT_ARRAY],
+    )?;
+    Ok(if locks as usize == claim.locks.len() {
+        Renewal::Renewed
+    } else {
+        Renewal::TakenOver
+    })
+}
+
+/// How the claim was lost: its run is still in the ledger (another run
+/// took the key over, or it was marked abandoned), or the ledger has no
+/// trace of it, which only a lost commit explains.
+fn lost(client: &mut Client, claim: &Claim) -> Result<Renewal, tokio_postgres::Error> {
+    let known = client
+        .query_typed_opt(
+            "SELECT 1 FROM idem.runs WHERE run_id = $1",
+            typed![&claim.run_id => UUID],
+        )?
+        .is_some();
+    Ok(if known {
+        Renewal::TakenOver
+    } else {
+        Renewal::Gone
+    })
 }
 
 /// Takes the named locks for run `run_id`, all or none; the name of one
