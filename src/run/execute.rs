@@ -166,22 +166,7 @@ impl Run<'_> {
         drop(watch);
         match attempted {
             Ok(end) => self.after(end, number, spec.terminal, ledger, output),
-            // The command was held and never ran: the run failed, known
-            // and not abandoned.
-            Err(AttemptError::Unrecorded(error)) => Step::Over(Ending::Broken {
-                error: error.context("the command did not run"),
-                failed: true,
-            }),
-            Err(AttemptError::SetupFailed { started_at, error }) => {
-                Step::Over(Ending::SetUpFailed {
-                    error: error.context("the command did not run"),
-                    attempt: set_up_failed(number, started_at),
-                })
-            }
-            Err(AttemptError::Failed(error)) => Step::Over(Ending::Broken {
-                error,
-                failed: false,
-            }),
+            Err(error) => Step::Over(unended(error, number)),
         }
     }
 
@@ -431,6 +416,26 @@ impl Run<'_> {
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_secs(5));
         }
+    }
+}
+
+/// How attempt `number` ends its run when it has no end to tell.
+fn unended(error: AttemptError, number: u32) -> Ending {
+    match error {
+        // The command was held and never ran: the run failed, known and
+        // not abandoned.
+        AttemptError::Unrecorded(error) => Ending::Broken {
+            error: error.context("the command did not run"),
+            failed: true,
+        },
+        AttemptError::SetupFailed { started_at, error } => Ending::SetUpFailed {
+            error: error.context("the command did not run"),
+            attempt: set_up_failed(number, started_at),
+        },
+        AttemptError::Failed(error) => Ending::Broken {
+            error,
+            failed: false,
+        },
     }
 }
 
