@@ -368,15 +368,14 @@ fn doctor_promises_a_new_ledger_only_where_run_would_create_it() {
     assert!(fresh.exists());
 
     // One nobody cannot make, under root's folder: no promise to nobody.
-    let Some(output) = super::readers::as_nobody(&env, &env.path("x/ledger.db"), &["doctor"])
-    else {
+    let Some(output) = crate::util::as_nobody(&env, &env.path("x/ledger.db"), &["doctor"]) else {
         return;
     };
     assert_code(&output, 1);
     let said = text(&output.stdout);
     assert!(!said.contains("creates it"), "{said}");
     assert!(said.contains("would not create it"), "{said}");
-    let output = super::readers::as_nobody(
+    let output = crate::util::as_nobody(
         &env,
         &env.path("x/ledger.db"),
         &["run", "--key", "k", "--", "true"],

@@ -6,51 +6,8 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
-use crate::util::{assert_code, listing, require, sqlite, text, Env};
-
-/// Idem as `nobody` (uid 65534), from a copy of the binary it can reach,
-/// on the ledger `db`; `None` (the test failed, naming why) where this
-/// process cannot switch users.
-pub(super) fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
-    if !require(
-        nix::unistd::geteuid().is_root(),
-        "root (to run idem as nobody)",
-    ) {
-        return None;
-    }
-    chmod(env.dir.path(), 0o755);
-    let binary = env.path("idem");
-    if !binary.exists() {
-        // cp(1), not fs::copy: a command another test forks while this
-        // process holds the copy open for writing would make its exec fail
-        // "text file busy".
-        let copied = Command::new("cp")
-            .arg(env!("CARGO_BIN_EXE_idem"))
-            .arg(&binary)
-            .status()
-            .unwrap();
-        assert!(copied.success(), "cp of the idem binary failed");
-    }
-    let output = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&binary)
-        .args(args)
-        .env("IDEM_DB", db)
-        .env("HOME", env.dir.path())
-        .env("TZ", "UTC")
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .output();
-    match output {
-        Ok(output) => Some(output),
-        Err(error) => {
-            require(false, &format!("setpriv ({error})"));
-            None
-        }
-    }
-}
+use crate::util::{as_nobody, assert_code, listing, sqlite, text, Env};
 
 fn chmod(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();

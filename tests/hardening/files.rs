@@ -3,11 +3,9 @@
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::util::{assert_code, listing, require, sqlite, Env};
+use crate::util::{as_nobody, assert_code, listing, require, sqlite, Env};
 
 use super::{chmod, chown, refused, refused_output, root, with_db, within, STRANGER};
 
@@ -217,43 +215,6 @@ fn a_fifo_a_device_or_a_folder_is_not_a_regular_file() {
         }
     }
     assert_eq!(listing(env.dir.path()), before, "something was left beside");
-}
-
-/// Runs idem as `nobody` (uid 65534) from a copy of the binary it can reach.
-fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
-    if !require(root(), "root (to run idem as nobody)") {
-        return None;
-    }
-    chmod(env.dir.path(), 0o755);
-    let binary = env.path("idem");
-    if !binary.exists() {
-        // Copied by cp(1), not fs::copy: a command another test forks in
-        // the moment this process holds the copy open for writing inherits
-        // that descriptor, and exec of the copy then fails "text file busy".
-        let copied = Command::new("cp")
-            .arg(env!("CARGO_BIN_EXE_idem"))
-            .arg(&binary)
-            .status()
-            .unwrap();
-        assert!(copied.success(), "cp of the idem binary failed");
-    }
-    let output = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&binary)
-        .args(args)
-        .env("IDEM_DB", db)
-        .env("HOME", env.dir.path())
-        .env("TZ", "UTC")
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .output();
-    match output {
-        Ok(output) => Some(output),
-        Err(error) => {
-            require(false, &format!("setpriv ({error})"));
-            None
-        }
-    }
 }
 
 #[test]
