@@ -344,22 +344,21 @@ pub fn refuse_single_dash_long(argv: &[OsString]) -> Option<u8> {
 /// flag's name (or name=value) of the command it falls in; that word, the
 /// flag, and the words naming that command (`idem ledger list`).
 fn single_dash_long(argv: &[OsString]) -> Option<(String, String, Vec<String>)> {
-    let args = words(argv);
-    let end = args
-        .iter()
-        .position(|arg| arg == "--")
-        .unwrap_or(args.len());
-    let args = &args[..end];
-    // Most lines have no such word: clap's tree is built only for one
-    // that might be, since building it costs a skip a good share of its time.
-    if !args.iter().any(|arg| one_dash_name(arg).is_some()) {
+    // Most lines have no such word: the words are copied and clap's tree
+    // is built only for one that might be, since building it costs a skip
+    // a good share of its time.
+    let idem_s = || argv.iter().skip(1).take_while(|arg| *arg != "--");
+    if !idem_s().any(|arg| arg.to_str().and_then(one_dash_name).is_some()) {
         return None;
     }
+    let args: Vec<String> = idem_s()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
     let command = built();
     let mut target = &command;
     let mut path = vec!["idem".to_owned()];
     let mut is_value = false;
-    for arg in args {
+    for arg in &args {
         if let Some(name) = one_dash_name(arg) {
             let long = target
                 .get_arguments()
