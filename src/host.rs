@@ -46,10 +46,21 @@ pub fn cgroup2() -> Option<(std::path::PathBuf, bool)> {
 
 /// This boot's id: tells that a claim recorded by an older idem, which did
 /// not lock, cannot still be running (see `ledger::sqlite`).
-pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_owned())
-        .unwrap_or_default()
+/// Read once a process, in one `read` (a claim stamps it, and judging an
+/// owner may ask again); empty where `/proc` does not tell.
+pub fn boot_id() -> &'static str {
+    use std::io::Read;
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        // A UUID and its newline: 37 bytes.
+        let mut bytes = [0u8; 64];
+        let read = std::fs::File::open("/proc/sys/kernel/random/boot_id")
+            .and_then(|mut file| file.read(&mut bytes));
+        match read {
+            Ok(n) => String::from_utf8_lossy(&bytes[..n]).trim().to_owned(),
+            Err(_) => String::new(),
+        }
+    })
 }
 
 /// This host's time zone: jiff's `TimeZone::system()`, read for the

@@ -185,7 +185,7 @@ impl RunLedger for SqliteLedger {
             let (Some(new), Some(hold)) = (plan.claim, hold) else {
                 return Ok(None);
             };
-            let (run, fence) = start_run(tx.conn, key_id, &new, (hold.stamp(), &boot))?;
+            let (run, fence) = start_run(tx.conn, key_id, &new, (hold.stamp(), boot))?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
