@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::util::{text, wait_for_file, Env};
+use crate::util::{strip_ansi, text, wait_for_file, Env};
 
 // ---- a ledger that is not there is told, not read as empty ---------------
 
@@ -152,25 +152,6 @@ sys.exit(os.waitstatus_to_exitcode(status))
     (shown, output.status.code().unwrap_or(-1))
 }
 
-/// A line as it is seen: without its colour escapes.
-fn seen(line: &str) -> String {
-    let mut seen = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // CSI: ESC [ parameters, then a final letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            seen.push(c);
-        }
-    }
-    seen
-}
-
 /// An idem run stopped (SIGTERM, which it passes to its command) when the
 /// test ends, passed or failed.
 struct Stopped(std::process::Child);
@@ -236,7 +217,7 @@ fn status_fits_a_colour_terminal_of_80_120_and_200_columns() {
         let (shown, code) = in_pty(&env, columns, &["status"]);
         assert_eq!(code, 1, "a job is failing:\n{shown}");
         assert!(shown.contains("\x1b["), "coloured at a terminal:\n{shown}");
-        let lines: Vec<String> = shown.lines().map(seen).collect();
+        let lines: Vec<String> = shown.lines().map(strip_ansi).collect();
         assert_eq!(lines.len(), 3, "{shown}");
         for line in &lines {
             assert!(
@@ -267,7 +248,7 @@ fn status_fits_a_colour_terminal_of_80_120_and_200_columns() {
     }
     // --wide: every column and the whole command, however narrow.
     let (shown, _) = in_pty(&env, 80, &["status", "--wide"]);
-    let lines: Vec<String> = shown.lines().map(seen).collect();
+    let lines: Vec<String> = shown.lines().map(strip_ansi).collect();
     assert!(
         lines[0].contains("LAST SUCCESS") && lines[0].contains("MISSED"),
         "{shown}"

@@ -531,3 +531,22 @@ pub fn as_nobody(env: &Env, db: &Path, args: &[&str]) -> Option<Output> {
         }
     }
 }
+
+/// `text` as a terminal shows it: without its colour escapes (CSI: ESC [
+/// parameters, then a final letter).
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

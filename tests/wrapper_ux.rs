@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::util::{text, wait_for_file, Env};
+use crate::util::{strip_ansi, text, wait_for_file, Env};
 
 /// Whether a tool is on PATH; a missing one fails the test.
 pub(crate) fn have(tool: &str) -> bool {
@@ -264,23 +264,6 @@ fn a_bad_idem_progress_is_a_warning_not_a_failed_job() {
 }
 
 // ---- 4. tables that fit ----------------------------------------------------
-
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 fn table_env() -> Env {
     let env = Env::new();
