@@ -48,7 +48,7 @@ impl Pg {
     }
 
     /// `idem ARGS` as if on another host: its own UTS namespace, renamed.
-    /// Needs root (CI runs as root); `None` says the test is skipped.
+    /// Needs root (CI runs as root); without it the test fails, naming it.
     fn on_host<const N: usize>(&self, host: &str, args: [&str; N]) -> Option<Command> {
         let works = Command::new("unshare")
             .args(["--uts", "true"])
