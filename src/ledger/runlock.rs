@@ -253,7 +253,8 @@ impl RunLocks {
     /// `None` when another open file (a live run of the key) holds it.
     pub fn take(&self, slot: i64) -> io::Result<Option<Hold>> {
         for _ in 0..TAKE_TRIES {
-            let file = open(&self.path, true)?;
+            let me = nix::unistd::geteuid().as_raw();
+            let (file, locked) = open_checked(&self.path, true, me)?;
             match set(&file, slot, libc::F_WRLCK) {
                 Ok(()) => {}
                 Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
@@ -263,9 +264,9 @@ impl RunLocks {
             }
             // Locked: but a lock on a file deleted or replaced since it was
             // opened guards nothing, so take it again on the one there now.
-            let Some(locked) = still_at(&file, &self.path)? else {
+            if !still_at(&locked, &self.path)? {
                 continue;
-            };
+            }
             let stamp = self.stamp_of(&locked)?;
             let identity = (locked.dev(), locked.ino());
             // Taken alone; now shared, for the attempts to join (an atomic
@@ -364,17 +365,15 @@ fn byte_held(probe: &File, slot: i64) -> io::Result<bool> {
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// What `file` is, when it is the file at `path`, still linked there;
-/// `None` when it was deleted or replaced since it was opened.
-fn still_at(file: &File, path: &Path) -> io::Result<Option<Metadata>> {
-    let opened = file.metadata()?;
-    let there = match std::fs::symlink_metadata(path) {
-        Ok(there) => there,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
-    };
-    let same = opened.nlink() > 0 && opened.dev() == there.dev() && opened.ino() == there.ino();
-    Ok(same.then_some(opened))
+/// Whether the file opened as `opened` is still the one at `path`: not
+/// deleted or replaced since. While it is open its inode cannot be reused,
+/// so the same device and inode at the path are the same, linked file.
+fn still_at(opened: &Metadata, path: &Path) -> io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(there) => Ok(opened.dev() == there.dev() && opened.ino() == there.ino()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
@@ -394,14 +393,8 @@ fn byte(slot: i64, kind: libc::c_int) -> libc::flock {
 /// which is enough to ask who holds a byte. Like the ledger's -wal and
 /// -shm, it must be this user's own (or root's, who could anything) and
 /// writable by no one else: whoever can lock its bytes can keep keys busy,
-/// or let two runs of one key overlap.
-fn open(path: &Path, create: bool) -> io::Result<File> {
-    let me = nix::unistd::geteuid().as_raw();
-    open_checked(path, create, me).map(|(file, _)| file)
-}
-
-/// [`open`], with what the file was found to be; owned by root or by
-/// `trusted`.
+/// or let two runs of one key overlap: owned by root or by `trusted`.
+/// Returns what the file was found to be.
 fn open_checked(path: &Path, create: bool, trusted: u32) -> io::Result<(File, Metadata)> {
     let mut options = OpenOptions::new();
     options
