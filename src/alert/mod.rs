@@ -70,6 +70,9 @@ pub enum Verdict {
     /// A failure, the job's `failures`th in a row; `alert` at or past the
     /// threshold.
     Failure { alert: bool, failures: u64 },
+    /// A failure, the job's `failures`th in a row, whose outcome paused
+    /// its job (`--pause-after`): always an alert, `IDEM_EVENT=paused`.
+    Paused { failures: u64 },
 }
 
 /// The alerts of one claimed run.
@@ -176,6 +179,7 @@ impl Alerts {
         match verdict {
             Verdict::Success { .. } => !self.inner.settings.quiet_success,
             Verdict::Failure { alert, .. } => alert,
+            Verdict::Paused { .. } => true,
         }
     }
 
@@ -236,6 +240,15 @@ impl Alerts {
                 "failure",
                 failures,
                 if alert { "/fail" } else { "/log" },
+            ),
+            Verdict::Paused { failures } => (
+                settings
+                    .on_failure
+                    .as_ref()
+                    .map(|hook| ("--on-failure", hook)),
+                "paused",
+                failures,
+                "/fail",
             ),
         };
         if hook.is_none() && inner.ping.is_none() {

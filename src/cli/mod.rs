@@ -8,6 +8,7 @@
 
 mod help;
 mod ledger;
+mod pause;
 mod run;
 mod serve;
 mod values;
@@ -21,6 +22,7 @@ pub use help::{
     SERVE_EXIT_CODES_HELP, STATUS_EXIT_CODES_HELP,
 };
 pub use ledger::{DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
+pub use pause::{PauseArgs, ResumeArgs, PAUSE_EXIT_CODES_HELP};
 pub use run::{OnAbandoned, Progress, RunArgs};
 pub use serve::{listen_address, ServeArgs};
 pub use values::{
@@ -108,6 +110,12 @@ pub enum Command {
     /// every job is ok or running, 1 otherwise, so it can serve as a check.
     #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
     Status(StatusArgs),
+    /// Pause a job: its runs start nothing until `idem resume` or --until
+    #[command(after_long_help = PAUSE_EXIT_CODES_HELP)]
+    Pause(PauseArgs),
+    /// Resume a paused job: its next run runs
+    #[command(after_long_help = PAUSE_EXIT_CODES_HELP)]
+    Resume(ResumeArgs),
     /// Check a ledger for problems without changing anything
     ///
     /// Checks the ledger of --db. A SQLite file: schema version, PRAGMA

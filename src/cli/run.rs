@@ -240,6 +240,30 @@ pub struct RunArgs {
     )]
     pub conflict_exit_code: u8,
 
+    /// Exit code when the job is paused (`idem pause`); nothing ran
+    #[arg(
+        long,
+        env = "IDEM_PAUSED_EXIT_CODE",
+        hide_env_values = true,
+        help_heading = FLEET,
+        default_value_t = 0,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub paused_exit_code: u8,
+
+    /// Pause the job by itself at its Nth failure in a row (or a later
+    /// one), an alert with IDEM_EVENT=paused; `idem resume JOB` ends it
+    #[arg(
+        long,
+        env = "IDEM_PAUSE_AFTER",
+        hide_env_values = true,
+        help_heading = FLEET,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub pause_after: Option<u32>,
+
     /// Hold the command's output and print it only if the run fails
     #[arg(
         long,

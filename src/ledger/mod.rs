@@ -61,6 +61,7 @@ mod inspect;
 mod job;
 pub mod line;
 mod location;
+mod pauses;
 mod postgres;
 mod rules;
 pub mod runlock;
@@ -75,6 +76,7 @@ use uuid::Uuid;
 pub(crate) use inspect::{Inspect, Schema};
 pub use job::*;
 pub use location::*;
+pub use pauses::{is_glob, who, Pause, PauseRequest};
 pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the
 /// errors of its own questions to the server (the role's rights) as the
@@ -167,6 +169,9 @@ pub trait RunLedger {
         Ok(())
     }
 
+    /// The pause of `job` that holds now, if any: read before a claim.
+    fn paused(&mut self, job: &str) -> Result<Option<Pause>>;
+
     /// Done with the ledger, with nothing left to write: closes it, or
     /// leaves that to the process's exit where closing costs more than it
     /// does (see SQLite's).
@@ -243,6 +248,18 @@ pub trait Records {
 
     /// The keys matching `glob`, in key order.
     fn keys_matching(&mut self, glob: &str) -> Result<Vec<String>>;
+
+    /// Pauses `target`, a job (known or not yet) or a glob of known jobs:
+    /// the jobs paused.
+    fn pause(&mut self, target: &str, request: &PauseRequest) -> Result<Vec<String>>;
+
+    /// Resumes `target`: the jobs it names, and of those the ones that
+    /// were paused.
+    fn resume(&mut self, target: &str) -> Result<(Vec<String>, Vec<String>)>;
+
+    /// The pauses that hold now, of the jobs matching `glob` (all without
+    /// one), in job order.
+    fn pauses(&mut self, glob: Option<&str>) -> Result<Vec<Pause>>;
 }
 
 /// A whole ledger, as opened: both faces, so that one handle serves a run

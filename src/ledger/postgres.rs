@@ -38,6 +38,7 @@ mod inspect;
 mod lease;
 mod migrate;
 mod outcome;
+mod pauses;
 mod reads;
 mod rows;
 mod schema;
@@ -190,6 +191,12 @@ impl RunLedger for PostgresLedger {
             .map_err(|error| self.fail("record hooks in", &error))
     }
 
+    fn paused(&mut self, job: &str) -> Result<Option<super::Pause>> {
+        // A read, safe to repeat on a new connection after a cut one.
+        self.retrying(|client| pauses::read_pause(client, job))
+            .map_err(|error| self.fail("read", &error))
+    }
+
     fn checked(&mut self, job: &str) -> Result<()> {
         // Bookkeeping: its commit does not wait for the server's disk.
         self.client
@@ -232,6 +239,11 @@ impl Records for PostgresLedger {
     }
 
     rule_methods!();
+    super::pauses::pause_methods!();
+
+    fn pauses(&mut self, glob: Option<&str>) -> Result<Vec<super::Pause>> {
+        pauses::read_pauses(&mut self.client, glob).map_err(|error| self.fail("read", &error))
+    }
 
     fn hooks(&mut self, run_id: Uuid) -> Result<Vec<HookRun>> {
         reads::hooks(&mut self.client, run_id).map_err(|error| self.fail("read", &error))

@@ -208,6 +208,19 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_start ON runs (started_at);
     CREATE INDEX runs_not_succeeded ON runs (status, started_at) WHERE status <> 1;
     ",
+    // pauses: a job paused (`idem pause`, `--pause-after`) by whom, since
+    // when, why, until when; the failed run that paused it. Kept by job
+    // name, not job row, so that a job may be paused before its first run.
+    "
+    CREATE TABLE pauses (
+        job TEXT PRIMARY KEY,
+        paused_by TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        reason TEXT,
+        until INTEGER,
+        run_id BLOB
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -16,6 +16,7 @@ mod durability;
 mod inspect;
 mod open;
 pub(super) mod path;
+mod pauses;
 mod rows;
 mod statements;
 mod tx;
@@ -193,6 +194,7 @@ impl RunLedger for SqliteLedger {
                 fence,
                 hold: Some(hold),
                 locks: Vec::new(),
+                pause_after: None,
             }))
         })
     }
@@ -258,6 +260,9 @@ impl RunLedger for SqliteLedger {
                     outcome.status,
                     Some(outcome.exit_code),
                 )?;
+                if let (Some(after), Status::Failed) = (claim.pause_after, outcome.status) {
+                    pauses::after_failure(tx, job_id, after, claim.run_id)?;
+                }
             }
             Ok(ended.is_some())
         })?;
@@ -288,6 +293,11 @@ impl RunLedger for SqliteLedger {
             }
             Ok(())
         })
+    }
+
+    fn paused(&mut self, job: &str) -> Result<Option<super::Pause>> {
+        pauses::read_pause(&self.conn, job, Timestamp::now())
+            .map_err(|error| self.fail("read", &error))
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
@@ -406,6 +416,12 @@ impl Records for SqliteLedger {
     }
 
     rule_methods!();
+    super::pauses::pause_methods!();
+
+    fn pauses(&mut self, glob: Option<&str>) -> Result<Vec<super::Pause>> {
+        pauses::read_pauses(&self.conn, glob, Timestamp::now())
+            .map_err(|error| self.fail("read", &error))
+    }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
         let report = self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))?;

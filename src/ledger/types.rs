@@ -197,6 +197,9 @@ pub struct Claim {
     /// The named locks (`--lock`) the run holds; a shared ledger renews
     /// their leases with the claim's and releases them with its outcome.
     pub locks: Vec<String>,
+    /// `--pause-after N`: the outcome that is the job's Nth failure in a
+    /// row, or a later one, pauses the job in the transaction recording it.
+    pub pause_after: Option<u32>,
 }
 
 /// What a heartbeat found of its claim.

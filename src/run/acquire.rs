@@ -90,6 +90,13 @@ impl Acquirer<'_> {
             head => head?,
         };
         let decision = decide(head.as_ref(), false, rules);
+        // A pause is read before every claim (a skip stays a skip: it
+        // would run nothing either way).
+        if !matches!(decision.verdict, Verdict::Refuse(Refusal::Skip { .. })) {
+            if let Some(code) = super::paused::check(self.config, ledger, self.reporter)? {
+                return Ok(Look::Done(code));
+            }
+        }
         let writes = decision.writes();
         match decision.verdict {
             // Nothing to write: the skip path.
@@ -147,6 +154,7 @@ impl Acquirer<'_> {
                 if let Some(taken) = taken {
                     locks::attach(&mut claim, taken);
                 }
+                claim.pause_after = self.config.pause_after;
                 Ok(Look::Claimed { claim, recovered })
             }
             other => {

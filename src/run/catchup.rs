@@ -47,7 +47,11 @@ pub(super) fn run(
     let now = crate::host::now();
     let host = crate::host::name();
     let current = period.start(&now);
-    let missed = missed(config, period, &now, periods, &host, location)?;
+    let missed = match missed(config, period, &now, periods, &host, location, reporter)? {
+        Ok(missed) => missed,
+        // A paused job runs no slot.
+        Err(code) => return Ok(code),
+    };
     let mut first_failure = None;
     for (key, start) in missed {
         let code = match run_key(config, &key, Some(&slot(&start)), location, reporter) {
@@ -93,15 +97,19 @@ fn missed(
     periods: u32,
     host: &str,
     location: &Location,
-) -> Result<Vec<(String, jiff::Zoned)>> {
+    reporter: &Reporter,
+) -> Result<Result<Vec<(String, jiff::Zoned)>, u8>> {
     let Some(mut ledger) = ledger::open_existing(location)? else {
-        return Ok(Vec::new());
+        return Ok(Ok(Vec::new()));
     };
+    if let Some(code) = super::paused::check(config, ledger.as_mut(), reporter)? {
+        return Ok(Err(code));
+    }
     let state = ledger::job_state(ledger.as_mut(), &config.job.name)?;
     // A new job does not replay history.
     let Some((first_run, zone)) = state.and_then(|state| Some((state.first_run?, state.zone)))
     else {
-        return Ok(Vec::new());
+        return Ok(Ok(Vec::new()));
     };
     // Past periods are those of the zone the job's keys were made in: after
     // a change of TZ the same hours have other names, and judged in the new
@@ -128,5 +136,5 @@ fn missed(
             missed.push((key, start));
         }
     }
-    Ok(missed)
+    Ok(Ok(missed))
 }

@@ -64,6 +64,9 @@ pub struct Config {
     pub locks: Vec<String>,
     pub skipped_exit_code: u8,
     pub conflict_exit_code: u8,
+    pub paused_exit_code: u8,
+    /// `--pause-after`: the failures in a row that pause the job.
+    pub pause_after: Option<u32>,
     pub quiet_success: bool,
     pub replay: bool,
     pub alerts: alert::Settings,
@@ -118,6 +121,8 @@ impl Config {
             locks,
             skipped_exit_code: args.skipped_exit_code,
             conflict_exit_code: args.conflict_exit_code,
+            paused_exit_code: args.paused_exit_code,
+            pause_after: args.pause_after,
             quiet_success: args.quiet_success,
             replay: args.replay,
             alerts: alert::Settings {

@@ -361,7 +361,10 @@ impl Run<'_> {
         // claim by now: one try says so.
         let patience = if lost { Duration::ZERO } else { RECORD_FOR };
         let recorded = self.record(ledger, last.as_ref(), &outcome, patience);
-        let verdict = recorded.is_ok().then(|| alerts.judge(ledger, &outcome));
+        let verdict = recorded.is_ok().then(|| {
+            let verdict = alerts.judge(ledger, &outcome);
+            super::paused::judge(self.config, self.claim, ledger, self.reporter, verdict)
+        });
         let shown = match verdict {
             Some(verdict) => alerts.shows_output(verdict),
             None => outcome.status != Status::Succeeded,

@@ -30,6 +30,7 @@ mod decide;
 mod execute;
 mod lease;
 mod locks;
+mod paused;
 mod streams;
 
 use std::io::Write;

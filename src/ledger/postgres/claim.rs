@@ -60,6 +60,7 @@ pub(super) fn claim(
         fence: epoch,
         hold: None,
         locks: Vec::new(),
+        pause_after: None,
     }))
 }
 

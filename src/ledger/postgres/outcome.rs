@@ -8,7 +8,7 @@ use futures_util::future::{try_join, try_join3};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::super::{Attempt, Claim, HookRun, Outcome};
+use super::super::{Attempt, Claim, HookRun, Outcome, Status};
 use super::begin;
 use super::client::{Client, Transaction, READ_COMMITTED};
 use super::tx::{job_after, job_of_run, release_locks, save_job, RELEASE_OWNER};
@@ -54,6 +54,11 @@ pub(super) fn finish(
         (Some(row), true) => Some(job_after(row, outcome.status, Some(outcome.exit_code))?),
         _ => None,
     };
+    if let (Some(job), Some(after)) = (&job, claim.pause_after) {
+        if outcome.status == Status::Failed {
+            super::pauses::after_failure(&mut tx, &job.job, job.failures, after, claim.run_id)?;
+        }
+    }
     let locks = recorded.ended && !claim.locks.is_empty();
     // The job's figures, the run's named locks (most runs take
     // none) and the commit: one round trip.

@@ -129,6 +129,19 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX hooks_by_run ON idem.hooks (run);
 ",
+    "
+    -- pauses: a job paused by whom, since when, why, until when, and the
+    -- failed run that paused it (`--pause-after`); by job name, so that a
+    -- job may be paused before its first run.
+    CREATE TABLE idem.pauses (
+        job text PRIMARY KEY,
+        paused_by text NOT NULL,
+        since timestamptz NOT NULL,
+        reason text,
+        until timestamptz,
+        run_id uuid
+    );
+",
 ];
 
 /// The schema version this idem writes.

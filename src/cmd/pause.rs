@@ -1,0 +1,97 @@
+//! `idem pause` and `idem resume`: a job's runs held back, fleet-wide on a
+//! shared ledger, until resumed or until a time.
+
+use anyhow::Result;
+use jiff::Timestamp;
+
+use super::ledger::{parse_time, When};
+use crate::cli::{PauseArgs, ResumeArgs};
+use crate::exit::{self, Failure};
+use crate::ledger::{self, is_glob, Location, PauseRequest};
+use crate::render;
+
+/// Pauses the job or the jobs a glob matches; a glob that matches none is
+/// an error (1), while a job not known yet is paused before its first run.
+pub fn pause(args: &PauseArgs, location: &Location, quiet: bool) -> Result<u8> {
+    let until = args.until.as_deref().map(until).transpose()?;
+    let request = PauseRequest {
+        by: ledger::who(),
+        reason: args.reason.clone(),
+        until,
+    };
+    let paused = if is_glob(&args.target) {
+        match ledger::open_existing(location)? {
+            Some(mut ledger) => ledger.pause(&args.target, &request)?,
+            None => Vec::new(),
+        }
+    } else {
+        ledger::open(location)?.pause(&args.target, &request)?
+    };
+    if paused.is_empty() {
+        return Err(no_match(&args.target));
+    }
+    let until = match until {
+        Some(until) => format!(" until {}", render::local_with_zone(until)),
+        None => "; idem resume runs it again".to_owned(),
+    };
+    for job in &paused {
+        say(quiet, &format!("paused {}{until}", render::printable(job)));
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Resumes the job or the jobs a glob matches; a job that was not paused
+/// is said, and is no error.
+pub fn resume(args: &ResumeArgs, location: &Location, quiet: bool) -> Result<u8> {
+    let (jobs, paused) = match ledger::open_existing(location)? {
+        Some(mut ledger) => ledger.resume(&args.target)?,
+        None if is_glob(&args.target) => (Vec::new(), Vec::new()),
+        None => (vec![args.target.clone()], Vec::new()),
+    };
+    if jobs.is_empty() {
+        return Err(no_match(&args.target));
+    }
+    for job in &jobs {
+        let job_shown = render::printable(job);
+        if paused.contains(job) {
+            say(quiet, &format!("resumed {job_shown}: its next run runs"));
+        } else {
+            say(quiet, &format!("{job_shown} was not paused"));
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `--until`: a duration from now, or a time to come.
+fn until(text: &str) -> Result<Timestamp> {
+    let now = Timestamp::now();
+    let at = match parse_time("--until", text, false)? {
+        When::Ago(after) => now.checked_add(after).unwrap_or(Timestamp::MAX),
+        When::At(at) => at,
+    };
+    if at <= now {
+        return Err(Failure::usage(format!(
+            "--until {} has passed; give a time to come or a duration (2h)",
+            render::printable(text)
+        ))
+        .into());
+    }
+    Ok(at)
+}
+
+fn no_match(glob: &str) -> anyhow::Error {
+    Failure::new(
+        exit::NOT_FOUND,
+        format!(
+            "no job matches {}; see `idem status` for the jobs there are",
+            render::printable(glob)
+        ),
+    )
+    .into()
+}
+
+fn say(quiet: bool, line: &str) {
+    if !quiet {
+        exit::say(line);
+    }
+}
