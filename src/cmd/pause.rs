@@ -7,8 +7,10 @@ use jiff::Timestamp;
 use super::ledger::{parse_time, When};
 use crate::cli::{PauseArgs, ResumeArgs};
 use crate::exit::{self, Failure};
-use crate::ledger::{self, is_glob, Location, PauseRequest};
+use crate::ledger::{self, is_glob, Location, Pause, PauseRequest};
 use crate::render;
+use crate::render::doctor::{Check, Level};
+use crate::render::status::Paused;
 
 /// Pauses the job or the jobs a glob matches; a glob that matches none is
 /// an error (1), while a job not known yet is paused before its first run.
@@ -62,6 +64,16 @@ pub fn resume(args: &ResumeArgs, location: &Location, quiet: bool) -> Result<u8>
     Ok(exit::SUCCESS)
 }
 
+/// A pause as `status` shows it.
+pub fn shown(pause: &Pause) -> Paused {
+    Paused {
+        by: pause.by.clone(),
+        since: render::json::rfc3339(pause.since),
+        reason: pause.reason.clone(),
+        until: pause.until.map(render::json::rfc3339),
+    }
+}
+
 /// `--until`: a duration from now, or a time to come.
 fn until(text: &str) -> Result<Timestamp> {
     let now = Timestamp::now();
@@ -94,4 +106,46 @@ fn say(quiet: bool, line: &str) {
     if !quiet {
         exit::say(line);
     }
+}
+
+/// `idem doctor`: the jobs paused now, a warning (a pause forgotten holds
+/// a job back for good), never a failure.
+pub(super) fn doctor_line(
+    read: Result<Vec<Pause>, String>,
+    checks: &mut Vec<Check>,
+    facts: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    let check = |level, message: String, fix: Option<&str>| Check {
+        name: "paused jobs",
+        level,
+        message,
+        fix: fix.map(str::to_owned),
+    };
+    let pauses = match read {
+        Ok(pauses) => pauses,
+        Err(why) => {
+            let message = format!("cannot be read: {why}");
+            return checks.push(check(Level::Problem, message, None));
+        }
+    };
+    let jobs: Vec<&str> = pauses.iter().map(|pause| pause.job.as_str()).collect();
+    facts.insert("paused_jobs".into(), serde_json::json!(jobs));
+    if pauses.is_empty() {
+        return checks.push(check(Level::Ok, "none".to_owned(), None));
+    }
+    let shown: Vec<String> = pauses
+        .iter()
+        .map(|pause| {
+            let until = pause.until.map_or_else(String::new, |until| {
+                format!(" until {}", render::local_with_zone(until))
+            });
+            format!("{} (by {}{until})", render::printable(&pause.job), pause.by)
+        })
+        .collect();
+    let message = format!("{} job(s) paused: {}", pauses.len(), shown.join(", "));
+    checks.push(check(
+        Level::Warn,
+        message,
+        Some("their runs start nothing; `idem resume JOB` when they may run again"),
+    ));
 }

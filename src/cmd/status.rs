@@ -14,7 +14,7 @@ use jiff::{SignedDuration, Timestamp};
 use crate::cli::StatusArgs;
 use crate::exit::{self, Failure};
 use crate::key::{Period, Template};
-use crate::ledger::{JobState, Location, Status};
+use crate::ledger::{JobState, Location, Pause, Status};
 use crate::render;
 use crate::render::status::{JobStatus, State, STRIP};
 
@@ -24,7 +24,9 @@ const WINDOW: i64 = 10;
 /// Judges every job (or those `--job` matches) and prints them; exit 1
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
-    let jobs = super::ledger::open_to_read(location)?.jobs(args.job.as_deref())?;
+    let mut ledger = super::ledger::open_to_read(location)?;
+    let jobs = ledger.jobs(args.job.as_deref())?;
+    let pauses = ledger.pauses(args.job.as_deref())?;
     if let (true, Some(glob)) = (jobs.is_empty(), &args.job) {
         // A check of a job that is not there is not a job that is fine.
         return Err(Failure::new(
@@ -37,7 +39,7 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
         .into());
     }
     let now = Timestamp::now();
-    let statuses = judged(&jobs, now);
+    let statuses = judged(&jobs, &pauses, now);
     let mut out = std::io::stdout().lock();
     if args.json {
         render::status::json(&mut out, &statuses)?;
@@ -54,12 +56,15 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
 
 /// Every job judged at `now`, the jobs that need a person first: what
 /// `idem status` prints and `idem serve` shows.
-pub fn judged(jobs: &[JobState], now: Timestamp) -> Vec<JobStatus> {
+pub fn judged(jobs: &[JobState], pauses: &[Pause], now: Timestamp) -> Vec<JobStatus> {
     let mut zones = Zones::default();
     let host = crate::host::name();
     let mut statuses: Vec<JobStatus> = jobs
         .iter()
-        .map(|job| judge(job, now, &mut zones, &host))
+        .map(|job| {
+            let pause = pauses.iter().find(|pause| pause.job == job.job);
+            judge(job, pause, now, &mut zones, &host)
+        })
         .collect();
     statuses.sort_by(|a, b| a.state.cmp(&b.state).then_with(|| a.job.cmp(&b.job)));
     statuses
@@ -81,8 +86,15 @@ impl Zones {
     }
 }
 
-/// A job's state and figures now.
-pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str) -> JobStatus {
+/// A job's state and figures now; a paused job's periods since its pause
+/// are not missed, and it is never overdue.
+pub fn judge(
+    job: &JobState,
+    pause: Option<&Pause>,
+    now: Timestamp,
+    zones: &mut Zones,
+    this_host: &str,
+) -> JobStatus {
     let template = Template::parse(&job.template).ok();
     let period = template.as_ref().and_then(Template::period);
     let host = job.host.as_deref().unwrap_or(this_host);
@@ -92,6 +104,7 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
             period,
             zone: zones.get(job.zone.as_deref()),
             host,
+            paused_since: pause.map(|pause| pause.since),
         }),
         _ => None,
     };
@@ -100,7 +113,9 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
     // finished), and a slow job whose runs overlap always has one going.
     let died = job.last_status == Some(Status::Running) && job.live == 0;
     let missed = periodic.as_ref().map(|p| p.missed(job, now));
-    let state = if job.failures > 0 || died {
+    let state = if pause.is_some() {
+        State::Paused
+    } else if job.failures > 0 || died {
         State::Failing
     } else if job.live > 0 {
         State::Running
@@ -137,6 +152,7 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
         command: render::lossy_words(&job.command),
         shell: job.shell,
         argv: job.command.clone(),
+        paused: pause.map(super::pause::shown),
     }
 }
 
@@ -146,6 +162,8 @@ struct Periodic<'a> {
     period: Period,
     zone: TimeZone,
     host: &'a str,
+    /// Periods from this on are not owed anything: the job is paused.
+    paused_since: Option<Timestamp>,
 }
 
 impl Periodic<'_> {
@@ -171,6 +189,10 @@ impl Periodic<'_> {
         (1..=WINDOW)
             .filter_map(|back| self.period.shift(&now, -back))
             .filter(|start| *start >= first && !self.succeeded(job, start))
+            .filter(|start| {
+                self.paused_since
+                    .is_none_or(|since| start.timestamp() < since)
+            })
             .count() as u64
     }
 

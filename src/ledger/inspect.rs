@@ -3,7 +3,7 @@
 //! the ledger itself decides by. Each backend answers with its own SQL;
 //! the answers are plain data, and a failure is told in the backend's words.
 
-use super::Owner;
+use super::{Owner, Pause};
 
 /// The state of a ledger's schema, as opening it for `run` would judge it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,4 +35,8 @@ pub trait Inspect {
 
     /// Every key whose head is running, in key order, with its owner.
     fn running(&mut self) -> Result<Vec<(String, Owner)>, String>;
+
+    /// The pauses that hold now, in job order (none in a ledger from
+    /// before pauses).
+    fn pauses(&mut self) -> Result<Vec<Pause>, String>;
 }

@@ -24,6 +24,8 @@ pub enum State {
     /// A periodic job whose last finished period has no success, or that
     /// nothing called in its current period by when it used to be called.
     Overdue,
+    /// Paused (`idem pause`, `--pause-after`): its runs start nothing.
+    Paused,
     Running,
     Ok,
 }
@@ -33,6 +35,7 @@ impl State {
         match self {
             State::Failing => "failing",
             State::Overdue => "overdue",
+            State::Paused => "paused",
             State::Running => "running",
             State::Ok => "ok",
         }
@@ -48,7 +51,7 @@ impl State {
 pub struct JobStatus {
     /// The job's name (`--job`, else the key as typed).
     pub job: String,
-    /// `failing`, `overdue`, `running` or `ok`.
+    /// `failing`, `overdue`, `paused`, `running` or `ok`.
     pub state: State,
     /// The template's finest placeholder (`date`, `hour`...), or null.
     pub period: Option<&'static str>,
@@ -73,9 +76,24 @@ pub struct JobStatus {
     pub command: Vec<String>,
     /// That argv ran as one `/bin/sh -c` script.
     pub shell: bool,
+    /// Its pause, while one holds: {by, since, reason, until}; null.
+    pub paused: Option<Paused>,
     /// The argv as bytes, for the table.
     #[serde(skip)]
     pub argv: Vec<OsString>,
+}
+
+/// A job's pause as `status` shows it.
+#[derive(Debug, Serialize)]
+pub struct Paused {
+    /// Who paused it: user@host.
+    pub by: String,
+    /// Since when (RFC 3339 UTC).
+    pub since: String,
+    /// Why, when given.
+    pub reason: Option<String>,
+    /// When it ends by itself; null: at `idem resume`.
+    pub until: Option<String>,
 }
 
 /// `status --json`: every job, as an array.
@@ -97,7 +115,30 @@ pub fn text(
         let table = table(statuses, now, style, wide);
         writeln!(out, "{}", render::table_text(&table))?;
     }
+    for job in statuses {
+        if let Some(paused) = &job.paused {
+            writeln!(out, "{}", paused_line(&job.job, paused, now))?;
+        }
+    }
     Ok(())
+}
+
+/// `JOB paused by u@h 5m ago[ until T][: REASON]`, under the table.
+fn paused_line(job: &str, paused: &Paused, now: Timestamp) -> String {
+    let time = |text: &str| text.parse::<Timestamp>().ok();
+    let mut line = format!(
+        "{} paused by {} {}",
+        render::printable(job),
+        render::printable(&paused.by),
+        time(&paused.since).map_or_else(String::new, |since| ago(since, now))
+    );
+    if let Some(until) = paused.until.as_deref().and_then(time) {
+        line.push_str(&format!(" until {}", render::local_with_zone(until)));
+    }
+    if let Some(reason) = &paused.reason {
+        line.push_str(&format!(": {}", render::printable(reason)));
+    }
+    line
 }
 
 /// "3h ago", for people.
@@ -352,6 +393,7 @@ fn state_colour(state: State) -> Color {
     match state {
         State::Failing => Color::Red,
         State::Overdue => Color::Magenta,
+        State::Paused => Color::Blue,
         State::Running => Color::Yellow,
         State::Ok => Color::Green,
     }

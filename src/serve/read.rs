@@ -57,11 +57,11 @@ impl Reader {
 /// Every job as `idem status` judges it, the jobs that need a person
 /// first, as `status` orders them.
 pub fn statuses(ledger: Option<&mut dyn Ledger>, now: Timestamp) -> Result<Vec<JobStatus>> {
-    let jobs = match ledger {
-        Some(ledger) => ledger.jobs(None)?,
-        None => Vec::new(),
+    let (jobs, pauses) = match ledger {
+        Some(ledger) => (ledger.jobs(None)?, ledger.pauses(None)?),
+        None => (Vec::new(), Vec::new()),
     };
-    Ok(crate::cmd::status::judged(&jobs, now))
+    Ok(crate::cmd::status::judged(&jobs, &pauses, now))
 }
 
 /// A job's page: its figures and its latest runs.
@@ -108,7 +108,14 @@ pub fn job_page(ledger: &mut dyn Ledger, job: &str, now: Timestamp) -> Result<Op
     let Some(state) = ledger::job_state(ledger, job)? else {
         return Ok(None);
     };
-    let status = judge(&state, now, &mut Zones::default(), &crate::host::name());
+    let pause = ledger.paused(job)?;
+    let status = judge(
+        &state,
+        pause.as_ref(),
+        now,
+        &mut Zones::default(),
+        &crate::host::name(),
+    );
     let filter = ListFilter {
         job_glob: Some(crate::ledger::glob_literal(job)),
         // One more than shown, to tell whether more are there.

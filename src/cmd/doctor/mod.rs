@@ -192,6 +192,7 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
             None::<String>,
         ),
     }
+    super::pause::doctor_line(ledger.pauses(), &mut report.checks, &mut report.facts);
 }
 
 /// Reports the keys whose head is `running`: stuck when the owner is gone

@@ -52,4 +52,15 @@ impl Inspect for PostgresInspector {
             .map(|(run, owner)| (run.key, owner))
             .collect())
     }
+
+    fn pauses(&mut self) -> Result<Vec<super::super::Pause>, String> {
+        match super::pauses::read_pauses(&mut self.client, None) {
+            Err(error)
+                if error.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) =>
+            {
+                Ok(Vec::new())
+            }
+            read => read.map_err(|error| connect::describe(&error)),
+        }
+    }
 }

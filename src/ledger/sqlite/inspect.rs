@@ -156,4 +156,9 @@ impl Inspect for SqliteInspector {
             .map(|(_, run, owner)| (run.key, owner))
             .collect())
     }
+
+    fn pauses(&mut self) -> Result<Vec<super::super::Pause>, String> {
+        super::pauses::read_pauses(&self.conn, None, jiff::Timestamp::now())
+            .map_err(|error| error.to_string())
+    }
 }
