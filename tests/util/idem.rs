@@ -59,6 +59,15 @@ impl Idem {
         self
     }
 
+    /// The same, run under `prefix` (see [`super::wrapped`]): another
+    /// host's namespace, a fake clock.
+    pub fn under(self, prefix: &[&str]) -> Idem {
+        Idem {
+            command: super::wrapped(&self.command, prefix),
+            stdin: self.stdin,
+        }
+    }
+
     /// The std command, to spawn it or to wrap it in another.
     pub fn command(self) -> Command {
         self.command

@@ -89,9 +89,9 @@ impl PauseTx for Tx<'_, '_> {
         let regex = glob_to_regex(glob);
         self.tx
             .query(
-                "SELECT job FROM idem.jobs WHERE job ~ $1
-                 UNION SELECT job FROM idem.pauses WHERE job ~ $1
-                 ORDER BY 1 COLLATE \"C\"",
+                "SELECT job FROM (SELECT job FROM idem.jobs WHERE job ~ $1
+                     UNION SELECT job FROM idem.pauses WHERE job ~ $1) known
+                 ORDER BY job COLLATE \"C\"",
                 &[&regex],
             )?
             .iter()

@@ -1,0 +1,205 @@
+//! `idem pause` and `idem resume`: a paused job's runs start nothing and
+//! claim nothing, on whichever host, until resumed or until `--until`;
+//! `--pause-after` pauses a job by itself, with one alert.
+
+use std::time::Duration;
+
+use super::on_host;
+use crate::util::{eventually, on_every_backend, Backend, Env};
+
+on_every_backend!(
+    a_pause_on_one_host_holds_back_every_run_on_another,
+    a_pause_until_a_time_ends_by_itself,
+    pause_after_three_failures_pauses_the_job_and_alerts_once,
+    a_glob_that_matches_no_job_is_an_error_and_a_new_job_may_be_paused,
+    a_bad_until_is_a_usage_error_and_pauses_nothing,
+);
+
+/// `idem run --key KEY ... -- sh -c 'append to the counter n'`.
+fn run_args<'a>(env: &'a Env, key: &'a str, extra: &[&'a str]) -> Vec<String> {
+    let mut args = vec!["run", "--key", key];
+    args.extend_from_slice(extra);
+    let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+    args.extend(["--", "sh", "-c"].map(str::to_owned));
+    args.push(env.count_cmd("n"));
+    args
+}
+
+fn a_pause_on_one_host_holds_back_every_run_on_another(backend: &Backend) {
+    let env = backend.env();
+    env.cmd(run_args(&env, "backup", &[])).succeeds();
+    let Some(pause) = on_host(
+        env.cmd(["pause", "backup", "--reason", "disk swap"]),
+        "host-a",
+    ) else {
+        return;
+    };
+    pause.succeeds().stderr_has("paused backup");
+    let on_b = |extra: &[&str]| on_host(env.cmd(run_args(&env, "backup", extra)), "host-b");
+    // Quiet under cron, as a skip is; said with -v.
+    on_b(&["--force"]).unwrap().succeeds().stderr_is("");
+    let said = on_b(&["--force", "-v"]).unwrap().succeeds().stderr();
+    assert!(
+        said.contains("paused backup: by ")
+            && said.contains("@host-a since ")
+            && said.contains(": disk swap; idem resume backup runs it"),
+        "{said}"
+    );
+    on_b(&["--force", "--paused-exit-code", "3"])
+        .unwrap()
+        .expect_code(3);
+    on_b(&["--force"])
+        .unwrap()
+        .env("IDEM_PAUSED_EXIT_CODE", "4")
+        .expect_code(4);
+    assert_eq!(env.count("n"), 1, "a paused job's command ran");
+    // Nothing was claimed either: the ledger holds the first run alone.
+    assert_eq!(env.list_json().as_array().map(Vec::len), Some(1));
+
+    env.cmd(["status"])
+        .succeeds()
+        .stdout_has("paused")
+        .stdout_has("backup paused by ")
+        .stdout_has("@host-a ")
+        .stdout_has(": disk swap");
+    let status = env.cmd(["status", "--json"]).succeeds().json();
+    let job = &status[0];
+    assert_eq!(job["state"], "paused", "{status}");
+    assert!(job["paused"]["by"]
+        .as_str()
+        .is_some_and(|by| by.ends_with("@host-a")));
+    assert_eq!(job["paused"]["reason"], "disk swap");
+    assert!(job["paused"]["since"].is_string());
+    assert!(job["paused"]["until"].is_null());
+    env.cmd(["doctor"])
+        .succeeds()
+        .stdout_has("paused jobs: 1 job(s) paused: backup (by ");
+
+    on_host(env.cmd(["resume", "backup"]), "host-b")
+        .unwrap()
+        .succeeds()
+        .stderr_has("resumed backup");
+    on_b(&["--force"]).unwrap().succeeds();
+    assert_eq!(env.count("n"), 2, "a resumed job runs");
+    let status = env.cmd(["status", "--json"]).succeeds().json();
+    assert_eq!(status[0]["state"], "ok");
+    assert!(status[0]["paused"].is_null());
+    env.cmd(["resume", "backup"])
+        .succeeds()
+        .stderr_has("backup was not paused");
+}
+
+fn a_pause_until_a_time_ends_by_itself(backend: &Backend) {
+    let env = backend.env();
+    env.cmd(["pause", "nightly", "--until", "2s"])
+        .succeeds()
+        .stderr_has("paused nightly until ");
+    env.cmd(run_args(&env, "nightly", &["--paused-exit-code", "9"]))
+        .expect_code(9);
+    assert_eq!(env.count("n"), 0);
+    let status = env.cmd(["status", "--json"]).succeeds().json();
+    assert!(status.as_array().is_some_and(Vec::is_empty), "{status}");
+    // Once the until passes, the next run runs, with nothing resumed.
+    eventually(
+        "the pause to end by itself",
+        Duration::from_secs(20),
+        || {
+            let ran = env
+                .cmd(run_args(&env, "nightly", &["--paused-exit-code", "9"]))
+                .run();
+            match ran.code() {
+                Some(9) => false,
+                _ => {
+                    ran.expect_code(0);
+                    true
+                }
+            }
+        },
+    );
+    assert_eq!(env.count("n"), 1);
+    env.cmd(["doctor"])
+        .succeeds()
+        .stdout_has("paused jobs: none");
+}
+
+fn pause_after_three_failures_pauses_the_job_and_alerts_once(backend: &Backend) {
+    let env = backend.env();
+    let events = env.path("events");
+    let hook = format!(
+        "echo \"$IDEM_EVENT $IDEM_FAILURES\" >> '{}'",
+        events.display()
+    );
+    let fail = format!("{}; exit 1", env.count_cmd("n"));
+    let run = |code: i32| {
+        env.cmd([
+            "run",
+            "--key",
+            "etl",
+            "--retries",
+            "0",
+            "--pause-after",
+            "3",
+        ])
+        .args(["--on-failure", &hook, "--", "sh", "-c", &fail])
+        .expect_code(code)
+    };
+    run(1);
+    run(1);
+    run(1).stderr_has(
+        "paused etl: 3 failures in a row (--pause-after 3); idem resume etl runs it again",
+    );
+    // Paused now: the fourth run starts nothing, and alerts nothing.
+    run(0);
+    assert_eq!(env.count("n"), 3);
+    let told = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(told, "failure 1\nfailure 2\npaused 3\n");
+    let status = env.cmd(["status", "--json"]).succeeds().json();
+    assert_eq!(status[0]["state"], "paused", "{status}");
+    assert_eq!(
+        status[0]["paused"]["reason"],
+        "3 failures in a row (--pause-after 3)"
+    );
+    env.cmd(["resume", "etl"]).succeeds();
+    // Resumed, it runs; still failing, it pauses again at once.
+    run(1).stderr_has("paused etl: 4 failures in a row");
+    assert_eq!(env.count("n"), 4);
+    let told = std::fs::read_to_string(&events).unwrap();
+    assert!(told.ends_with("paused 3\npaused 4\n"), "{told}");
+}
+
+fn a_glob_that_matches_no_job_is_an_error_and_a_new_job_may_be_paused(backend: &Backend) {
+    let env = backend.env();
+    env.cmd(run_args(&env, "etl-load", &[])).succeeds();
+    env.cmd(["pause", "report-*"])
+        .expect_code(1)
+        .stderr_is("idem: no job matches report-*; see `idem status` for the jobs there are\n");
+    env.cmd(["resume", "report-*"]).expect_code(1);
+    env.cmd(["pause", "etl-*"])
+        .succeeds()
+        .stderr_has("paused etl-load");
+    // A job paused before its first run runs nothing, under --catch-up
+    // neither.
+    env.cmd(["pause", "report-{date}"]).succeeds();
+    env.cmd(run_args(&env, "report-{date}", &["--catch-up", "3"]))
+        .succeeds();
+    env.cmd(run_args(&env, "etl-load", &["--force"])).succeeds();
+    assert_eq!(env.count("n"), 1);
+    env.cmd(["resume", "*"])
+        .succeeds()
+        .stderr_has("resumed etl-load")
+        .stderr_has("resumed report-{date}");
+    env.cmd(run_args(&env, "report-{date}", &[])).succeeds();
+    assert_eq!(env.count("n"), 2);
+}
+
+fn a_bad_until_is_a_usage_error_and_pauses_nothing(backend: &Backend) {
+    let env = backend.env();
+    env.cmd(["pause", "backup", "--until", "someday"])
+        .expect_code(2)
+        .stderr_has("invalid --until 'someday'");
+    env.cmd(["pause", "backup", "--until", "2020-01-01"])
+        .expect_code(2)
+        .stderr_has("--until 2020-01-01 has passed");
+    env.cmd(run_args(&env, "backup", &[])).succeeds();
+    assert_eq!(env.count("n"), 1);
+}
