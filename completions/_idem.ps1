@@ -34,6 +34,8 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND under KEY unless KEY already succeeded')
             [CompletionResult]::new('ledger', 'ledger', [CompletionResultType]::ParameterValue, 'Inspect and maintain the ledger')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
+            [CompletionResult]::new('pause', 'pause', [CompletionResultType]::ParameterValue, 'Pause a job: its runs start nothing until `idem resume` or --until')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a paused job: its next run runs')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check a ledger for problems without changing anything')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -60,6 +62,8 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--on-abandoned', '--on-abandoned', [CompletionResultType]::ParameterName, 'What to do when the last run died without an outcome')
             [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')
+            [CompletionResult]::new('--paused-exit-code', '--paused-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the job is paused (`idem pause`); nothing ran')
+            [CompletionResult]::new('--pause-after', '--pause-after', [CompletionResultType]::ParameterName, 'Pause the job by itself at its Nth failure in a row (or a later one), an alert with IDEM_EVENT=paused; `idem resume JOB` ends it')
             [CompletionResult]::new('--capture', '--capture', [CompletionResultType]::ParameterName, 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger')
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error')
             [CompletionResult]::new('--lease', '--lease', [CompletionResultType]::ParameterName, 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)')
@@ -280,6 +284,34 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'idem;pause' {
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, shown by `status` and by every run it holds back')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'End the pause by itself: after DUR, or at a time: 2026-12-01, "2026-12-01 08:15", or RFC 3339 (local time unless it says)')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'idem;resume' {
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'idem;doctor' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
@@ -326,6 +358,8 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND under KEY unless KEY already succeeded')
             [CompletionResult]::new('ledger', 'ledger', [CompletionResultType]::ParameterValue, 'Inspect and maintain the ledger')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
+            [CompletionResult]::new('pause', 'pause', [CompletionResultType]::ParameterValue, 'Pause a job: its runs start nothing until `idem resume` or --until')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a paused job: its next run runs')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check a ledger for problems without changing anything')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -371,6 +405,12 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;help;status' {
+            break
+        }
+        'idem;help;pause' {
+            break
+        }
+        'idem;help;resume' {
             break
         }
         'idem;help;doctor' {

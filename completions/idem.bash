@@ -28,6 +28,12 @@ _idem_clap() {
             idem,ledger)
                 cmd="idem__subcmd__ledger"
                 ;;
+            idem,pause)
+                cmd="idem__subcmd__pause"
+                ;;
+            idem,resume)
+                cmd="idem__subcmd__resume"
+                ;;
             idem,run)
                 cmd="idem__subcmd__run"
                 ;;
@@ -48,6 +54,12 @@ _idem_clap() {
                 ;;
             idem__subcmd__help,ledger)
                 cmd="idem__subcmd__help__subcmd__ledger"
+                ;;
+            idem__subcmd__help,pause)
+                cmd="idem__subcmd__help__subcmd__pause"
+                ;;
+            idem__subcmd__help,resume)
+                cmd="idem__subcmd__help__subcmd__resume"
                 ;;
             idem__subcmd__help,run)
                 cmd="idem__subcmd__help__subcmd__run"
@@ -143,7 +155,7 @@ _idem_clap() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status doctor serve completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status pause resume doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -209,7 +221,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help)
-            opts="run ledger status doctor serve completions help"
+            opts="run ledger status pause resume doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -379,6 +391,34 @@ _idem_clap() {
         idem__subcmd__help__subcmd__ledger__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__pause)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__resume)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -802,8 +842,60 @@ _idem_clap() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        idem__subcmd__pause)
+            opts="-q -v -h -V --reason --until --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__resume)
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -882,6 +974,14 @@ _idem_clap() {
                     return 0
                     ;;
                 --conflict-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --paused-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pause-after)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

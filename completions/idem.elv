@@ -31,6 +31,8 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand run 'Run COMMAND under KEY unless KEY already succeeded'
             cand ledger 'Inspect and maintain the ledger'
             cand status 'One line per job: its state, last run and success, failures in a row'
+            cand pause 'Pause a job: its runs start nothing until `idem resume` or --until'
+            cand resume 'Resume a paused job: its next run runs'
             cand doctor 'Check a ledger for problems without changing anything'
             cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
             cand completions 'Print a shell completion script'
@@ -56,6 +58,8 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --on-abandoned 'What to do when the last run died without an outcome'
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'
+            cand --paused-exit-code 'Exit code when the job is paused (`idem pause`); nothing ran'
+            cand --pause-after 'Pause the job by itself at its Nth failure in a row (or a later one), an alert with IDEM_EVENT=paused; `idem resume JOB` ends it'
             cand --capture 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger'
             cand --progress 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error'
             cand --lease 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)'
@@ -255,6 +259,32 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'idem;pause'= {
+            cand --reason 'Why, shown by `status` and by every run it holds back'
+            cand --until 'End the pause by itself: after DUR, or at a time: 2026-12-01, "2026-12-01 08:15", or RFC 3339 (local time unless it says)'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'idem;resume'= {
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'idem;doctor'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
@@ -298,6 +328,8 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand run 'Run COMMAND under KEY unless KEY already succeeded'
             cand ledger 'Inspect and maintain the ledger'
             cand status 'One line per job: its state, last run and success, failures in a row'
+            cand pause 'Pause a job: its runs start nothing until `idem resume` or --until'
+            cand resume 'Resume a paused job: its next run runs'
             cand doctor 'Check a ledger for problems without changing anything'
             cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
             cand completions 'Print a shell completion script'
@@ -332,6 +364,10 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;ledger;metrics'= {
         }
         &'idem;help;status'= {
+        }
+        &'idem;help;pause'= {
+        }
+        &'idem;help;resume'= {
         }
         &'idem;help;doctor'= {
         }

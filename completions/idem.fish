@@ -35,6 +35,8 @@ complete -c idem -n "__fish_idem_needs_command" -s V -l version -d 'Print versio
 complete -c idem -n "__fish_idem_needs_command" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
 complete -c idem -n "__fish_idem_needs_command" -f -a "ledger" -d 'Inspect and maintain the ledger'
 complete -c idem -n "__fish_idem_needs_command" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
+complete -c idem -n "__fish_idem_needs_command" -f -a "pause" -d 'Pause a job: its runs start nothing until `idem resume` or --until'
+complete -c idem -n "__fish_idem_needs_command" -f -a "resume" -d 'Resume a paused job: its next run runs'
 complete -c idem -n "__fish_idem_needs_command" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
 complete -c idem -n "__fish_idem_needs_command" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
 complete -c idem -n "__fish_idem_needs_command" -f -a "completions" -d 'Print a shell completion script'
@@ -58,6 +60,8 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What 
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l conflict-exit-code -d 'Exit code when the key is running elsewhere' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l paused-exit-code -d 'Exit code when the job is paused (`idem pause`); nothing ran' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l pause-after -d 'Pause the job by itself at its Nth failure in a row (or a later one), an alert with IDEM_EVENT=paused; `idem resume JOB` ends it' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l progress -d 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error' -r -f -a "auto\t'A spinner when stderr is a terminal'
 never\t'Plain lines only'"
@@ -198,6 +202,24 @@ complete -c idem -n "__fish_idem_using_subcommand status" -s q -l quiet -d 'Prin
 complete -c idem -n "__fish_idem_using_subcommand status" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand status" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand pause" -l reason -d 'Why, shown by `status` and by every run it holds back' -r
+complete -c idem -n "__fish_idem_using_subcommand pause" -l until -d 'End the pause by itself: after DUR, or at a time: 2026-12-01, "2026-12-01 08:15", or RFC 3339 (local time unless it says)' -r
+complete -c idem -n "__fish_idem_using_subcommand pause" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand pause" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand pause" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand pause" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand pause" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand pause" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand resume" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand resume" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand resume" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand resume" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand resume" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand resume" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
@@ -225,13 +247,15 @@ complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 
 complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status doctor serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "pause" -d 'Pause a job: its runs start nothing until `idem resume` or --until'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "resume" -d 'Resume a paused job: its next run runs'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume doctor serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "list" -d 'Runs, newest first'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
