@@ -6,7 +6,7 @@ macro_rules! exit_codes_help {
     () => {
         "\
 Exit codes:
-  0        the command succeeded, or the key had already succeeded (skipped)
+  0        the command succeeded, or the key already succeeded (skipped) or its job is paused
   N        the command's own exit code on its final attempt
   2        usage error: bad flag, duration, key or template
   65       the key succeeded with a different command; nothing ran (--force runs it)
@@ -61,7 +61,8 @@ pub const SEE_ALSO_HELP: &str = see_also_help!();
 pub const STATUS_EXIT_CODES_HELP: &str = "\
 Columns:
   JOB           the job: --job, else the key as typed (backup-{date})
-  STATE         failing, overdue, running or ok (above)
+  STATE         failing, overdue, paused, running or ok (above); a paused job's pause is told
+                under the table: by whom, since when, until when, why
   LAST RUN      when its latest run started
   LAST SUCCESS  when its latest success was recorded (never: none yet)
   FAILS         failed and abandoned runs in a row, across its keys, in the order they finished
@@ -84,7 +85,7 @@ Examples:
   idem status >/dev/null || echo 'a job needs a person'   a check for a monitor
 
 Exit codes:
-  0    every job is ok or running (or there are none)
+  0    every job is ok, paused or running (or there are none)
   1    a job is failing or overdue; or no ledger at --db (nothing has run with it yet), or no
        job matches --job
   2    usage error: bad flag or glob

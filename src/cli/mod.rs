@@ -105,12 +105,22 @@ pub enum Command {
     /// person come first: failing (its latest finished run failed), overdue
     /// (a periodic job with no success since its last finished period
     /// began, or that nothing called in its current period by the time it
-    /// used to be called), then running and ok. Its figures follow the
-    /// order in which its runs finished, however they overlap. Exit 0 when
-    /// every job is ok or running, 1 otherwise, so it can serve as a check.
+    /// used to be called), then paused (`idem pause`), running and ok. Its
+    /// figures follow the order in which its runs finished, however they
+    /// overlap; a paused job's periods since its pause are not missed.
+    /// Exit 0 when every job is ok, paused or running, 1 otherwise, so it
+    /// can serve as a check.
     #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
     Status(StatusArgs),
     /// Pause a job: its runs start nothing until `idem resume` or --until
+    ///
+    /// A pause is kept in the ledger per job: who (user@host), since when,
+    /// why, until when. A run of a paused job starts nothing and claims
+    /// nothing: it exits --paused-exit-code [0], saying so only where a skip
+    /// would (a terminal, CI, -v). Every run reads it before it claims, so
+    /// on a shared PostgreSQL ledger it holds for every host from its next
+    /// claim; a run already going finishes. A JOB that has not run yet may
+    /// be paused; a GLOB (* ? [..]) names the jobs the ledger knows.
     #[command(after_long_help = PAUSE_EXIT_CODES_HELP)]
     Pause(PauseArgs),
     /// Resume a paused job: its next run runs

@@ -5,12 +5,6 @@ use clap::Args;
 /// Exit codes and examples of `idem pause` and `idem resume`, shown by
 /// `--help` and in the man pages.
 pub const PAUSE_EXIT_CODES_HELP: &str = "\
-A pause is kept in the ledger per job: who (user@host), since when, why, until when. A run of a
-paused job starts nothing and claims nothing: it exits --paused-exit-code [0], saying so only
-where a skip would (a terminal, CI, -v). Every run reads it before it claims, so on a shared
-PostgreSQL ledger it holds for every host from its next claim; a run already going finishes.
-A JOB that has not run yet may be paused; a GLOB (* ? [..]) names the jobs the ledger knows.
-
 Examples:
   idem pause backup --reason 'disk swap' --until 2h   every host skips backup for two hours
   idem pause 'etl-*' --reason 'warehouse migration'   every etl job, until resumed

@@ -47,6 +47,8 @@ fn the_help_tables_list_the_codes_of_exit_rs() {
     assert_eq!(listed(cli::STATUS_EXIT_CODES_HELP), status);
     let ledger = [SUCCESS, NOT_FOUND, USAGE, CONFLICT, IDEM_FAILED];
     assert_eq!(listed(cli::LEDGER_EXIT_CODES_HELP), ledger);
+    let pause = [SUCCESS, NOT_FOUND, USAGE, IDEM_FAILED];
+    assert_eq!(listed(cli::PAUSE_EXIT_CODES_HELP), pause);
 }
 
 /// The default of `idem run`'s flag `id`, as clap shows it.
@@ -66,6 +68,7 @@ fn run_default(id: &str) -> String {
 fn the_flags_defaults_are_the_codes_of_exit_rs() {
     assert_eq!(run_default("conflict_exit_code"), CONFLICT.to_string());
     assert_eq!(run_default("skipped_exit_code"), SUCCESS.to_string());
+    assert_eq!(run_default("paused_exit_code"), SUCCESS.to_string());
     assert_eq!(
         run_default("no_retry_on"),
         format!("{CANNOT_EXECUTE},{NOT_FOUND_COMMAND}")
