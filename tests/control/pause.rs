@@ -203,3 +203,38 @@ fn a_bad_until_is_a_usage_error_and_pauses_nothing(backend: &Backend) {
     env.cmd(run_args(&env, "backup", &[])).succeeds();
     assert_eq!(env.count("n"), 1);
 }
+
+/// `idem ARGS` as if started at `when` (UTC), under faketime.
+fn at(env: &Env, when: &str, args: &[&str]) -> crate::util::Idem {
+    env.cmd(args)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .under(&["faketime", "-f", &format!("@{when}")])
+}
+
+/// A daily job paused on 3 December: on the 6th it is paused, not
+/// overdue, and only the periods that began before its pause are missed;
+/// resumed, the days it was paused count again. (The SQLite ledger alone:
+/// a shared one stamps times by the database's clock, which faketime
+/// does not move.)
+#[test]
+fn a_paused_job_is_never_overdue_and_its_paused_periods_are_not_missed() {
+    if !crate::util::have_faketime() {
+        return;
+    }
+    let env = Env::new();
+    let daily = ["run", "--key", "d-{date}", "--", "true"];
+    at(&env, "2026-12-01 08:00:00", &daily).succeeds();
+    at(&env, "2026-12-03 08:00:00", &["pause", "d-{date}"]).succeeds();
+    let status = at(&env, "2026-12-06 12:00:00", &["status", "--json"])
+        .succeeds()
+        .json();
+    assert_eq!(status[0]["state"], "paused", "{status}");
+    // 2 and 3 December (which began before the pause); not the 4th or 5th.
+    assert_eq!(status[0]["missed"], 2, "{status}");
+    at(&env, "2026-12-06 12:00:00", &["resume", "d-{date}"]).succeeds();
+    let status = at(&env, "2026-12-06 12:00:00", &["status", "--json"])
+        .expect_code(1)
+        .json();
+    assert_eq!(status[0]["state"], "overdue", "{status}");
+    assert_eq!(status[0]["missed"], 4, "{status}");
+}
