@@ -36,6 +36,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Ledger(command) => {
             cmd::ledger::run(command, &location()?, global.quiet, global.color)
         }
+        Command::Stop(args) => cmd::stop::run(args, &location()?, global.quiet),
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
         Command::Status(args) => cmd::status::run(args, &location()?, global.color),
         Command::Serve(args) => serve::run(args, &location()?, global.quiet),

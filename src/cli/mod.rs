@@ -10,6 +10,7 @@ mod help;
 mod ledger;
 mod run;
 mod serve;
+mod stop;
 mod values;
 
 use std::ffi::OsString;
@@ -23,6 +24,7 @@ pub use help::{
 pub use ledger::{DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
 pub use run::{OnAbandoned, Progress, RunArgs};
 pub use serve::{listen_address, ServeArgs};
+pub use stop::{StopArgs, STOP_EXIT_CODES_HELP};
 pub use values::{
     duration, signal, switch, ByteSize, CodeSet, SignalNumber, MAX_CAPTURE, MAX_DURATION,
 };
@@ -108,6 +110,19 @@ pub enum Command {
     /// every job is ok or running, 1 otherwise, so it can serve as a check.
     #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
     Status(StatusArgs),
+    /// Stop the running runs of keys, wherever they run
+    ///
+    /// The whole run (its command and every process it started) gets
+    /// --signal, then SIGKILL after the grace, as a signal passed on by its
+    /// idem would; the run is recorded failed, "stopped by user@host", and
+    /// never retried. The request is written in the ledger: on a shared
+    /// ledger the run's owner reads it with its next heartbeat (within a
+    /// third of its lease); on a local one idem also signals the run's
+    /// processes itself, so a frozen owner's run stops too. A run whose
+    /// owner is gone is marked abandoned. Waits until the stopped runs are
+    /// recorded over (--wait).
+    #[command(after_long_help = STOP_EXIT_CODES_HELP)]
+    Stop(StopArgs),
     /// Check a ledger for problems without changing anything
     ///
     /// Checks the ledger of --db. A SQLite file: schema version, PRAGMA

@@ -41,6 +41,7 @@ mod outcome;
 mod reads;
 mod rows;
 mod schema;
+mod stops;
 mod tx;
 mod url;
 

@@ -18,6 +18,7 @@ mod open;
 pub(super) mod path;
 mod rows;
 mod statements;
+mod stops;
 mod tx;
 
 use std::fs::File;

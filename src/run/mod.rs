@@ -30,6 +30,9 @@ mod decide;
 mod execute;
 mod lease;
 mod locks;
+mod replace;
+pub mod stop;
+mod stopped;
 mod streams;
 
 use std::io::Write;
