@@ -35,4 +35,10 @@ pub trait Inspect {
 
     /// Every key whose head is running, in key order, with its owner.
     fn running(&mut self) -> Result<Vec<(String, Owner)>, String>;
+
+    /// The requests to stop a running run that its owner has not seen
+    /// yet, oldest first (see `ledger::stops`).
+    fn pending_stops(&mut self) -> Result<Vec<super::StopRequest>, String> {
+        Ok(Vec::new())
+    }
 }

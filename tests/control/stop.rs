@@ -136,12 +136,19 @@ fn a_run_whose_idem_is_frozen_still_stops() {
         || pids.iter().all(|pid| !crate::util::lives(*pid)),
     );
     assert_eq!(env.show_json("k")["status"], "running");
+    let doctor = crate::util::text(&env.run(["doctor"]).stdout);
+    assert!(
+        doctor.contains("1 stop request(s) not yet seen by the run's owner: k (by "),
+        "{doctor}"
+    );
     kill(idem, Signal::SIGCONT).unwrap();
     let ended = eventually("idem to end", Duration::from_secs(30), || {
         owner.try_wait().unwrap()
     });
     assert_eq!(ended.code(), Some(143));
     recorded_stopped(&env, "k");
+    let doctor = crate::util::text(&env.run(["doctor"]).stdout);
+    assert!(doctor.contains("none pending"), "{doctor}");
 }
 
 /// The pid of the guardian idem `idem` forked.

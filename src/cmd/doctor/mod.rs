@@ -4,6 +4,7 @@
 
 mod postgres;
 mod sqlite;
+mod stops;
 
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -192,6 +193,7 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
             None::<String>,
         ),
     }
+    stops::pending(ledger, report);
 }
 
 /// Reports the keys whose head is `running`: stuck when the owner is gone

@@ -8,6 +8,7 @@ use super::super::inspect::{Inspect, Schema};
 use super::super::Owner;
 use super::rows::running_heads;
 use super::schema::LATEST;
+use super::stops::pending;
 use super::{connect, PostgresLedger};
 
 pub struct PostgresInspector {
@@ -51,5 +52,9 @@ impl Inspect for PostgresInspector {
             .into_iter()
             .map(|(run, owner)| (run.key, owner))
             .collect())
+    }
+
+    fn pending_stops(&mut self) -> Result<Vec<super::super::StopRequest>, String> {
+        pending(&mut self.client).map_err(|error| connect::describe(&error))
     }
 }

@@ -5,6 +5,7 @@ use anyhow::Result;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use super::client::Client;
 use super::rows::{maybe_time, time};
 use super::PostgresLedger;
 use crate::ledger::stops::{StopRequest, Stops};
@@ -20,6 +21,25 @@ fn request_from_row(row: &Row) -> Result<StopRequest, tokio_postgres::Error> {
         signal: row.try_get("signal")?,
         seen_at: maybe_time(row, "seen_at")?,
     })
+}
+
+/// The requests to stop a running run not yet seen by its owner, oldest
+/// first; none in a schema from before stops were kept.
+pub(super) fn pending(client: &mut Client) -> Result<Vec<StopRequest>, tokio_postgres::Error> {
+    let exists = client.query_typed_one("SELECT to_regclass('idem.stops') IS NOT NULL", &[])?;
+    if !exists.try_get::<_, bool>(0)? {
+        return Ok(Vec::new());
+    }
+    client
+        .query_typed(
+            "SELECT s.run_id, s.key, s.by, s.requested_at, s.signal, s.seen_at
+             FROM idem.stops s JOIN idem.runs r ON r.run_id = s.run_id
+             WHERE s.seen_at IS NULL AND r.status = 'running' ORDER BY s.requested_at",
+            &[],
+        )?
+        .iter()
+        .map(request_from_row)
+        .collect()
 }
 
 impl Stops for PostgresLedger {

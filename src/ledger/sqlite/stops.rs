@@ -6,7 +6,7 @@ use rusqlite::{params, OptionalExtension, Row};
 use uuid::Uuid;
 
 use super::durability::Sync;
-use super::rows::{get, millis, timestamp, uuid_at};
+use super::rows::{get, millis, timestamp, uuid_at, RUNNING};
 use super::SqliteLedger;
 use crate::ledger::stops::{StopRequest, Stops};
 
@@ -21,6 +21,31 @@ fn request_from_row(row: &Row<'_>) -> rusqlite::Result<StopRequest> {
         signal: get(row, 4)?,
         seen_at: get::<Option<i64>>(row, 5)?.map(timestamp).transpose()?,
     })
+}
+
+/// The requests to stop a running run not yet seen by its owner, oldest
+/// first; none in a ledger from before stops were kept.
+pub(super) fn pending(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<StopRequest>> {
+    let tables: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'stops'",
+        [],
+        |row| row.get(0),
+    )?;
+    if tables == 0 {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {} FROM stops s JOIN runs r ON r.run_id = s.run_id
+         WHERE s.seen_at IS NULL AND r.status = {RUNNING} ORDER BY s.id",
+        COLUMNS
+            .split(", ")
+            .map(|column| format!("s.{column}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut query = conn.prepare(&sql)?;
+    let rows = query.query_map([], request_from_row)?;
+    rows.collect()
 }
 
 impl Stops for SqliteLedger {
