@@ -37,6 +37,9 @@ _idem_clap() {
             idem,status)
                 cmd="idem__subcmd__status"
                 ;;
+            idem,stop)
+                cmd="idem__subcmd__stop"
+                ;;
             idem__subcmd__help,completions)
                 cmd="idem__subcmd__help__subcmd__completions"
                 ;;
@@ -57,6 +60,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__help,status)
                 cmd="idem__subcmd__help__subcmd__status"
+                ;;
+            idem__subcmd__help,stop)
+                cmd="idem__subcmd__help__subcmd__stop"
                 ;;
             idem__subcmd__help__subcmd__ledger,export)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__export"
@@ -143,7 +149,7 @@ _idem_clap() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status doctor serve completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status stop doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -209,7 +215,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help)
-            opts="run ledger status doctor serve completions help"
+            opts="run ledger status stop doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -419,6 +425,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__stop)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -803,7 +823,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -970,6 +990,40 @@ _idem_clap() {
             fi
             case "${prev}" in
                 --job)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__stop)
+            opts="-q -v -h -V --signal --kill-after --wait --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

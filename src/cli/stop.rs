@@ -10,8 +10,16 @@ Exit codes:
   0    a running run was stopped (or found with its owner gone, and marked abandoned)
   1    nothing of those keys was running
   2    usage error
-  75   a stopped run was not recorded over before --wait ran out
-  125  the ledger could not be read or written";
+  75   a stopped run still ran when --wait ran out
+  125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)
+
+Environment:
+  IDEM_DB   the ledger, as --db
+  TZ        time zone of the times shown
+  PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD  as for idem run
+
+See also:
+idem-run(1), idem-ledger-show(1), kill(1)";
 
 #[derive(Debug, Args)]
 pub struct StopArgs {
