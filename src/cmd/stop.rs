@@ -87,7 +87,12 @@ fn wait(
             let key = run.key.clone();
             match run.look(ledger)? {
                 State::Going => going.push(run),
-                State::Recorded => say(&format!("{key}: stopped, recorded failed")),
+                State::Recorded(Some(status)) => {
+                    say(&format!("{key}: stopped, recorded {}", status.as_str()));
+                }
+                State::Recorded(None) => {
+                    say(&format!("{key}: stopped; the key is another run's now"))
+                }
                 State::Abandoned => say(&format!("{key}: {}; marked abandoned", gone(&run.head))),
             }
         }

@@ -34,7 +34,7 @@ pub enum Found {
     /// The key has no running run.
     NotRunning,
     /// Its running run's owner was gone: the run is now abandoned.
-    Abandoned(Head),
+    Abandoned(Box<Head>),
     /// The run is asked to stop.
     Stopping(Box<Stopping>),
 }
@@ -89,8 +89,8 @@ pub fn stop_head(
 pub enum State {
     /// The run still goes on, or its owner has not recorded it yet.
     Going,
-    /// Its owner recorded it (or another run took the key).
-    Recorded,
+    /// Its owner recorded it so (`None`: another run took the key).
+    Recorded(Option<Status>),
     /// Its owner was gone: the run is now abandoned.
     Abandoned,
 }
@@ -139,15 +139,15 @@ impl Stopping {
         self.press();
         let head = ledger.head(&self.key)?;
         let Some(head) = head.filter(|head| head.run.run_id == self.head.run.run_id) else {
-            return Ok(State::Recorded);
+            return Ok(State::Recorded(None));
         };
         if head.run.status != Status::Running {
-            return Ok(State::Recorded);
+            return Ok(State::Recorded(Some(head.run.status)));
         }
         if owner_gone(&head) {
             return Ok(match abandon(ledger, head)? {
                 Found::Abandoned(_) => State::Abandoned,
-                _ => State::Recorded,
+                _ => State::Recorded(None),
             });
         }
         Ok(State::Going)
@@ -178,7 +178,7 @@ fn abandon(ledger: &mut dyn Ledger, head: Head) -> Result<Found> {
         }
     })?;
     Ok(if marked {
-        Found::Abandoned(head)
+        Found::Abandoned(Box::new(head))
     } else {
         Found::NotRunning
     })

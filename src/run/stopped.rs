@@ -48,9 +48,7 @@ pub(super) fn words(key: &str, request: &StopRequest) -> String {
 /// `code` (its command's, 128+N for signal N), or that was stopped
 /// between attempts (`None`): what a forwarded signal would leave.
 pub(super) fn outcome(request: &StopRequest, code: Option<u8>) -> (u8, Outcome) {
-    let code = code
-        .filter(|code| *code != exit::SUCCESS)
-        .unwrap_or_else(|| exit::for_signal(request.signal));
+    let code = code.unwrap_or_else(|| exit::for_signal(request.signal));
     let outcome = Outcome {
         status: Status::Failed,
         exit_code: code.into(),
@@ -80,8 +78,8 @@ impl Run<'_> {
     }
 
     /// The run's end when a person asked to stop it, after attempt
-    /// `number` ended as `end` (asked only when it did not succeed, or a
-    /// request came with the heartbeat).
+    /// `number` ended as `end`; asked only when it did not succeed (a
+    /// command that exited 0 before the request reached it succeeded).
     pub(super) fn stopped_after(
         &self,
         ledger: &mut dyn Ledger,
@@ -90,7 +88,7 @@ impl Run<'_> {
         requested: Option<i32>,
         output: &mut Output,
     ) -> Option<Ending> {
-        if end.code() == exit::SUCCESS && requested.is_none() {
+        if end.code() == exit::SUCCESS {
             return None;
         }
         let claim = self.claim;
