@@ -38,6 +38,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         Command::Pause(args) => cmd::pause::pause(args, &location()?, global.quiet),
         Command::Resume(args) => cmd::pause::resume(args, &location()?, global.quiet),
+        Command::Stop(args) => cmd::stop::run(args, &location()?, global.quiet),
         Command::Doctor(args) => cmd::doctor::run(args, &location()?),
         Command::Status(args) => cmd::status::run(args, &location()?, global.color),
         Command::Serve(args) => serve::run(args, &location()?, global.quiet),

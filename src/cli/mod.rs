@@ -11,6 +11,7 @@ mod ledger;
 mod pause;
 mod run;
 mod serve;
+mod stop;
 mod values;
 
 use std::ffi::OsString;
@@ -25,6 +26,7 @@ pub use ledger::{DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
 pub use pause::{PauseArgs, ResumeArgs, PAUSE_EXIT_CODES_HELP};
 pub use run::{OnAbandoned, Progress, RunArgs};
 pub use serve::{listen_address, ServeArgs};
+pub use stop::{StopArgs, STOP_EXIT_CODES_HELP};
 pub use values::{
     duration, signal, switch, ByteSize, CodeSet, SignalNumber, MAX_CAPTURE, MAX_DURATION,
 };
@@ -126,6 +128,19 @@ pub enum Command {
     /// Resume a paused job: its next run runs
     #[command(after_long_help = PAUSE_EXIT_CODES_HELP)]
     Resume(ResumeArgs),
+    /// Stop the running runs of keys, wherever they run
+    ///
+    /// The whole run (its command and every process it started) gets
+    /// --signal, then SIGKILL after the grace, as a signal passed on by its
+    /// idem would; the run is recorded failed, "stopped by user@host", and
+    /// never retried. The request is written in the ledger: on a shared
+    /// ledger the run's owner reads it with its next heartbeat (within a
+    /// third of its lease); on a local one idem also signals the run's
+    /// processes itself, so a frozen owner's run stops too. A run whose
+    /// owner is gone is marked abandoned. Waits until the stopped runs are
+    /// recorded over (--wait).
+    #[command(after_long_help = STOP_EXIT_CODES_HELP)]
+    Stop(StopArgs),
     /// Check a ledger for problems without changing anything
     ///
     /// Checks the ledger of --db. A SQLite file: schema version, PRAGMA

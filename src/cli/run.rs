@@ -193,6 +193,18 @@ pub struct RunArgs {
     )]
     pub wait: Option<humantime::Duration>,
 
+    /// If the key is running elsewhere, stop that run (as `idem stop`
+    /// does), wait until none of it lives, then run this one
+    #[arg(
+        long,
+        env = "IDEM_REPLACE",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
+        action = ArgAction::SetTrue,
+        value_parser = switch
+    )]
+    pub replace: bool,
+
     /// A named lock held while the command runs: runs of different keys
     /// sharing it never overlap (repeatable; the variable takes a list, a,b)
     #[arg(

@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod ledger;
 pub mod pause;
 pub mod status;
+pub mod stop;
 
 use std::ffi::OsString;
 

@@ -39,4 +39,10 @@ pub trait Inspect {
     /// The pauses that hold now, in job order (none in a ledger from
     /// before pauses).
     fn pauses(&mut self) -> Result<Vec<Pause>, String>;
+
+    /// The requests to stop a running run that its owner has not seen
+    /// yet, oldest first (see `ledger::stops`).
+    fn pending_stops(&mut self) -> Result<Vec<super::StopRequest>, String> {
+        Ok(Vec::new())
+    }
 }

@@ -67,6 +67,7 @@ mod rules;
 pub mod runlock;
 mod schema;
 mod sqlite;
+pub mod stops;
 mod types;
 
 use anyhow::Result;
@@ -94,6 +95,7 @@ pub(crate) use sqlite::path::read_only_uri;
 pub(crate) use sqlite::path::{disk_full, free_bytes, side_file};
 pub(crate) use sqlite::SqliteInspector;
 pub use sqlite::SqliteLedger;
+pub use stops::{StopRequest, Stops};
 pub use types::*;
 
 /// What a run asks of its ledger on its way, top to bottom: the key's head
@@ -264,6 +266,6 @@ pub trait Records {
 
 /// A whole ledger, as opened: both faces, so that one handle serves a run
 /// and the tools.
-pub trait Ledger: RunLedger + Records {}
+pub trait Ledger: RunLedger + Records + Stops {}
 
-impl<T: RunLedger + Records + ?Sized> Ledger for T {}
+impl<T: RunLedger + Records + Stops + ?Sized> Ledger for T {}

@@ -42,6 +42,7 @@ mod pauses;
 mod reads;
 mod rows;
 mod schema;
+mod stops;
 mod tx;
 mod url;
 

@@ -221,6 +221,21 @@ pub const MIGRATIONS: &[&str] = &[
         run_id BLOB
     ) WITHOUT ROWID;
     ",
+    // stop requests (`idem stop`, `run --replace`): who asked to stop
+    // which running run, with which signal, and when its owner saw it;
+    // kept as the run's history (`ledger show`).
+    "
+    CREATE TABLE stops (
+        id INTEGER PRIMARY KEY,
+        run_id BLOB NOT NULL,
+        key TEXT NOT NULL,
+        by TEXT NOT NULL,              -- user@host
+        requested_at INTEGER NOT NULL, -- Unix milliseconds, UTC
+        signal INTEGER NOT NULL,
+        seen_at INTEGER
+    );
+    CREATE INDEX stops_by_run ON stops (run_id);
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -19,6 +19,7 @@ pub(super) mod path;
 mod pauses;
 mod rows;
 mod statements;
+mod stops;
 mod tx;
 
 use std::fs::File;

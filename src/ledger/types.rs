@@ -207,6 +207,9 @@ pub struct Claim {
 pub enum Renewal {
     /// The lease runs on.
     Renewed,
+    /// The lease runs on, and a person asked to stop the run with this
+    /// signal (`idem stop`, see `ledger::stops`).
+    Stop(i32),
     /// Another run holds the key or one of its named locks now (the lease
     /// ran out), or the run was marked abandoned.
     TakenOver,

@@ -37,6 +37,11 @@ pub enum Event {
         reason: String,
         grace: Duration,
     },
+    /// A person asked, through the ledger, to stop the run (`idem stop`):
+    /// `signal`, then SIGKILL after `--kill-after`, as a forwarded signal.
+    Requested {
+        signal: i32,
+    },
 }
 
 /// The byte that says a request waits in the queue.

@@ -61,6 +61,13 @@ impl Stopper {
         self.requests.send(Event::Stop { reason, grace });
     }
 
+    /// A person asked to stop the run (`idem stop`): `signal` to every
+    /// process of the attempt, SIGKILL after `--kill-after`; no attempt
+    /// follows.
+    pub fn request(&self, signal: i32) {
+        self.requests.send(Event::Requested { signal });
+    }
+
     /// The lease holds until monotonic ms `until`; past it the guardian
     /// stops the run, and SIGKILLs it `grace` later.
     pub fn renewed(&self, until: i64, grace: Duration) {
@@ -77,6 +84,8 @@ pub struct Supervisor {
     events: Events,
     /// The first reason a [`Stopper`] gave; no attempt starts after it.
     stopped: std::cell::RefCell<Option<String>>,
+    /// The signal of a stop a person requested; no attempt starts after it.
+    requested: std::cell::Cell<Option<i32>>,
     link: Arc<Mutex<Link>>,
 }
 
@@ -88,6 +97,7 @@ impl Supervisor {
         Ok(Supervisor {
             events: Events::new()?,
             stopped: Default::default(),
+            requested: Default::default(),
             link: Default::default(),
         })
     }
@@ -116,6 +126,10 @@ impl Supervisor {
                     self.note_stop(reason);
                     return None;
                 }
+                Some(Event::Requested { signal }) => {
+                    self.note_request(signal);
+                    return None;
+                }
                 Some(_) | None => {}
             }
         }
@@ -127,6 +141,10 @@ impl Supervisor {
             Event::Signal(signal) => Some(signal),
             Event::Stop { reason, .. } => {
                 self.note_stop(reason);
+                None
+            }
+            Event::Requested { signal } => {
+                self.note_request(signal);
                 None
             }
             _ => None,
@@ -144,6 +162,18 @@ impl Supervisor {
     /// Why a [`Stopper`] asked to stop, if one did.
     pub fn stopped(&self) -> Option<String> {
         self.stopped.borrow().clone()
+    }
+
+    /// The signal of a stop a person requested, if one came (see
+    /// [`Stopper::request`]).
+    pub fn requested(&self) -> Option<i32> {
+        self.requested.get()
+    }
+
+    fn note_request(&self, signal: i32) {
+        if self.requested.get().is_none() {
+            self.requested.set(Some(signal));
+        }
     }
 
     fn note_stop(&self, reason: String) {
@@ -397,6 +427,9 @@ impl Supervisor {
                 Some(Event::Stop { reason, grace }) => {
                     self.on_stop(&mut watch, reason, grace.min(spec.kill_after));
                 }
+                Some(Event::Requested { signal }) => {
+                    self.on_request(&mut watch, signal, spec.kill_after);
+                }
                 Some(Event::Signal(signal)) => self.on_signal(&mut watch, signal, waiting),
                 None => self.on_time(&mut watch, spec),
             }
@@ -414,6 +447,17 @@ impl Supervisor {
         if self.stopped().is_none() {
             self.note_stop(reason);
             self.signal_attempt(watch, libc::SIGTERM, true);
+            watch.kill_at = Some(Instant::now() + grace);
+            watch.deadline = None;
+        }
+    }
+
+    /// A person asked to stop the run: `signal` to all of it, as a
+    /// forwarded signal, and SIGKILL `grace` later.
+    fn on_request(&self, watch: &mut Supervision, signal: i32, grace: Duration) {
+        if self.requested().is_none() {
+            self.note_request(signal);
+            self.signal_attempt(watch, signal, true);
             watch.kill_at = Some(Instant::now() + grace);
             watch.deadline = None;
         }

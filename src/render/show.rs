@@ -46,6 +46,9 @@ pub fn text(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
         for hook in ledger.hooks(run.run_id)? {
             writeln!(out, "  {}", hook_text(&hook, &zone))?;
         }
+        if let Some(stop) = ledger.stop_of(run.run_id)? {
+            writeln!(out, "  {}", stop.words(run.status, &zone))?;
+        }
     }
     let shown_runs = 1 + shown.earlier.len() as u64;
     let hidden = shown.total.saturating_sub(shown_runs);

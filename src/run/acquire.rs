@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::config::Config;
 use super::decide::{decide, Refusal, Rules, Verdict};
+use super::replace::Replacer;
 use super::{catchup, locks, WAIT_POLL};
 use crate::exit::{self, Failure};
 use crate::ledger::{Claim, Head, Ledger, NewRun, Plan};
@@ -34,8 +35,11 @@ pub(super) fn acquire(
         config,
         key,
         reporter,
-        wait_until: config.wait.map(|wait| Instant::now() + wait),
+        wait_until: (config.wait)
+            .or(Replacer::wait(config))
+            .map(|wait| Instant::now() + wait),
         spinner: None,
+        replacer: Replacer::default(),
     };
     loop {
         let rules = config.rules(Timestamp::now());
@@ -80,6 +84,8 @@ struct Acquirer<'a> {
     wait_until: Option<Instant>,
     /// Shown while waiting (see `wait_a_moment`).
     spinner: Option<Option<report::Spinner>>,
+    /// `--replace`: the stop of the run that holds the key.
+    replacer: Replacer,
 }
 
 impl Acquirer<'_> {
@@ -176,6 +182,10 @@ impl Acquirer<'_> {
         let key = self.key;
         if !refusal.held() {
             drop(self.spinner.take());
+        }
+        if self.config.replace && matches!(refusal, Refusal::Busy { .. }) {
+            self.replacer
+                .busy(self.config, head, ledger, self.reporter)?;
         }
         let holder = match refusal {
             Refusal::Skip { finished_at } => {

@@ -49,6 +49,8 @@ pub struct Config {
     /// The command's fingerprint (see [`key::fingerprint`]).
     pub fingerprint: [u8; 32],
     pub force: bool,
+    /// `--replace`: a run that holds the key is stopped, then this one runs.
+    pub replace: bool,
     pub ttl: Option<Duration>,
     pub on_abandoned: OnAbandoned,
     pub retry: RetryPolicy,
@@ -105,6 +107,7 @@ impl Config {
             command: args.command.clone(),
             shell: args.shell,
             force: args.force,
+            replace: args.replace,
             ttl: args.ttl.map(Into::into),
             on_abandoned: match args.on_abandoned {
                 cli::OnAbandoned::Rerun => OnAbandoned::Rerun,

@@ -123,6 +123,11 @@ impl Run<'_> {
         if let Some(signal) = supervisor.pending_signal() {
             return Step::Over(Ending::interrupted(signal));
         }
+        if number > 1 || supervisor.requested().is_some() {
+            if let Some(ending) = self.stop_requested(ledger, supervisor.requested(), output) {
+                return Step::Over(ending);
+            }
+        }
         if let Some(reason) = supervisor.stopped() {
             self.reporter
                 .notice(output.lines(), &format!("{key}: {reason}"));
@@ -165,7 +170,13 @@ impl Run<'_> {
         );
         drop(watch);
         match attempted {
-            Ok(end) => self.after(end, number, spec.terminal, ledger, output),
+            Ok(mut end) => {
+                let asked = supervisor.requested();
+                match self.stopped_after(ledger, &mut end, number, asked, output) {
+                    Some(ending) => Step::Over(ending),
+                    None => self.after(end, number, spec.terminal, ledger, output),
+                }
+            }
             Err(error) => Step::Over(unended(error, number)),
         }
     }
@@ -527,7 +538,7 @@ fn failed(code: u8, signal: Option<i32>) -> Outcome {
 
 /// The ledger's record of an attempt; takes the output tails, which may be
 /// megabytes, rather than copy them.
-fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
+pub(super) fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
     Attempt {
         number,
         started_at: Some(end.started_at),

@@ -6,7 +6,9 @@
 //! keep failing for two thirds of the lease (database gone, network cut),
 //! or the claim turns out lost (taken over, or gone with a failover that
 //! lost its commit), the command is stopped (SIGTERM to its group, SIGKILL
-//! at most lease/6 later), well before the lease runs out.
+//! at most lease/6 later), well before the lease runs out. A heartbeat
+//! also reads whether a person asked to stop the run (`idem stop`), so the
+//! run stops within a third of its lease of the request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -26,6 +28,8 @@ pub struct Lease {
 enum Beat {
     /// When the renewal that succeeded was sent, on both clocks.
     Renewed(Instant, i64),
+    /// A person asked to stop the run with this signal (`idem stop`).
+    Stop(i32),
     /// The claim is no longer this run's: how it was lost.
     Lost(Renewal),
     Failed(String),
@@ -83,6 +87,13 @@ impl Renewer {
             let beat = match result {
                 Ok(Renewal::Renewed) => {
                     wait = self.every;
+                    Beat::Renewed(sent, sent_ms)
+                }
+                Ok(Renewal::Stop(signal)) => {
+                    wait = self.every;
+                    if beats.send(Beat::Stop(signal)).is_err() {
+                        return;
+                    }
                     Beat::Renewed(sent, sent_ms)
                 }
                 Ok(lost) => Beat::Lost(lost),
@@ -157,6 +168,7 @@ impl Watcher {
                     guard(&stopper, lease, at_ms);
                 }
                 Ok(Beat::Failed(error)) => last_error = Some(error),
+                Ok(Beat::Stop(signal)) => stopper.request(signal),
                 Ok(Beat::Lost(how)) => break lost(&key, how),
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() < deadline {

@@ -31,6 +31,9 @@ mod execute;
 mod lease;
 mod locks;
 mod paused;
+mod replace;
+pub mod stop;
+mod stopped;
 mod streams;
 
 use std::io::Write;

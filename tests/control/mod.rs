@@ -1,7 +1,10 @@
-//! Fleet control: holding a job's runs back (`pause`, `resume`), on every
-//! ledger, with hosts made as UTS namespaces of their own.
+//! Fleet control: holding a job's runs back (`pause`, `resume`), stopping
+//! runs wherever they run (`stop`, `run --replace`), on every ledger, with
+//! hosts made as UTS namespaces of their own.
 
 mod pause;
+mod replace;
+mod stop;
 
 use std::process::{Command, Stdio};
 

@@ -4,6 +4,7 @@
 
 mod postgres;
 mod sqlite;
+mod stops;
 
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -193,6 +194,7 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
         ),
     }
     super::pause::doctor_line(ledger.pauses(), &mut report.checks, &mut report.facts);
+    stops::pending(ledger, report);
 }
 
 /// Reports the keys whose head is `running`: stuck when the owner is gone

@@ -8,6 +8,7 @@ use super::super::inspect::{Inspect, Schema};
 use super::super::Owner;
 use super::rows::running_heads;
 use super::schema::LATEST;
+use super::stops::pending;
 use super::{connect, PostgresLedger};
 
 pub struct PostgresInspector {
@@ -62,5 +63,9 @@ impl Inspect for PostgresInspector {
             }
             read => read.map_err(|error| connect::describe(&error)),
         }
+    }
+
+    fn pending_stops(&mut self) -> Result<Vec<super::super::StopRequest>, String> {
+        pending(&mut self.client).map_err(|error| connect::describe(&error))
     }
 }

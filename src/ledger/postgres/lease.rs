@@ -20,18 +20,28 @@ pub(super) fn heartbeat(
 ) -> Result<Renewal, tokio_postgres::Error> {
     // The run's id too, not the epoch alone: after a failover that lost
     // commits, the new primary may hand the same epoch to another run.
-    let renewed = client.execute_typed(
-        "UPDATE idem.keys k SET lease_until = clock_timestamp() + k.lease
-         FROM idem.runs r
-         WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.run_id = $3
-             AND r.status = 'running'",
+    // A stop request for the run is read in the same round trip.
+    let row = client.query_typed_one(
+        "WITH renewed AS (
+             UPDATE idem.keys k SET lease_until = clock_timestamp() + k.lease
+             FROM idem.runs r
+             WHERE k.key = $1 AND k.epoch = $2 AND r.id = k.head AND r.run_id = $3
+                 AND r.status = 'running'
+             RETURNING 1)
+         SELECT (SELECT count(*) FROM renewed) AS renewed,
+             (SELECT signal FROM idem.stops WHERE run_id = $3
+              ORDER BY requested_at LIMIT 1) AS stop",
         typed![&claim.key => TEXT, &claim.token => INT8, &claim.run_id => UUID],
-    )? == 1;
-    if !renewed {
+    )?;
+    if row.try_get::<_, i64>("renewed")? != 1 {
         return lost(client, claim);
     }
+    let renewed = match row.try_get::<_, Option<i32>>("stop")? {
+        Some(signal) => Renewal::Stop(signal),
+        None => Renewal::Renewed,
+    };
     if claim.locks.is_empty() {
-        return Ok(Renewal::Renewed);
+        return Ok(renewed);
     }
     // A lock whose lease ran out may have gone to another run: then
     // this one has lost it, like a key, and must stop.
@@ -41,7 +51,7 @@ pub(super) fn heartbeat(
         typed![&claim.run_id => UUID, &claim.locks => TEXT_ARRAY],
     )?;
     Ok(if locks as usize == claim.locks.len() {
-        Renewal::Renewed
+        renewed
     } else {
         Renewal::TakenOver
     })

@@ -141,6 +141,20 @@ pub const MIGRATIONS: &[&str] = &[
         until timestamptz,
         run_id uuid
     );
+    ",
+    "
+    -- stop requests (`idem stop`, `run --replace`): who asked to stop
+    -- which running run, with which signal, and when its owner saw it.
+    -- No serial id: a role granted rights on the tables alone may write it.
+    CREATE TABLE idem.stops (
+        run_id uuid NOT NULL,
+        key text NOT NULL,
+        by text NOT NULL,
+        requested_at timestamptz NOT NULL,
+        signal integer NOT NULL,
+        seen_at timestamptz
+    );
+    CREATE INDEX stops_by_run ON idem.stops (run_id);
 ",
 ];
 

@@ -17,6 +17,7 @@ use super::durability::LOCK_WAIT;
 use super::open::{schema_state, versions};
 use super::path::{check_one_name, judge_new_ledger, read_only_uri, side_file, symbolic_link};
 use super::rows::{get, running_heads, RUNNING, SUCCEEDED};
+use super::stops::pending;
 use crate::exit::io_words;
 
 pub struct SqliteInspector {
@@ -160,5 +161,9 @@ impl Inspect for SqliteInspector {
     fn pauses(&mut self) -> Result<Vec<super::super::Pause>, String> {
         super::pauses::read_pauses(&self.conn, None, jiff::Timestamp::now())
             .map_err(|error| error.to_string())
+    }
+
+    fn pending_stops(&mut self) -> Result<Vec<super::super::StopRequest>, String> {
+        pending(&self.conn).map_err(|error| error.to_string())
     }
 }

@@ -194,7 +194,7 @@ fn unknown_status(shown: impl std::fmt::Display) -> FromSqlError {
 }
 
 /// A run id stored as 16 bytes.
-fn uuid_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Uuid> {
+pub(super) fn uuid_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Uuid> {
     let bytes: Vec<u8> = get(row, at)?;
     Uuid::from_slice(&bytes).map_err(|error| {
         rusqlite::Error::FromSqlConversionFailure(at, rusqlite::types::Type::Blob, error.into())
