@@ -9,6 +9,7 @@ mod attempts;
 mod completions;
 mod concurrency;
 mod containment;
+mod control;
 mod env_defaults;
 mod examples;
 mod failures;

@@ -348,6 +348,14 @@ pub struct Locks {
     pub names: Vec<String>,
 }
 
+/// A named lock a run asks for (`--lock NAME:N`): at most `slots` runs
+/// holding `name` run at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedLock {
+    pub name: String,
+    pub slots: u32,
+}
+
 /// Encodes argv for storage: NUL-separated raw bytes (argv cannot hold NUL),
 /// so non-UTF-8 arguments survive byte for byte.
 pub fn encode_command(command: &[OsString]) -> Vec<u8> {

@@ -129,6 +129,12 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX hooks_by_run ON idem.hooks (run);
 ",
+    "
+    -- 6: a named lock's slots (`--lock NAME:N`): a row for each slot.
+    ALTER TABLE idem.locks ADD COLUMN slot integer NOT NULL DEFAULT 0;
+    ALTER TABLE idem.locks DROP CONSTRAINT locks_pkey;
+    ALTER TABLE idem.locks ADD PRIMARY KEY (name, slot);
+",
 ];
 
 /// The schema version this idem writes.

@@ -1,0 +1,3 @@
+//! Fleet control: what bounds and steers the runs that share a ledger.
+
+mod slots;
