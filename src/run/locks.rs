@@ -12,9 +12,9 @@
 //!
 //! A lock has slots (`--lock NAME:N`, a semaphore): a run takes the first
 //! free one of its N, and starts only while fewer than N runs hold `NAME`,
-//! whatever N they gave. Runs giving different N for one name so each keep
-//! their own bound: at most the largest N run at once, and a run of a
-//! smaller N never starts beside that many or more.
+//! whatever N they gave. Runs that give one name different N so each keep
+//! their own bound: at most the largest N run at once, and no run starts
+//! while its own N or more hold the lock.
 
 use std::time::Instant;
 
