@@ -58,7 +58,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'A success counts for DUR; after that the key runs again [default: forever]')
             [CompletionResult]::new('--catch-up', '--catch-up', [CompletionResultType]::ParameterName, 'First run, oldest first, the earlier periods of the key''s template within the last N whose key never succeeded, back to the job''s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, wait up to DUR and adopt its outcome')
-            [CompletionResult]::new('--lock', '--lock', [CompletionResultType]::ParameterName, 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)')
+            [CompletionResult]::new('--lock', '--lock', [CompletionResultType]::ParameterName, 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)')
             [CompletionResult]::new('--on-abandoned', '--on-abandoned', [CompletionResultType]::ParameterName, 'What to do when the last run died without an outcome')
             [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')

@@ -54,7 +54,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --ttl 'A success counts for DUR; after that the key runs again [default: forever]'
             cand --catch-up 'First run, oldest first, the earlier periods of the key''s template within the last N whose key never succeeded, back to the job''s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)'
             cand --wait 'If the key is running elsewhere, wait up to DUR and adopt its outcome'
-            cand --lock 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)'
+            cand --lock 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)'
             cand --on-abandoned 'What to do when the last run died without an outcome'
             cand --skipped-exit-code 'Exit code when skipped because the key succeeded'
             cand --conflict-exit-code 'Exit code when the key is running elsewhere'

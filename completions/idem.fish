@@ -55,7 +55,7 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l splay -d 'Wait a rando
 complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap (repeatable; the variable takes a list, a,b)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r

@@ -206,13 +206,14 @@ pub struct RunArgs {
     pub replace: bool,
 
     /// A named lock held while the command runs: runs of different keys
-    /// sharing it never overlap (repeatable; the variable takes a list, a,b)
+    /// sharing it never overlap; NAME:N gives it N slots, so at most N run
+    /// at once (repeatable; the variable takes a list, a,b:2)
     #[arg(
         long,
         env = "IDEM_LOCK",
         hide_env_values = true,
         help_heading = CONCURRENCY,
-        value_name = "NAME",
+        value_name = "NAME[:N]",
         value_delimiter = ','
     )]
     pub lock: Vec<String>,

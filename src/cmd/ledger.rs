@@ -8,7 +8,8 @@ use jiff::Timestamp;
 
 use crate::cli::{ColorChoice, LedgerCommand, ListArgs};
 use crate::exit::{self, Failure};
-use crate::ledger::{self, Attempt, ListFilter, Location, Status};
+use crate::ledger::{self, Attempt, ListFilter, Location, Owner, Status};
+use crate::process::holders;
 use crate::render;
 
 /// Runs `import` writes per transaction: few commits, bounded memory...
@@ -264,7 +265,7 @@ fn forget(
         let Some(owner) = &busy.busy else {
             return Err(Failure::new(exit::CONFLICT, "a key is running").into());
         };
-        let at = format!(" (pid {} on {})", owner.pid, owner.host);
+        let at = format!(" ({} on {})", holders::describe(owner), owner.host);
         let message = if owner.alive.is_none() {
             format!(
                 "key {} is running{at} under an owner idem cannot judge (claimed by an older idem); nothing was forgotten (check that it is gone, then add --force)",
@@ -281,6 +282,13 @@ fn forget(
     let mut out = summary(quiet);
     for key in report.keys.iter().filter(|key| key.known) {
         writeln!(out, "{}", render::summary::forgotten(key, purge, dry_run))?;
+        if let Some(line) = key
+            .left
+            .as_ref()
+            .and_then(|owner| left_running(&key.key, owner))
+        {
+            exit::say(&line);
+        }
     }
     unknown_keys(
         report
@@ -289,6 +297,19 @@ fn forget(
             .filter(|key| !key.known)
             .map(|key| key.key.as_str()),
     )
+}
+
+/// What `forget` leaves running of a key's run, said: its processes that
+/// still live on this host (forgetting a key stops nothing).
+fn left_running(key: &str, owner: &Owner) -> Option<String> {
+    let living = holders::living(owner);
+    (!living.is_empty()).then(|| {
+        format!(
+            "key {}: its run still has processes running, which forget does not stop: {} (stop them with kill if they must not go on)",
+            render::printable(key),
+            holders::names(&living)
+        )
+    })
 }
 
 /// Says which keys the ledger does not know: exit 1 when there are any.

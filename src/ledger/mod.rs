@@ -155,12 +155,13 @@ pub trait RunLedger {
     /// Stamps that `job` was called (a skip): bookkeeping, not durable.
     fn checked(&mut self, job: &str) -> Result<()>;
 
-    /// Takes the named locks for run `run_id` of the claim to come, each
-    /// its own lease of `lease`; all or none. `None`: one of them is held
-    /// (its name is returned). Local ledgers hold them in the kernel.
+    /// Takes a slot of each named lock for run `run_id` of the claim to
+    /// come, each its own lease of `lease`; all or none. `Err`: every slot
+    /// of one of them is held (its name is returned). Local ledgers hold
+    /// them in the kernel.
     fn take_locks(
         &mut self,
-        names: &[String],
+        locks: &[NamedLock],
         run_id: Uuid,
         lease: std::time::Duration,
     ) -> Result<Result<Locks, String>>;

@@ -56,8 +56,8 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Renewal, Run, RunAttempts,
-    RunLedger, Tails,
+    KeyMetrics, ListFilter, Locks, NamedLock, Outcome, Plan, PruneReport, Records, Renewal, Run,
+    RunAttempts, RunLedger, Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;
@@ -212,11 +212,11 @@ impl RunLedger for PostgresLedger {
 
     fn take_locks(
         &mut self,
-        names: &[String],
+        locks: &[NamedLock],
         run_id: Uuid,
         lease: Duration,
     ) -> Result<Result<Locks, String>> {
-        lease::take_locks(&mut self.client, names, run_id, lease)
+        lease::take_locks(&mut self.client, locks, run_id, lease)
             .map_err(|error| self.fail("take a lock in", &error))
     }
 

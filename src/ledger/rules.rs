@@ -138,6 +138,9 @@ pub(super) fn forget<T: Tx>(
             .and_then(|(_, head)| head.owner.clone())
             .filter(|owner| owner.alive == Some(true) || (owner.alive.is_none() && !force));
         let abandoned = running.is_some() && busy.is_none();
+        let left = running
+            .and_then(|(_, head)| head.owner.clone())
+            .filter(|_| abandoned);
         report.keys.push(ForgottenKey {
             key: key.clone(),
             known: known.contains(key),
@@ -145,6 +148,7 @@ pub(super) fn forget<T: Tx>(
             abandoned,
             runs,
             busy,
+            left,
         });
         if known.contains(key) {
             found.push((key, head.map(|(id, _)| id), abandoned));

@@ -68,6 +68,10 @@ pub struct Hold {
 /// Named locks live above every key's byte: row ids never reach 2^62.
 const NAMED_BASE: i64 = 1 << 62;
 
+/// The most slots a named lock has (`--lock NAME:N`): the bytes after its
+/// slot 0 that a take counts.
+pub const MAX_NAMED_SLOTS: u32 = 1000;
+
 /// A claim's `owner_lock` that names no lock file: an older idem's, whose
 /// run is judged by whatever lock file is at the path.
 pub const UNSTAMPED: i64 = 1;
@@ -115,9 +119,10 @@ fn stamped(recorded: i64, now: i64) -> Stamped {
     }
 }
 
-/// The byte of the named lock `name`: a pinned hash (SHA-256), so every
-/// idem agrees without a table. Two names sharing a byte (one chance in a
-/// trillion) would only exclude each other too, never overlap.
+/// The first byte of the named lock `name`, its slot 0 (its slot i is the
+/// i-th byte after): a pinned hash (SHA-256), so every idem agrees without
+/// a table. Two names whose slots share bytes (about one chance in 500 million)
+/// would only exclude each other too, never overlap.
 pub fn named_slot(name: &str) -> i64 {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(format!("idem-lock-v1\0{name}").as_bytes());
@@ -286,6 +291,26 @@ impl RunLocks {
         ))
     }
 
+    /// Takes a slot of the named lock whose slot 0 is byte `first`: the
+    /// first free byte of its `slots`, kept only while fewer than `slots`
+    /// other runs hold one of its bytes (runs that gave it more slots may
+    /// hold bytes past ours). `None` when it is full.
+    pub fn take_named(&self, first: i64, slots: u32) -> io::Result<Option<Hold>> {
+        for slot in 0..i64::from(slots) {
+            let Some(hold) = self.take(first + slot)? else {
+                continue;
+            };
+            // Counted on the hold's own file, whose byte is not counted:
+            // with it, at most `slots` runs hold the lock.
+            let range = first..first + i64::from(MAX_NAMED_SLOTS);
+            if bytes_held(&*hold.file, range, slots)? >= slots {
+                return Ok(None);
+            }
+            return Ok(Some(hold));
+        }
+        Ok(None)
+    }
+
     /// Whether some run holds key `slot`'s byte. A missing lock file holds
     /// nothing: no idem that locks has run a key of this ledger.
     pub fn held(&self, slot: i64) -> io::Result<bool> {
@@ -353,6 +378,40 @@ impl RunLocks {
 /// a copy, and judges ask the lock file at the path).
 fn ledger_inode(ledger: &Path) -> u64 {
     std::fs::metadata(ledger).map_or(0, |metadata| metadata.ino())
+}
+
+/// How many bytes of `range` open files other than `file` lock, counting
+/// up to `cap`: one question per held byte and per gap between them, as
+/// the kernel answers with one conflicting lock at a time.
+fn bytes_held(file: &impl AsRawFd, range: std::ops::Range<i64>, cap: u32) -> io::Result<u32> {
+    let mut held = 0u32;
+    let mut gaps = vec![range];
+    while let Some(gap) = gaps.pop() {
+        if gap.is_empty() || held >= cap {
+            continue;
+        }
+        let mut lock = byte(gap.start, libc::F_WRLCK);
+        lock.l_len = gap.end - gap.start;
+        // SAFETY: fcntl with F_OFD_GETLK writes into the flock struct we own.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if lock.l_type == libc::F_UNLCK as libc::c_short {
+            continue;
+        }
+        // A lock reaching past the range (or to the end, l_len 0) is
+        // counted within it; several bytes of one holder count as several,
+        // which only keeps a run out.
+        let start = lock.l_start.max(gap.start);
+        let end = match lock.l_len {
+            0 => gap.end,
+            len => (lock.l_start + len).min(gap.end),
+        };
+        held = held.saturating_add(u32::try_from(end - start).unwrap_or(u32::MAX).max(1));
+        gaps.push(gap.start..start);
+        gaps.push(end.max(start + 1)..gap.end);
+    }
+    Ok(held)
 }
 
 fn byte_held(probe: &File, slot: i64) -> io::Result<bool> {
@@ -458,6 +517,34 @@ mod tests {
         drop(attempt);
         assert!(!locks.held(7).expect("asks"));
         assert!(locks.take(7).expect("takes").is_some());
+    }
+
+    /// A named lock's slots: the first free byte of its N, none once N
+    /// runs hold it, whatever N those runs gave.
+    #[test]
+    fn a_named_lock_has_as_many_holders_as_its_slots() {
+        let dir = tempfile::tempdir().expect("a tempdir");
+        let locks = RunLocks::new(&dir.path().join("ledger.db"));
+        let first = named_slot("backup");
+        let one = locks.take_named(first, 2).expect("takes").expect("free");
+        let two = locks.take_named(first, 2).expect("takes").expect("free");
+        assert_eq!((one.slot, two.slot), (first, first + 1));
+        assert!(locks.take_named(first, 2).expect("asks").is_none());
+        assert!(locks.take_named(first, 1).expect("asks").is_none());
+        let three = locks.take_named(first, 3).expect("takes").expect("free");
+        assert_eq!(three.slot, first + 2);
+        drop(one);
+        // Slot 0 is free, but two runs hold the lock: a run of 2 waits,
+        // a run of 3 takes it.
+        assert!(locks.take_named(first, 2).expect("asks").is_none());
+        let four = locks.take_named(first, 3).expect("takes").expect("free");
+        assert_eq!(four.slot, first);
+        drop((two, four));
+        assert!(locks.take_named(first, 1).expect("asks").is_none());
+        let again = locks.take_named(first, 2).expect("takes").expect("free");
+        assert_eq!(again.slot, first);
+        drop(three);
+        assert!(locks.take_named(first + 1, 1).expect("asks").is_some());
     }
 
     /// A lock file deleted, then made anew by another claim, cannot judge

@@ -38,8 +38,8 @@ use super::rules;
 use super::runlock::{Hold, RunLocks};
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Run, RunAttempts,
-    RunLedger, Status, Tails,
+    KeyMetrics, ListFilter, Locks, NamedLock, Outcome, Plan, PruneReport, Records, Run,
+    RunAttempts, RunLedger, Status, Tails,
 };
 use durability::{Sync, LOCK_WAIT};
 pub use inspect::SqliteInspector;
@@ -312,19 +312,19 @@ impl RunLedger for SqliteLedger {
 
     fn take_locks(
         &mut self,
-        names: &[String],
+        wanted: &[NamedLock],
         _run_id: Uuid,
         _lease: Duration,
     ) -> Result<Result<Locks, String>> {
         let mut locks = Locks::default();
-        for name in names {
-            let slot = super::runlock::named_slot(name);
-            match self.locks.take(slot) {
+        for lock in wanted {
+            let first = super::runlock::named_slot(&lock.name);
+            match self.locks.take_named(first, lock.slots) {
                 Ok(Some(hold)) => locks.holds.push(hold),
-                Ok(None) => return Ok(Err(name.clone())),
+                Ok(None) => return Ok(Err(lock.name.clone())),
                 Err(error) => return Err(lock_file_fault(&self.locks, &error).into()),
             }
-            locks.names.push(name.clone());
+            locks.names.push(lock.name.clone());
         }
         // A run whose lock file was deleted or replaced may hold these on
         // its own file, where no byte taken here can see it.
@@ -334,7 +334,7 @@ impl RunLedger for SqliteLedger {
             let moved = runs_on_a_moved_file(&self.conn, stamp)
                 .map_err(|error| self.fail("read", &error))?;
             if moved {
-                return Ok(Err(names[0].clone()));
+                return Ok(Err(wanted[0].name.clone()));
             }
         }
         Ok(Ok(locks))

@@ -50,6 +50,9 @@ pub struct Owner {
     pub pid: u32,
     /// The process group of the command's current attempt, once spawned.
     pub pgid: Option<u32>,
+    /// The run, whose processes carry it (`IDEM_RUN_ID`): they, not idem's
+    /// pid, hold the key once idem is gone.
+    pub run_id: Uuid,
     /// Whether the run lives, as the ledger knows it: by the kernel lock the
     /// run holds (a local ledger) or by its lease (a shared one). `None`:
     /// it cannot be judged (a claim of an idem that did not lock), so it is
@@ -252,6 +255,10 @@ pub struct ForgottenKey {
     pub runs: u64,
     /// The head is running under a live owner: nothing was changed.
     pub busy: Option<Owner>,
+    /// The head was running and is no longer (its owner gone, or not
+    /// judged and forgotten with `--force`): its owner, whose processes
+    /// may live on.
+    pub left: Option<Owner>,
 }
 
 /// What `forget` did. When any key is busy, nothing at all was changed.
@@ -352,6 +359,14 @@ impl Status {
 pub struct Locks {
     pub holds: Vec<runlock::Hold>,
     pub names: Vec<String>,
+}
+
+/// A named lock a run asks for (`--lock NAME:N`): at most `slots` runs
+/// holding `name` run at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedLock {
+    pub name: String,
+    pub slots: u32,
 }
 
 /// Encodes argv for storage: NUL-separated raw bytes (argv cannot hold NUL),

@@ -18,6 +18,7 @@ mod command;
 mod contain;
 mod events;
 mod guardian;
+pub mod holders;
 mod prepare;
 mod scan;
 mod signals;

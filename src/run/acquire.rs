@@ -208,7 +208,7 @@ impl Acquirer<'_> {
             }
             Refusal::Busy { owner, since } => format!(
                 "is running elsewhere: {} on {} since {}",
-                report::holder(&owner),
+                crate::process::holders::describe(&owner),
                 owner.host,
                 crate::render::local_with_zone(since)
             ),

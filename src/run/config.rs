@@ -15,7 +15,7 @@ use crate::alert;
 use crate::cli::{self, RunArgs};
 use crate::exit::{self, Failure};
 use crate::key::{self, Period, Template};
-use crate::ledger::JobInfo;
+use crate::ledger::{JobInfo, NamedLock};
 
 /// The environment twins that make a run's identity or its notifications:
 /// the command does not inherit them, so an idem inside the job is a job of
@@ -63,7 +63,7 @@ pub struct Config {
     pub wait: Option<Duration>,
     pub lease: Duration,
     /// The `--lock` names, once each, in the order they are taken.
-    pub locks: Vec<String>,
+    pub locks: Vec<NamedLock>,
     pub skipped_exit_code: u8,
     pub conflict_exit_code: u8,
     pub paused_exit_code: u8,
@@ -82,7 +82,7 @@ impl Config {
         let template = Template::parse(&args.key)?;
         let key = template.expand_now()?;
         check(args)?;
-        let locks = lock_names(&args.lock)?;
+        let locks = super::locks::parse(&args.lock)?;
         let ping = args.ping.clone();
         if let Some(url) = &ping {
             alert::check_ping(url)?;
@@ -187,33 +187,8 @@ fn check(args: &RunArgs) -> Result<()> {
 
 /// Whether `name` (a job's, a lock's) can be told apart and shown: at most
 /// as long as a key, and without characters that act on the text around.
-fn printable_name(name: &str) -> bool {
+pub(super) fn printable_name(name: &str) -> bool {
     name.len() <= key::MAX_KEY_BYTES && !name.chars().any(key::is_hidden)
-}
-
-/// The lock names once each, in name order (see `locks`), refusing names
-/// that could not be told apart or shown, the first as given.
-fn lock_names(given: &[String]) -> Result<Vec<String>> {
-    for name in given {
-        if name.is_empty() {
-            return Err(Failure::usage(
-                "--lock is empty; name the lock, like --lock backup-disk (IDEM_LOCK takes a,b)",
-            )
-            .into());
-        }
-        if !printable_name(name) {
-            return Err(Failure::usage(format!(
-                "invalid --lock {}: a lock name is at most {} bytes of printable characters",
-                crate::render::printable(name),
-                key::MAX_KEY_BYTES
-            ))
-            .into());
-        }
-    }
-    let mut names = given.to_vec();
-    names.sort();
-    names.dedup();
-    Ok(names)
 }
 
 /// The run's job: `--job`, else the key as typed, with the zone its keys

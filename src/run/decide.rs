@@ -174,6 +174,7 @@ mod tests {
                 host: "h".into(),
                 pid: 1,
                 pgid: None,
+                run_id: uuid::Uuid::nil(),
                 alive: Some(true),
             }),
             read_at: None,

@@ -2,8 +2,10 @@
 //! runs wherever they run (`stop`, `run --replace`), on every ledger, with
 //! hosts made as UTS namespaces of their own.
 
+mod holders;
 mod pause;
 mod replace;
+mod slots;
 mod stop;
 
 use std::process::{Command, Stdio};

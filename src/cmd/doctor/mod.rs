@@ -197,6 +197,13 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
     stops::pending(ledger, report);
 }
 
+/// A running key and who holds it: its run's processes that still live
+/// here once its idem is gone (see `process::holders`).
+fn held(key: &str, owner: &Owner) -> String {
+    let holder = crate::process::holders::describe(owner);
+    format!("{key} ({holder} on {})", owner.host)
+}
+
 /// Reports the keys whose head is `running`: stuck when the owner is gone
 /// (the next `idem run` of such a key marks it abandoned and runs it again).
 fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {
@@ -207,7 +214,10 @@ fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {
         .into_iter()
         .partition(|(_, owner)| owner.presumed_alive());
     if !unjudged.is_empty() {
-        let keys: Vec<&str> = unjudged.iter().map(|(key, _)| key.as_str()).collect();
+        let keys: Vec<String> = unjudged
+            .iter()
+            .map(|(key, owner)| held(key, owner))
+            .collect();
         report.push(
             "running keys",
             Level::Problem,
@@ -234,7 +244,7 @@ fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {
     let shown: Vec<String> = dead
         .iter()
         .take(5)
-        .map(|(key, owner)| format!("{key} (pid {} on {})", owner.pid, owner.host))
+        .map(|(key, owner)| held(key, owner))
         .collect();
     report.push(
         "running keys",

@@ -1,13 +1,13 @@
 //! Leases: a claim's renewed by its owner's heartbeat, and the named locks
-//! (`--lock`), each a row leased to the run that holds it, taken when free
-//! or when its holder's lease ran out, fenced by an epoch from the same
-//! sequence as keys.
+//! (`--lock NAME:N`), each slot a row leased to the run that holds it,
+//! taken when free or when its holder's lease ran out, fenced by an epoch
+//! from the same sequence as keys.
 
 use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::super::{Claim, Locks, Renewal};
+use super::super::{Claim, Locks, NamedLock, Renewal};
 use super::client::Client;
 use super::tx::RELEASE_LOCKS;
 use super::{begin, interval};
@@ -74,40 +74,76 @@ fn lost(client: &mut Client, claim: &Claim) -> Result<Renewal, tokio_postgres::E
     })
 }
 
-/// Takes the named locks for run `run_id`, all or none; the name of one
-/// that is held.
+/// Takes a slot of each named lock for run `run_id`, all or none; the
+/// name of one whose slots are all held.
 pub(super) fn take_locks(
     client: &mut Client,
-    names: &[String],
+    locks: &[NamedLock],
     run_id: Uuid,
     lease: Duration,
 ) -> Result<Result<Locks, String>, tokio_postgres::Error> {
     let mut tx = begin(client)?;
-    for name in names {
-        // Taken only when free or when its holder's lease ran out;
-        // a new epoch fences the one who lost it.
-        let taken = tx.query_typed_opt(
-            "INSERT INTO idem.locks (name, holder, epoch, lease, lease_until)
-             VALUES ($1, $2, nextval('idem.fences'), $3::text::interval,
-                 clock_timestamp() + $3::text::interval)
-             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder,
-                 epoch = excluded.epoch, lease = excluded.lease,
-                 lease_until = excluded.lease_until
-             WHERE idem.locks.lease_until IS NULL
-                 OR idem.locks.lease_until < clock_timestamp()
-             RETURNING epoch",
-            typed![&name => TEXT, &run_id => UUID, &interval(lease) => TEXT],
-        )?;
-        if taken.is_none() {
+    for lock in locks {
+        if !take_slot(&mut tx, lock, run_id, lease)? {
             tx.rollback()?;
-            return Ok(Err(name.clone()));
+            return Ok(Err(lock.name.clone()));
         }
     }
     tx.commit()?;
     Ok(Ok(Locks {
         holds: Vec::new(),
-        names: names.to_vec(),
+        names: locks.iter().map(|lock| lock.name.clone()).collect(),
     }))
+}
+
+/// Takes the first free slot of `lock` while fewer than its slots are
+/// held (runs that gave it more slots may hold rows past its own); false
+/// when it is full. Each slot is a row; a free one has no holder or a
+/// holder whose lease ran out, and a new epoch fences the run that lost it.
+fn take_slot(
+    tx: &mut Client,
+    lock: &NamedLock,
+    run_id: Uuid,
+    lease: Duration,
+) -> Result<bool, tokio_postgres::Error> {
+    // Slot 0's row, made once and locked to the commit, orders the takes
+    // of one name, so that two never count the same free slots; names
+    // are taken in one order, so they cannot deadlock.
+    tx.execute_typed(
+        "INSERT INTO idem.locks (name, slot) VALUES ($1, 0)
+         ON CONFLICT (name, slot) DO UPDATE SET holder = idem.locks.holder",
+        typed![&lock.name => TEXT],
+    )?;
+    let held = tx
+        .query_typed(
+            "SELECT slot FROM idem.locks WHERE name = $1
+                 AND lease_until IS NOT NULL AND lease_until >= clock_timestamp()",
+            typed![&lock.name => TEXT],
+        )?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<Vec<i32>, _>>()?;
+    let Some(free) = (0..i32::try_from(lock.slots).unwrap_or(i32::MAX))
+        .find(|slot| !held.contains(slot))
+        .filter(|_| held.len() < lock.slots as usize)
+    else {
+        return Ok(false);
+    };
+    // Still free when written: a heartbeat may have renewed a lapsed
+    // lease since it was read.
+    let taken = tx.query_typed_opt(
+        "INSERT INTO idem.locks (name, slot, holder, epoch, lease, lease_until)
+         VALUES ($1, $4, $2, nextval('idem.fences'), $3::text::interval,
+             clock_timestamp() + $3::text::interval)
+         ON CONFLICT (name, slot) DO UPDATE SET holder = excluded.holder,
+             epoch = excluded.epoch, lease = excluded.lease,
+             lease_until = excluded.lease_until
+         WHERE idem.locks.lease_until IS NULL
+             OR idem.locks.lease_until < clock_timestamp()
+         RETURNING epoch",
+        typed![&lock.name => TEXT, &run_id => UUID, &interval(lease) => TEXT, &free => INT4],
+    )?;
+    Ok(taken.is_some())
 }
 
 /// Releases the named locks of run `run_id`.

@@ -196,6 +196,7 @@ pub(super) fn owner_from_row(
     Ok(Owner {
         host: run.host.clone(),
         pid: run.pid,
+        run_id: run.run_id,
         pgid: maybe_unsigned(row, at + OwnerCol::Pgid.at())?,
         alive: Some(!expired),
     })

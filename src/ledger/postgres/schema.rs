@@ -156,6 +156,12 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX stops_by_run ON idem.stops (run_id);
 ",
+    "
+    -- a named lock's slots (`--lock NAME:N`): a row for each slot.
+    ALTER TABLE idem.locks ADD COLUMN slot integer NOT NULL DEFAULT 0;
+    ALTER TABLE idem.locks DROP CONSTRAINT locks_pkey;
+    ALTER TABLE idem.locks ADD PRIMARY KEY (name, slot);
+",
 ];
 
 /// The schema version this idem writes.

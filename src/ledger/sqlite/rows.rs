@@ -405,6 +405,7 @@ fn owner_from_row(
     Ok(Owner {
         host: run.host.clone(),
         pid: run.pid,
+        run_id: run.run_id,
         pgid: get(row, at + OwnerCol::Pgid.at())?,
         alive: judge(get(row, at + OwnerCol::KeyId.at())?, lock, boot.as_deref())?,
     })
