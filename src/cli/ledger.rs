@@ -84,6 +84,9 @@ pub struct StatusArgs {
     /// Every column and the whole command, however wide the table
     #[arg(long)]
     pub wide: bool,
+    /// List each job's upstreams (--after) and what a blocked job waits for
+    #[arg(long, conflicts_with = "json")]
+    pub after: bool,
 }
 
 #[derive(Debug, Args)]

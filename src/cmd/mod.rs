@@ -5,6 +5,7 @@ pub mod completions;
 pub mod doctor;
 pub mod ledger;
 pub mod status;
+pub mod upstreams;
 
 use std::ffi::OsString;
 

@@ -24,7 +24,8 @@ const WINDOW: i64 = 10;
 /// Judges every job (or those `--job` matches) and prints them; exit 1
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
-    let jobs = super::ledger::open_to_read(location)?.jobs(args.job.as_deref())?;
+    let mut ledger = super::ledger::open_to_read(location)?;
+    let jobs = ledger.jobs(args.job.as_deref())?;
     if let (true, Some(glob)) = (jobs.is_empty(), &args.job) {
         // A check of a job that is not there is not a job that is fine.
         return Err(Failure::new(
@@ -37,13 +38,17 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
         .into());
     }
     let now = Timestamp::now();
-    let statuses = judged(&jobs, now);
+    let mut statuses = judged(&jobs, now);
+    super::upstreams::apply(ledger.as_mut(), args.job.as_deref(), &mut statuses)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         render::status::json(&mut out, &statuses)?;
+    } else if args.after {
+        super::upstreams::text(&mut out, &statuses, render::Style::for_stdout(colour))?;
     } else {
         let style = render::Style::for_stdout(colour);
         render::status::text(&mut out, &statuses, now, style, args.wide)?;
+        super::upstreams::blocked_lines(&mut out, &statuses)?;
     }
     Ok(if statuses.iter().any(|job| job.state.needs_a_person()) {
         exit::NOT_FOUND
@@ -137,6 +142,8 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
         command: render::lossy_words(&job.command),
         shell: job.shell,
         argv: job.command.clone(),
+        after: Vec::new(),
+        blocked_on: None,
     }
 }
 

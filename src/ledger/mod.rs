@@ -61,6 +61,7 @@ mod inspect;
 mod job;
 pub mod line;
 mod location;
+mod marks;
 mod postgres;
 mod rules;
 pub mod runlock;
@@ -75,6 +76,7 @@ use uuid::Uuid;
 pub(crate) use inspect::{Inspect, Schema};
 pub use job::*;
 pub use location::*;
+pub use marks::*;
 pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the
 /// errors of its own questions to the server (the role's rights) as the
@@ -247,6 +249,6 @@ pub trait Records {
 
 /// A whole ledger, as opened: both faces, so that one handle serves a run
 /// and the tools.
-pub trait Ledger: RunLedger + Records {}
+pub trait Ledger: RunLedger + Records + Dependencies {}
 
-impl<T: RunLedger + Records + ?Sized> Ledger for T {}
+impl<T: RunLedger + Records + Dependencies + ?Sized> Ledger for T {}

@@ -24,6 +24,9 @@ pub enum State {
     /// A periodic job whose last finished period has no success, or that
     /// nothing called in its current period by when it used to be called.
     Overdue,
+    /// Its latest call waited for an upstream job (`--after`) that had not
+    /// succeeded: nothing for a person here, its upstream says why.
+    Blocked,
     Running,
     Ok,
 }
@@ -33,6 +36,7 @@ impl State {
         match self {
             State::Failing => "failing",
             State::Overdue => "overdue",
+            State::Blocked => "blocked",
             State::Running => "running",
             State::Ok => "ok",
         }
@@ -48,7 +52,7 @@ impl State {
 pub struct JobStatus {
     /// The job's name (`--job`, else the key as typed).
     pub job: String,
-    /// `failing`, `overdue`, `running` or `ok`.
+    /// `failing`, `overdue`, `blocked`, `running` or `ok`.
     pub state: State,
     /// The template's finest placeholder (`date`, `hour`...), or null.
     pub period: Option<&'static str>,
@@ -73,6 +77,11 @@ pub struct JobStatus {
     pub command: Vec<String>,
     /// That argv ran as one `/bin/sh -c` script.
     pub shell: bool,
+    /// The upstream key templates its runs wait for (`--after`).
+    pub after: Vec<String>,
+    /// While it is blocked: the upstream keys its latest call waited for;
+    /// null otherwise.
+    pub blocked_on: Option<Vec<String>>,
     /// The argv as bytes, for the table.
     #[serde(skip)]
     pub argv: Vec<OsString>,
@@ -352,6 +361,7 @@ fn state_colour(state: State) -> Color {
     match state {
         State::Failing => Color::Red,
         State::Overdue => Color::Magenta,
+        State::Blocked => Color::Cyan,
         State::Running => Color::Yellow,
         State::Ok => Color::Green,
     }
