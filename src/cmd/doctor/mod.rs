@@ -2,6 +2,7 @@
 //! it, creating and changing nothing: a SQLite file ([`sqlite`]) or a
 //! shared PostgreSQL database ([`postgres`]).
 
+mod cycles;
 mod postgres;
 mod sqlite;
 
@@ -53,6 +54,7 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
         Location::Sqlite(path) => sqlite::examine(path),
         Location::Postgres(url) => postgres::examine(url, &location.display()),
     };
+    cycles::check(location, &mut report);
     containment(&mut report);
     let findings = Findings {
         ledger: location.display(),
