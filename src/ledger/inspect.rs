@@ -35,4 +35,8 @@ pub trait Inspect {
 
     /// Every key whose head is running, in key order, with its owner.
     fn running(&mut self) -> Result<Vec<(String, Owner)>, String>;
+
+    /// Each job that waits for others (`--after`): its template and the
+    /// upstream templates it waits for.
+    fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String>;
 }

@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ledger::{Ledger, Location};
+use crate::ledger::Inspect;
 use crate::render::doctor::Level;
 
 use super::Report;
 
-/// Reports the circles of upstreams, when the ledger's schema is current
-/// (reading an older one would migrate it, and doctor changes nothing).
-pub(super) fn check(location: &Location, report: &mut Report) {
+/// Reports the circles of upstreams the ledger keeps, once its schema is
+/// current (an older one keeps none yet).
+pub(super) fn check(ledger: &mut dyn Inspect, report: &mut Report) {
     let current = report
         .checks
         .iter()
@@ -19,16 +19,13 @@ pub(super) fn check(location: &Location, report: &mut Report) {
     if !current {
         return;
     }
-    let graph = match crate::ledger::open_to_read(location).and_then(|ledger| match ledger {
-        Some(mut ledger) => graph(ledger.as_mut()),
-        None => Ok(BTreeMap::new()),
-    }) {
-        Ok(graph) => graph,
-        Err(error) => {
+    let graph: BTreeMap<String, Vec<String>> = match ledger.upstreams() {
+        Ok(rows) => rows.into_iter().collect(),
+        Err(why) => {
             report.push(
                 "upstreams",
                 Level::Problem,
-                format!("cannot be read: {error:#}"),
+                format!("cannot be read: {why}"),
                 None::<String>,
             );
             return;
@@ -55,27 +52,6 @@ pub(super) fn check(location: &Location, report: &mut Report) {
         ),
         Some("drop one --after of each circle; a blocked run holds nothing, so nothing is stuck meanwhile"),
     );
-}
-
-/// Each job's template and the templates it runs after, by template.
-fn graph(ledger: &mut dyn Ledger) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
-    let templates: BTreeMap<String, String> = ledger
-        .jobs(None)?
-        .into_iter()
-        .map(|job| (job.job, job.template))
-        .collect();
-    let mut graph = BTreeMap::new();
-    for upstreams in ledger.upstreams(None)? {
-        if upstreams.templates.is_empty() {
-            continue;
-        }
-        let template = templates
-            .get(&upstreams.job)
-            .cloned()
-            .unwrap_or(upstreams.job);
-        graph.insert(template, upstreams.templates);
-    }
-    Ok(graph)
 }
 
 /// Every circle of the graph once, each from its smallest template and

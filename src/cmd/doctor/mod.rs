@@ -54,7 +54,6 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
         Location::Sqlite(path) => sqlite::examine(path),
         Location::Postgres(url) => postgres::examine(url, &location.display()),
     };
-    cycles::check(location, &mut report);
     containment(&mut report);
     let findings = Findings {
         ledger: location.display(),

@@ -10,6 +10,25 @@ use super::glob::glob_to_regex;
 use super::rows::maybe_time;
 use super::PostgresLedger;
 
+/// Each job that has upstreams: its template and theirs (`idem doctor`).
+pub(super) fn upstream_graph(
+    client: &mut super::client::Client,
+) -> Result<Vec<(String, Vec<String>)>, tokio_postgres::Error> {
+    client
+        .query(
+            "SELECT template, upstreams FROM idem.jobs WHERE upstreams IS NOT NULL",
+            &[],
+        )?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get("template")?,
+                decode_lines(row.try_get("upstreams")?),
+            ))
+        })
+        .collect()
+}
+
 impl Dependencies for PostgresLedger {
     fn depend(
         &mut self,

@@ -52,4 +52,8 @@ impl Inspect for PostgresInspector {
             .map(|(run, owner)| (run.key, owner))
             .collect())
     }
+
+    fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String> {
+        super::deps::upstream_graph(&mut self.client).map_err(|error| connect::describe(&error))
+    }
 }

@@ -22,6 +22,18 @@ const DEPEND: &str = "INSERT INTO jobs (job, template, zone, upstreams, blocked_
         blocked_at = coalesce(excluded.blocked_at, jobs.blocked_at),
         checked_at = coalesce(excluded.checked_at, jobs.checked_at)";
 
+/// Each job that has upstreams: its template and theirs (`idem doctor`).
+pub(super) fn upstream_graph(
+    conn: &rusqlite::Connection,
+) -> rusqlite::Result<Vec<(String, Vec<String>)>> {
+    let mut statement =
+        conn.prepare("SELECT template, upstreams FROM jobs WHERE upstreams IS NOT NULL")?;
+    let rows = statement.query_map([], |row| {
+        Ok((get(row, "template")?, decode_lines(get(row, "upstreams")?)))
+    })?;
+    rows.collect()
+}
+
 impl Dependencies for SqliteLedger {
     fn depend(
         &mut self,

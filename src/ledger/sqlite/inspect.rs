@@ -156,4 +156,8 @@ impl Inspect for SqliteInspector {
             .map(|(_, run, owner)| (run.key, owner))
             .collect())
     }
+
+    fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String> {
+        super::deps::upstream_graph(&self.conn).map_err(|error| error.to_string())
+    }
 }
