@@ -4,6 +4,7 @@ pub mod complete;
 pub mod completions;
 pub mod doctor;
 pub mod ledger;
+pub mod mark;
 pub mod status;
 pub mod upstreams;
 
