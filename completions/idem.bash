@@ -70,6 +70,9 @@ _idem_clap() {
             idem__subcmd__help__subcmd__ledger,list)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__list"
                 ;;
+            idem__subcmd__help__subcmd__ledger,mark)
+                cmd="idem__subcmd__help__subcmd__ledger__subcmd__mark"
+                ;;
             idem__subcmd__help__subcmd__ledger,metrics)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__metrics"
                 ;;
@@ -97,6 +100,9 @@ _idem_clap() {
             idem__subcmd__ledger,list)
                 cmd="idem__subcmd__ledger__subcmd__list"
                 ;;
+            idem__subcmd__ledger,mark)
+                cmd="idem__subcmd__ledger__subcmd__mark"
+                ;;
             idem__subcmd__ledger,metrics)
                 cmd="idem__subcmd__ledger__subcmd__metrics"
                 ;;
@@ -123,6 +129,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__ledger__subcmd__help,list)
                 cmd="idem__subcmd__ledger__subcmd__help__subcmd__list"
+                ;;
+            idem__subcmd__ledger__subcmd__help,mark)
+                cmd="idem__subcmd__ledger__subcmd__help__subcmd__mark"
                 ;;
             idem__subcmd__ledger__subcmd__help,metrics)
                 cmd="idem__subcmd__ledger__subcmd__help__subcmd__metrics"
@@ -265,7 +274,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__ledger)
-            opts="list show forget prune export import path metrics"
+            opts="list show forget prune export import mark path metrics"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -321,6 +330,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__ledger__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__ledger__subcmd__mark)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -433,7 +456,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import path metrics help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import mark path metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -499,7 +522,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__help)
-            opts="list show forget prune export import path metrics help"
+            opts="list show forget prune export import mark path metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -569,6 +592,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__help__subcmd__mark)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -706,6 +743,36 @@ _idem_clap() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        idem__subcmd__ledger__subcmd__mark)
+            opts="-q -v -h -V --succeeded --reason --job --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --job)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         idem__subcmd__ledger__subcmd__metrics)
             opts="-q -v -h -V --per-key --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -803,7 +870,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --after --after-wait --blocked-exit-code --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -917,6 +984,18 @@ _idem_clap() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --after-wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --blocked-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -963,7 +1042,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__status)
-            opts="-q -v -h -V --job --json --wide --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --job --json --wide --after --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -403,6 +403,14 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// A run's status for people: a success marked by hand says so.
+pub fn status_text(run: &Run) -> String {
+    match &run.note {
+        Some(_) => format!("{} (marked)", run.status.as_str()),
+        None => run.status.as_str().to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,13 +464,5 @@ mod tests {
             "\\x1b]0;t\\x07\\x0d\\u{202e}\\x9b"
         );
         assert!(matches!(printable("ok"), Cow::Borrowed("ok")));
-    }
-}
-
-/// A run's status for people: a success marked by hand says so.
-pub fn status_text(run: &Run) -> String {
-    match &run.note {
-        Some(_) => format!("{} (marked)", run.status.as_str()),
-        None => run.status.as_str().to_owned(),
     }
 }

@@ -18,7 +18,14 @@ fn at(env: &Env, when: &str, args: &[&str]) -> Output {
 
 /// A daily job KEY-{date} after `after`, exiting `code`; its command logs
 /// its key and slot to `log`, its failure hook to `hooks`.
-fn daily(env: &Env, when: &str, job: &str, after: Option<&str>, code: &str, extra: &[&str]) -> Output {
+fn daily(
+    env: &Env,
+    when: &str,
+    job: &str,
+    after: Option<&str>,
+    code: &str,
+    extra: &[&str],
+) -> Output {
     let log = env.path("log");
     let hooks = env.path("hooks");
     let key = format!("{job}-{{date}}");
@@ -27,7 +34,15 @@ fn daily(env: &Env, when: &str, job: &str, after: Option<&str>, code: &str, extr
         log.display()
     );
     let hook = format!("echo \"{job} $IDEM_EVENT\" >> '{}'", hooks.display());
-    let mut args = vec!["run", "--key", &key, "--retries", "0", "--on-failure", &hook];
+    let mut args = vec![
+        "run",
+        "--key",
+        &key,
+        "--retries",
+        "0",
+        "--on-failure",
+        &hook,
+    ];
     if let Some(after) = after {
         args.extend(["--after", after]);
     }
@@ -51,13 +66,29 @@ fn an_upstream_failing_for_days_alerts_and_its_downstream_stays_quiet() {
     }
     let env = Env::new();
     for day in ["2026-03-01", "2026-03-02", "2026-03-03"] {
-        assert_code(&daily(&env, &format!("{day} 02:00:00"), "extract", None, "1", &[]), 1);
-        let report = daily(&env, &format!("{day} 03:00:00"), "report", Some("extract-{date}"), "0", &[]);
+        assert_code(
+            &daily(&env, &format!("{day} 02:00:00"), "extract", None, "1", &[]),
+            1,
+        );
+        let report = daily(
+            &env,
+            &format!("{day} 03:00:00"),
+            "report",
+            Some("extract-{date}"),
+            "0",
+            &[],
+        );
         assert_code(&report, 0);
     }
-    assert_eq!(lines(&env, "hooks"), ["extract failure"; 3], "only the upstream alerts");
+    assert_eq!(
+        lines(&env, "hooks"),
+        ["extract failure"; 3],
+        "only the upstream alerts"
+    );
     assert!(
-        lines(&env, "log").iter().all(|line| line.starts_with("extract-")),
+        lines(&env, "log")
+            .iter()
+            .all(|line| line.starts_with("extract-")),
         "the downstream never ran"
     );
     let status = at(&env, "2026-03-03 04:00:00", &["status", "--json"]);
@@ -81,15 +112,32 @@ fn catch_up_waits_for_each_slot_of_its_upstream() {
     }
     let env = Env::new();
     let report = |when: &str| {
-        daily(&env, when, "report", Some("extract-{date}"), "0", &["--catch-up", "3"])
+        daily(
+            &env,
+            when,
+            "report",
+            Some("extract-{date}"),
+            "0",
+            &["--catch-up", "3"],
+        )
     };
     // Day one: both run, so that both jobs have a history to catch up.
-    assert_code(&daily(&env, "2026-03-01 02:00:00", "extract", None, "0", &[]), 0);
+    assert_code(
+        &daily(&env, "2026-03-01 02:00:00", "extract", None, "0", &[]),
+        0,
+    );
     assert_code(&report("2026-03-01 03:00:00"), 0);
     // 03-02 and 03-03 are missed by both; on 03-04 the upstream catches
     // them up, and its 03-03 fails.
     let fails_0303 = "$([ \"$IDEM_KEY\" = extract-2026-03-03 ] && echo 1 || echo 0)";
-    let extract = daily(&env, "2026-03-04 02:00:00", "extract", None, fails_0303, &["--catch-up", "3"]);
+    let extract = daily(
+        &env,
+        "2026-03-04 02:00:00",
+        "extract",
+        None,
+        fails_0303,
+        &["--catch-up", "3"],
+    );
     assert_code(&extract, 1);
     let before = lines(&env, "log").len();
     assert_code(&report("2026-03-04 03:00:00"), 0);
@@ -106,7 +154,14 @@ fn catch_up_waits_for_each_slot_of_its_upstream() {
     let mark = at(
         &env,
         "2026-03-04 04:00:00",
-        &["ledger", "mark", "extract-2026-03-03", "--succeeded", "--reason", "by hand"],
+        &[
+            "ledger",
+            "mark",
+            "extract-2026-03-03",
+            "--succeeded",
+            "--reason",
+            "by hand",
+        ],
     );
     assert_code(&mark, 0);
     let before = lines(&env, "log").len();

@@ -22,7 +22,14 @@ fn on_host(env: &Env, url: &str, host: &str, args: &[&str]) -> Option<std::proce
     template.env("IDEM_DB", url);
     Some(wrapped(
         &template,
-        &["unshare", "--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host],
+        &[
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            "hostname \"$0\" && exec \"$@\"",
+            host,
+        ],
     ))
 }
 
@@ -39,20 +46,36 @@ fn an_upstream_on_one_host_releases_its_downstream_on_another() {
         &url,
         "host-b",
         &[
-            "run", "--key", "report-{date}", "--after", "extract-{date}", "--after-wait", "60s",
-            "--shell", "--", &report,
+            "run",
+            "--key",
+            "report-{date}",
+            "--after",
+            "extract-{date}",
+            "--after-wait",
+            "60s",
+            "--shell",
+            "--",
+            &report,
         ],
     ) else {
         return;
     };
     let mut downstream = downstream.stderr(Stdio::null()).spawn().unwrap();
-    eventually("host B's run to be blocked", Duration::from_secs(30), || {
-        let status = env.cmd(["status", "--json"]).db(&url).run();
-        serde_json::from_str::<serde_json::Value>(&status.stdout())
-            .ok()
-            .is_some_and(|jobs| jobs.to_string().contains(r#""blocked""#))
-    });
-    assert_eq!(env.count("report"), 0, "blocked while its upstream has not run");
+    eventually(
+        "host B's run to be blocked",
+        Duration::from_secs(30),
+        || {
+            let status = env.cmd(["status", "--json"]).db(&url).run();
+            serde_json::from_str::<serde_json::Value>(&status.stdout())
+                .ok()
+                .is_some_and(|jobs| jobs.to_string().contains(r#""blocked""#))
+        },
+    );
+    assert_eq!(
+        env.count("report"),
+        0,
+        "blocked while its upstream has not run"
+    );
     let extract = env.count_cmd("extract");
     let status = on_host(
         &env,
@@ -77,5 +100,8 @@ fn an_upstream_on_one_host_releases_its_downstream_on_another() {
         .iter()
         .map(|run| (run["job"].as_str().unwrap(), run["host"].as_str().unwrap()))
         .collect();
-    assert_eq!(hosts, [("report-{date}", "host-b"), ("extract-{date}", "host-a")]);
+    assert_eq!(
+        hosts,
+        [("report-{date}", "host-b"), ("extract-{date}", "host-a")]
+    );
 }

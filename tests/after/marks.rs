@@ -47,10 +47,7 @@ fn a_marked_upstream_lets_its_downstream_run(backend: &Backend) {
     // Export and import keep it a mark.
     let export = env.cmd(["ledger", "export"]).succeeds().stdout();
     let moved = crate::util::Env::new();
-    moved
-        .cmd(["ledger", "import"])
-        .stdin(export)
-        .succeeds();
+    moved.cmd(["ledger", "import"]).stdin(export).succeeds();
     let shown = moved.show_json("extract");
     assert_eq!(shown["marked"], true, "{shown:#}");
     assert!(shown["note"].as_str().unwrap().contains("loaded by hand"));
@@ -73,9 +70,16 @@ fn a_running_key_is_not_marked(backend: &Backend) {
         .spawn()
         .unwrap();
     crate::util::wait_for_file(&started, std::time::Duration::from_secs(30), &mut owner);
-    env.cmd(["ledger", "mark", "extract", "--succeeded", "--reason", "by hand"])
-        .expect_code(75)
-        .stderr_has("is running");
+    env.cmd([
+        "ledger",
+        "mark",
+        "extract",
+        "--succeeded",
+        "--reason",
+        "by hand",
+    ])
+    .expect_code(75)
+    .stderr_has("is running");
     std::fs::write(&release, "").unwrap();
     assert!(owner.wait().unwrap().success());
     assert_eq!(env.show_json("extract")["marked"], false);
