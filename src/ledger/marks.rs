@@ -28,10 +28,13 @@ pub struct Upstreams {
 pub trait Dependencies {
     /// Records `job`'s upstream `templates` and, when its call is blocked,
     /// the upstream keys it waits for. Bookkeeping: not durable, and a
-    /// write only when something changed or the call is blocked.
+    /// write only when something changed or the call is blocked. The
+    /// command is kept for a job that has no run yet, so that `status`
+    /// shows what it will run.
     fn depend(
         &mut self,
         job: &JobInfo,
+        command: (&[std::ffi::OsString], bool),
         templates: &[String],
         blocked_on: Option<&[String]>,
     ) -> Result<()>;

@@ -124,7 +124,7 @@ pub(super) fn wait(
             drop(spinner.take());
             if !recorded {
                 // Bookkeeping: a ledger that refuses it changes nothing here.
-                let _ = ledger.depend(&config.job, &typed, None);
+                let _ = ledger.depend(&config.job, (&config.command, config.shell), &typed, None);
             }
             return Ok(None);
         }
@@ -134,17 +134,8 @@ pub(super) fn wait(
             .collect::<Vec<_>>()
             .join(", ");
         if !recorded {
-            let keys: Vec<String> = waiting.iter().map(|(key, _)| key.clone()).collect();
-            let _ = ledger.depend(&config.job, &typed, Some(&keys));
             recorded = true;
-            if let Some(wait) = after.wait {
-                reporter.info(|| {
-                    format!(
-                        "{key}: waiting up to {} for {names}",
-                        crate::report::short(wait)
-                    )
-                });
-            }
+            blocked(config, key, &waiting, &names, ledger, reporter);
         }
         if super::wait_a_moment(until, &mut spinner, reporter, |left| {
             format!("{key}: waiting for {names}; {left} left")
@@ -162,6 +153,34 @@ pub(super) fn wait(
             )
         });
         return Ok(Some(after.exit_code));
+    }
+}
+
+/// The run is blocked: its job row says on what (bookkeeping: a ledger
+/// that refuses it changes nothing here), and a wait is said once where a
+/// skip would be (at a terminal the spinner says the rest).
+fn blocked(
+    config: &Config,
+    key: &str,
+    waiting: &[(String, &str)],
+    names: &str,
+    ledger: &mut dyn Ledger,
+    reporter: &Reporter,
+) {
+    let keys: Vec<String> = waiting.iter().map(|(key, _)| key.clone()).collect();
+    let _ = ledger.depend(
+        &config.job,
+        (&config.command, config.shell),
+        &config.after.typed(),
+        Some(&keys),
+    );
+    if let Some(wait) = config.after.wait {
+        reporter.info(|| {
+            format!(
+                "{key}: waiting up to {} for {names}",
+                crate::report::short(wait)
+            )
+        });
     }
 }
 

@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::super::marks::{decode_lines, encode_lines, still_blocked};
-use super::super::{Dependencies, JobInfo, Upstreams};
+use super::super::{encode_command, Dependencies, JobInfo, Upstreams};
 use super::glob::glob_to_regex;
 use super::rows::maybe_time;
 use super::PostgresLedger;
@@ -33,6 +33,7 @@ impl Dependencies for PostgresLedger {
     fn depend(
         &mut self,
         job: &JobInfo,
+        command: (&[std::ffi::OsString], bool),
         templates: &[String],
         blocked_on: Option<&[String]>,
     ) -> Result<()> {
@@ -45,8 +46,8 @@ impl Dependencies for PostgresLedger {
             .query_typed_one(
                 "WITH u AS (
                      INSERT INTO idem.jobs AS j (job, template, zone, upstreams, blocked_on,
-                         blocked_at, checked_at)
-                     SELECT $1, $2, $3, $4, $5, now(), now()
+                         blocked_at, checked_at, command, shell)
+                     SELECT $1, $2, $3, $4, $5, now(), now(), $6, $7
                      WHERE $5::text IS NOT NULL OR NOT EXISTS (
                          SELECT 1 FROM idem.jobs WHERE job = $1 AND upstreams = $4)
                      ON CONFLICT (job) DO UPDATE SET upstreams = excluded.upstreams,
@@ -61,6 +62,8 @@ impl Dependencies for PostgresLedger {
                     &job.zone => TEXT,
                     &upstreams => TEXT,
                     &blocked => TEXT,
+                    &encode_command(command.0) => BYTEA,
+                    &command.1 => BOOL,
                 ],
             )
             .map(|_| ())

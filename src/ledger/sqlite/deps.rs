@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use rusqlite::{params, OptionalExtension};
 
 use super::super::marks::{decode_lines, encode_lines, still_blocked};
-use super::super::{Dependencies, JobInfo, Upstreams};
+use super::super::{encode_command, Dependencies, JobInfo, Upstreams};
 use super::durability::Sync;
 use super::rows::{get, millis, time_at};
 use super::SqliteLedger;
@@ -15,8 +15,8 @@ use super::SqliteLedger;
 /// else sets its upstreams and, when blocked, what it waits for; the
 /// call's time is also the job's stamp (it was called).
 const DEPEND: &str = "INSERT INTO jobs (job, template, zone, upstreams, blocked_on, blocked_at,
-        checked_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+        checked_at, command, shell)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8)
     ON CONFLICT (job) DO UPDATE SET upstreams = excluded.upstreams,
         blocked_on = coalesce(excluded.blocked_on, jobs.blocked_on),
         blocked_at = coalesce(excluded.blocked_at, jobs.blocked_at),
@@ -38,6 +38,7 @@ impl Dependencies for SqliteLedger {
     fn depend(
         &mut self,
         job: &JobInfo,
+        command: (&[std::ffi::OsString], bool),
         templates: &[String],
         blocked_on: Option<&[String]>,
     ) -> Result<()> {
@@ -66,7 +67,9 @@ impl Dependencies for SqliteLedger {
                 job.zone,
                 upstreams,
                 blocked,
-                at
+                at,
+                encode_command(command.0),
+                command.1
             ])?;
             Ok(())
         })
