@@ -57,11 +57,12 @@ impl Reader {
 /// Every job as `idem status` judges it, the jobs that need a person
 /// first, as `status` orders them.
 pub fn statuses(ledger: Option<&mut dyn Ledger>, now: Timestamp) -> Result<Vec<JobStatus>> {
-    let jobs = match ledger {
-        Some(ledger) => ledger.jobs(None)?,
-        None => Vec::new(),
+    let Some(ledger) = ledger else {
+        return Ok(Vec::new());
     };
-    Ok(crate::cmd::status::judged(&jobs, now))
+    let mut statuses = crate::cmd::status::judged(&ledger.jobs(None)?, now);
+    crate::cmd::upstreams::apply(ledger, None, &mut statuses)?;
+    Ok(statuses)
 }
 
 /// A job's page: its figures and its latest runs.
