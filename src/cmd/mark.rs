@@ -44,11 +44,11 @@ pub fn mark(
     }
     let mut ledger = ledger::open(location)?;
     let head = ledger.head(&key)?;
-    if let Some(Head { run, .. }) = head
+    if let Some(head) = head
         .as_ref()
         .filter(|head| head.run.status == Status::Running)
     {
-        return Err(busy(&key, run));
+        return Err(busy(&key, head));
     }
     let who = format!("{}@{}", user(), crate::host::name());
     let run = marked_run(&key, typed, job, head.as_ref(), &who, reason);
@@ -69,7 +69,7 @@ pub fn mark(
         let head = ledger.head(&key)?;
         ledger.leave();
         return Err(match head {
-            Some(head) => busy(&key, &head.run),
+            Some(head) => busy(&key, &head),
             None => Failure::new(
                 exit::CONFLICT,
                 format!("key {key} could not be marked; try again"),
@@ -120,16 +120,26 @@ fn marked_run(
     }
 }
 
-fn busy(key: &str, run: &Run) -> anyhow::Error {
-    Failure::new(
-        exit::CONFLICT,
+/// The key is running (or recorded so): nothing is marked over a run
+/// whose outcome is still to come.
+fn busy(key: &str, head: &Head) -> anyhow::Error {
+    let run = &head.run;
+    let gone = head
+        .owner
+        .as_ref()
+        .is_some_and(|owner| !owner.presumed_alive());
+    let message = if gone {
+        format!(
+            "key {key} is recorded running but its owner is gone; nothing was marked: `idem ledger forget {key}` first, then mark it"
+        )
+    } else {
         format!(
             "key {key} is running (pid {} on {}); nothing was marked: mark it once that run has ended",
             run.pid,
             crate::render::printable(&run.host)
-        ),
-    )
-    .into()
+        )
+    };
+    Failure::new(exit::CONFLICT, message).into()
 }
 
 /// The user who marks, by name where the system knows it.
