@@ -72,6 +72,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--alert-after', '--alert-after', [CompletionResultType]::ParameterName, 'A failure is an alert only when it is the job''s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)')
             [CompletionResult]::new('--warn-after', '--warn-after', [CompletionResultType]::ParameterName, 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running')
             [CompletionResult]::new('--ping', '--ping', [CompletionResultType]::ParameterName, 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole')
+            [CompletionResult]::new('--after', '--after', [CompletionResultType]::ParameterName, 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)')
+            [CompletionResult]::new('--after-wait', '--after-wait', [CompletionResultType]::ParameterName, 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have')
+            [CompletionResult]::new('--blocked-exit-code', '--blocked-exit-code', [CompletionResultType]::ParameterName, 'Exit code when blocked by --after (nothing ran)')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run the words after -- as one /bin/sh -c script')
@@ -105,6 +108,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Drop old history and output; never changes what `run` decides')
             [CompletionResult]::new('export', 'export', [CompletionResultType]::ParameterValue, 'Every run with its attempts, as JSON Lines')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Read an export stream from stdin into this ledger (idempotent)')
+            [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -202,6 +206,22 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'idem;ledger;mark' {
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, for the people who read `ledger show` later')
+            [CompletionResult]::new('--job', '--job', [CompletionResultType]::ParameterName, 'The job it belongs to [default: its latest run''s, else the key as typed]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('--succeeded', '--succeeded', [CompletionResultType]::ParameterName, 'Mark it succeeded (the one mark there is)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'idem;ledger;path' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
@@ -236,6 +256,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Drop old history and output; never changes what `run` decides')
             [CompletionResult]::new('export', 'export', [CompletionResultType]::ParameterValue, 'Every run with its attempts, as JSON Lines')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Read an export stream from stdin into this ledger (idempotent)')
+            [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -259,6 +280,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         'idem;ledger;help;import' {
             break
         }
+        'idem;ledger;help;mark' {
+            break
+        }
         'idem;ledger;help;path' {
             break
         }
@@ -274,6 +298,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array')
             [CompletionResult]::new('--wide', '--wide', [CompletionResultType]::ParameterName, 'Every column and the whole command, however wide the table')
+            [CompletionResult]::new('--after', '--after', [CompletionResultType]::ParameterName, 'List each job''s upstreams (--after) and what a blocked job waits for')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
@@ -376,6 +401,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Drop old history and output; never changes what `run` decides')
             [CompletionResult]::new('export', 'export', [CompletionResultType]::ParameterValue, 'Every run with its attempts, as JSON Lines')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Read an export stream from stdin into this ledger (idempotent)')
+            [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
             break
@@ -396,6 +422,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;help;ledger;import' {
+            break
+        }
+        'idem;help;ledger;mark' {
             break
         }
         'idem;help;ledger;path' {

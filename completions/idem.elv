@@ -68,6 +68,9 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --alert-after 'A failure is an alert only when it is the job''s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)'
             cand --warn-after 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running'
             cand --ping 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole'
+            cand --after 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)'
+            cand --after-wait 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have'
+            cand --blocked-exit-code 'Exit code when blocked by --after (nothing ran)'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --shell 'Run the words after -- as one /bin/sh -c script'
@@ -100,6 +103,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand prune 'Drop old history and output; never changes what `run` decides'
             cand export 'Every run with its attempts, as JSON Lines'
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
+            cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -190,6 +194,21 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'idem;ledger;mark'= {
+            cand --reason 'Why, for the people who read `ledger show` later'
+            cand --job 'The job it belongs to [default: its latest run''s, else the key as typed]'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand --succeeded 'Mark it succeeded (the one mark there is)'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'idem;ledger;path'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
@@ -222,6 +241,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand prune 'Drop old history and output; never changes what `run` decides'
             cand export 'Every run with its attempts, as JSON Lines'
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
+            cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -238,6 +258,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         }
         &'idem;ledger;help;import'= {
         }
+        &'idem;ledger;help;mark'= {
+        }
         &'idem;ledger;help;path'= {
         }
         &'idem;ledger;help;metrics'= {
@@ -250,6 +272,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --json 'Print a JSON array'
             cand --wide 'Every column and the whole command, however wide the table'
+            cand --after 'List each job''s upstreams (--after) and what a blocked job waits for'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'
@@ -344,6 +367,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand prune 'Drop old history and output; never changes what `run` decides'
             cand export 'Every run with its attempts, as JSON Lines'
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
+            cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
         }
@@ -358,6 +382,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;ledger;export'= {
         }
         &'idem;help;ledger;import'= {
+        }
+        &'idem;help;ledger;mark'= {
         }
         &'idem;help;ledger;path'= {
         }

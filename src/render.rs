@@ -336,7 +336,7 @@ pub fn runs_table(runs: &[Run], style: Style) -> Table {
         .map(|run| {
             [
                 printable(&run.key).into_owned(),
-                run.status.as_str().to_owned(),
+                status_text(run),
                 exit_text(run.exit_code),
                 run.attempts.to_string(),
                 local(run.started_at, &zone),
@@ -401,6 +401,14 @@ pub fn human_bytes(bytes: u64) -> String {
         unit += 1;
     }
     format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A run's status for people: a success marked by hand says so.
+pub fn status_text(run: &Run) -> String {
+    match &run.note {
+        Some(_) => format!("{} (marked)", run.status.as_str()),
+        None => run.status.as_str().to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 mod util;
 
+mod after;
 mod alerts;
 mod attempts;
 mod completions;

@@ -6,7 +6,9 @@ macro_rules! exit_codes_help {
     () => {
         "\
 Exit codes:
-  0        the command succeeded, or the key already succeeded (skipped) or its job is paused
+  0        the command succeeded, or the key had already succeeded (skipped), its job is
+           paused, or an --after upstream had not (blocked; --blocked-exit-code changes it);
+           nothing was claimed
   N        the command's own exit code on its final attempt
   2        usage error: bad flag, duration, key or template
   65       the key succeeded with a different command; nothing ran (--force runs it)
@@ -138,7 +140,8 @@ Exit codes:
   1    list, show, metrics: no ledger at --db (nothing has run with it yet); show: the key is
        not in the ledger; forget: a key is not (the others are forgotten)
   2    usage error: bad flag, duration, time, or a line import cannot read
-  75   forget: a key is running under a live owner; nothing was forgotten
+  75   forget: a key is running under a live owner; nothing was forgotten; mark: the key is
+       running; nothing was marked
   125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)
 
 Environment:

@@ -61,6 +61,23 @@ pub enum LedgerCommand {
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
     },
+    /// Record a success that did not run (by whom, why): the key is skipped
+    /// and the runs that wait for it (--after) go on; refused (75) while
+    /// the key runs
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
+    Mark {
+        /// The key, or a template (daily-{date}) expanded now
+        key: String,
+        /// Mark it succeeded (the one mark there is)
+        #[arg(long, required = true)]
+        succeeded: bool,
+        /// Why, for the people who read `ledger show` later
+        #[arg(long, value_name = "TEXT", required = true)]
+        reason: String,
+        /// The job it belongs to [default: its latest run's, else the key as typed]
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+    },
     /// Print the resolved ledger location
     #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
     Path,
@@ -84,6 +101,9 @@ pub struct StatusArgs {
     /// Every column and the whole command, however wide the table
     #[arg(long)]
     pub wide: bool,
+    /// List each job's upstreams (--after) and what a blocked job waits for
+    #[arg(long, conflicts_with = "json")]
+    pub after: bool,
 }
 
 #[derive(Debug, Args)]

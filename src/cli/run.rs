@@ -16,6 +16,7 @@ const CONCURRENCY: &str = "Concurrency";
 const OUTPUT: &str = "Output";
 const FLEET: &str = "Fleet";
 const ALERTS: &str = "Alerts";
+const DEPENDENCIES: &str = "Dependencies";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -393,6 +394,43 @@ pub struct RunArgs {
         value_hint = clap::ValueHint::Url
     )]
     pub ping: Option<String>,
+
+    /// Start only once the upstream key TEMPLATE has succeeded (expanded
+    /// now, or at IDEM_SLOT under --catch-up); until then the run is
+    /// blocked and claims nothing (repeatable; the variable takes a list, a,b)
+    #[arg(
+        long,
+        env = "IDEM_AFTER",
+        hide_env_values = true,
+        help_heading = DEPENDENCIES,
+        value_name = "TEMPLATE",
+        value_delimiter = ','
+    )]
+    pub after: Vec<String>,
+
+    /// When blocked by --after, wait up to DUR for the upstream keys to
+    /// succeed, and start as soon as they have
+    #[arg(
+        long,
+        env = "IDEM_AFTER_WAIT",
+        hide_env_values = true,
+        help_heading = DEPENDENCIES,
+        value_name = "DUR",
+        value_parser = duration
+    )]
+    pub after_wait: Option<humantime::Duration>,
+
+    /// Exit code when blocked by --after (nothing ran)
+    #[arg(
+        long,
+        env = "IDEM_BLOCKED_EXIT_CODE",
+        hide_env_values = true,
+        help_heading = DEPENDENCIES,
+        default_value_t = 0,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub blocked_exit_code: u8,
 
     /// The command and its arguments, after --
     #[arg(

@@ -46,6 +46,9 @@ pub fn run(
         LedgerCommand::Export => export(location),
         LedgerCommand::Import { file } => import(file.as_deref(), location, quiet),
         LedgerCommand::Metrics { per_key } => metrics(location, *per_key),
+        LedgerCommand::Mark {
+            key, reason, job, ..
+        } => super::mark::mark(key, reason, job.as_deref(), location, quiet),
     }
 }
 

@@ -4,9 +4,11 @@ pub mod complete;
 pub mod completions;
 pub mod doctor;
 pub mod ledger;
+pub mod mark;
 pub mod pause;
 pub mod status;
 pub mod stop;
+pub mod upstreams;
 
 use std::ffi::OsString;
 

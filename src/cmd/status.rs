@@ -39,13 +39,17 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
         .into());
     }
     let now = Timestamp::now();
-    let statuses = judged(&jobs, &pauses, now);
+    let mut statuses = judged(&jobs, &pauses, now);
+    super::upstreams::apply(ledger.as_mut(), args.job.as_deref(), &mut statuses)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         render::status::json(&mut out, &statuses)?;
+    } else if args.after {
+        super::upstreams::text(&mut out, &statuses, render::Style::for_stdout(colour))?;
     } else {
         let style = render::Style::for_stdout(colour);
         render::status::text(&mut out, &statuses, now, style, args.wide)?;
+        super::upstreams::blocked_lines(&mut out, &statuses)?;
     }
     Ok(if statuses.iter().any(|job| job.state.needs_a_person()) {
         exit::NOT_FOUND
@@ -153,6 +157,8 @@ pub fn judge(
         shell: job.shell,
         argv: job.command.clone(),
         paused: pause.map(super::pause::shown),
+        after: Vec::new(),
+        blocked_on: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn the_flags_defaults_are_the_codes_of_exit_rs() {
     assert_eq!(run_default("conflict_exit_code"), CONFLICT.to_string());
     assert_eq!(run_default("skipped_exit_code"), SUCCESS.to_string());
     assert_eq!(run_default("paused_exit_code"), SUCCESS.to_string());
+    assert_eq!(run_default("blocked_exit_code"), SUCCESS.to_string());
     assert_eq!(
         run_default("no_retry_on"),
         format!("{CANNOT_EXECUTE},{NOT_FOUND_COMMAND}")

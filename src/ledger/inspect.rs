@@ -45,4 +45,8 @@ pub trait Inspect {
     fn pending_stops(&mut self) -> Result<Vec<super::StopRequest>, String> {
         Ok(Vec::new())
     }
+
+    /// Each job that waits for others (`--after`): its template and the
+    /// upstream templates it waits for.
+    fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String>;
 }

@@ -61,6 +61,7 @@ mod inspect;
 mod job;
 pub mod line;
 mod location;
+mod marks;
 mod pauses;
 mod postgres;
 mod rules;
@@ -77,6 +78,7 @@ use uuid::Uuid;
 pub(crate) use inspect::{Inspect, Schema};
 pub use job::*;
 pub use location::*;
+pub use marks::*;
 pub use pauses::{is_glob, who, Pause, PauseRequest};
 pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the
@@ -267,6 +269,6 @@ pub trait Records {
 
 /// A whole ledger, as opened: both faces, so that one handle serves a run
 /// and the tools.
-pub trait Ledger: RunLedger + Records + Stops {}
+pub trait Ledger: RunLedger + Records + Stops + Dependencies {}
 
-impl<T: RunLedger + Records + Stops + ?Sized> Ledger for T {}
+impl<T: RunLedger + Records + Stops + Dependencies + ?Sized> Ledger for T {}

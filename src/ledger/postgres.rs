@@ -31,6 +31,7 @@ mod claim;
 pub(crate) mod client;
 pub(super) mod connect;
 mod cursors;
+mod deps;
 mod faults;
 mod fences;
 mod glob;

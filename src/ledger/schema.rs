@@ -236,6 +236,18 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX stops_by_run ON stops (run_id);
     ",
+    // jobs that wait for each other (`--after`). A job keeps its
+    // upstream templates, newline-separated, and the upstream keys its
+    // latest call was blocked on, with when: a blocked call claims nothing,
+    // so this row is all it writes, and a later claim (`last_run`) outdates
+    // it. `runs.note` tells a success marked by hand (`ledger mark`) from a
+    // real run; NULL, as for every ordinary run, costs a run one header byte.
+    "
+    ALTER TABLE jobs ADD COLUMN upstreams TEXT;
+    ALTER TABLE jobs ADD COLUMN blocked_on TEXT;
+    ALTER TABLE jobs ADD COLUMN blocked_at INTEGER;
+    ALTER TABLE runs ADD COLUMN note TEXT;
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -12,6 +12,7 @@
 //! text of a run's writes, `rows` reads rows and `tx` gives the rules a
 //! transaction.
 
+mod deps;
 mod durability;
 mod inspect;
 mod open;

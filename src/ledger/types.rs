@@ -89,6 +89,9 @@ pub struct Run {
     pub shell: bool,
     /// The previous run of the key was abandoned when this one started.
     pub recovered: bool,
+    /// Set only on a success marked by hand (`ledger mark`): by whom, and
+    /// why. Such a run never ran a command.
+    pub note: Option<String>,
 }
 
 impl Run {

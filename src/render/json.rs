@@ -56,6 +56,10 @@ pub struct RunJson<'a> {
     /// The previous run of the key was abandoned when this one started
     /// (`IDEM_RECOVERED=1`).
     pub recovered: bool,
+    /// A success marked by hand (`ledger mark`), not a run of the command.
+    pub marked: bool,
+    /// For a marked success: by whom and why; null for a run.
+    pub note: Option<&'a str>,
 }
 
 impl<'a> From<&'a Run> for RunJson<'a> {
@@ -81,6 +85,8 @@ impl<'a> From<&'a Run> for RunJson<'a> {
                 .collect(),
             shell: run.shell,
             recovered: run.recovered,
+            marked: run.note.is_some(),
+            note: run.note.as_deref(),
         }
     }
 }

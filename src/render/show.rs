@@ -65,6 +65,10 @@ fn state(head: Option<&Head>, zone: &TimeZone) -> String {
         return "forgotten: the next run runs it".to_owned();
     };
     match run.status {
+        Status::Succeeded if run.note.is_some() => format!(
+            "marked succeeded at {}: the next run skips it (--force runs it)",
+            local(run.finished_at.unwrap_or(run.started_at), zone)
+        ),
         Status::Succeeded => format!(
             "succeeded at {}: the next run skips it (--force runs it again)",
             local(run.finished_at.unwrap_or(run.started_at), zone)
@@ -88,14 +92,17 @@ fn run_text(out: &mut dyn Write, run: &Run, zone: &TimeZone) -> Result<()> {
         out,
         "\nrun {}  {}  exit {}  started {}  took {}  on {} (pid {})",
         run.run_id,
-        run.status.as_str(),
+        super::status_text(run),
         exit_text(run.exit_code),
         local(run.started_at, zone),
         super::human_ms(super::duration_ms(run)),
         printable(&run.host),
         run.pid,
     )?;
-    writeln!(out, "  command: {}", super::short_command(run, 200))?;
+    match &run.note {
+        Some(note) => writeln!(out, "  {}", printable(note))?,
+        None => writeln!(out, "  command: {}", super::short_command(run, 200))?,
+    }
     Ok(())
 }
 

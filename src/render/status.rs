@@ -26,6 +26,9 @@ pub enum State {
     Overdue,
     /// Paused (`idem pause`, `--pause-after`): its runs start nothing.
     Paused,
+    /// Its latest call waited for an upstream job (`--after`) that had not
+    /// succeeded: nothing for a person here, its upstream says why.
+    Blocked,
     Running,
     Ok,
 }
@@ -36,6 +39,7 @@ impl State {
             State::Failing => "failing",
             State::Overdue => "overdue",
             State::Paused => "paused",
+            State::Blocked => "blocked",
             State::Running => "running",
             State::Ok => "ok",
         }
@@ -51,7 +55,7 @@ impl State {
 pub struct JobStatus {
     /// The job's name (`--job`, else the key as typed).
     pub job: String,
-    /// `failing`, `overdue`, `paused`, `running` or `ok`.
+    /// `failing`, `overdue`, `paused`, `blocked`, `running` or `ok`.
     pub state: State,
     /// The template's finest placeholder (`date`, `hour`...), or null.
     pub period: Option<&'static str>,
@@ -78,6 +82,11 @@ pub struct JobStatus {
     pub shell: bool,
     /// Its pause, while one holds: {by, since, reason, until}; null.
     pub paused: Option<Paused>,
+    /// The upstream key templates its runs wait for (`--after`).
+    pub after: Vec<String>,
+    /// While it is blocked: the upstream keys its latest call waited for;
+    /// null otherwise.
+    pub blocked_on: Option<Vec<String>>,
     /// The argv as bytes, for the table.
     #[serde(skip)]
     pub argv: Vec<OsString>,
@@ -394,6 +403,7 @@ fn state_colour(state: State) -> Color {
         State::Failing => Color::Red,
         State::Overdue => Color::Magenta,
         State::Paused => Color::Blue,
+        State::Blocked => Color::Cyan,
         State::Running => Color::Yellow,
         State::Ok => Color::Green,
     }

@@ -22,8 +22,9 @@ use crate::ledger::{JobInfo, NamedLock};
 /// its own (it does not wait for the outer run's lock, nor ping and alert
 /// as the outer job). The twins that are defaults (`IDEM_DB`, retries,
 /// backoff, timeouts, output) pass on, as a crontab's header means them.
-pub const NOT_INHERITED: [&str; 7] = [
+pub const NOT_INHERITED: [&str; 8] = [
     "IDEM_LOCK",
+    "IDEM_AFTER",
     "IDEM_PING_URL",
     "IDEM_ON_FAILURE",
     "IDEM_ON_RECOVERY",
@@ -72,6 +73,8 @@ pub struct Config {
     pub quiet_success: bool,
     pub replay: bool,
     pub alerts: alert::Settings,
+    /// `--after`: the upstream keys a run waits for.
+    pub after: super::after::After,
 }
 
 impl Config {
@@ -95,6 +98,7 @@ impl Config {
             .into());
         }
         let job = job_info(args, &template)?;
+        let after = super::after::After::from_args(args)?;
         let catch_up = match args.catch_up {
             Some(periods) => Some((catch_up_period(&template, &args.key)?, periods)),
             None => None,
@@ -137,6 +141,7 @@ impl Config {
                 ping,
             },
             template,
+            after,
         })
     }
 

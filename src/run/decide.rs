@@ -123,7 +123,7 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
         (Status::Succeeded, _) => {
             return if rules.force || !rules.fresh(head) {
                 decision(Verdict::Run { recovered: false })
-            } else if run.fingerprint() != rules.fingerprint {
+            } else if run.fingerprint() != rules.fingerprint && run.note.is_none() {
                 refuse(Refusal::Mismatch)
             } else {
                 refuse(Refusal::Skip {
@@ -169,6 +169,7 @@ mod tests {
                 command: vec![command.into()],
                 shell: false,
                 recovered: false,
+                note: None,
             },
             owner: (status == Status::Running).then(|| Owner {
                 host: "h".into(),

@@ -24,6 +24,7 @@
 //! for a running head whose owner it has found dead.
 
 mod acquire;
+mod after;
 mod catchup;
 mod config;
 mod decide;
@@ -79,6 +80,10 @@ fn run_key(
         splay_wait(key, splay, reporter);
     }
     let mut ledger = ledger::open(location)?;
+    if let Some(code) = after::wait(config, key, slot, ledger.as_mut(), reporter)? {
+        ledger.leave();
+        return Ok(code);
+    }
     let (claim, recovered) = match acquire(config, key, ledger.as_mut(), reporter)? {
         Acquired::Claimed { claim, recovered } => (claim, recovered),
         Acquired::Done(code) => {

@@ -57,11 +57,13 @@ impl Reader {
 /// Every job as `idem status` judges it, the jobs that need a person
 /// first, as `status` orders them.
 pub fn statuses(ledger: Option<&mut dyn Ledger>, now: Timestamp) -> Result<Vec<JobStatus>> {
-    let (jobs, pauses) = match ledger {
-        Some(ledger) => (ledger.jobs(None)?, ledger.pauses(None)?),
-        None => (Vec::new(), Vec::new()),
+    let Some(ledger) = ledger else {
+        return Ok(Vec::new());
     };
-    Ok(crate::cmd::status::judged(&jobs, &pauses, now))
+    let (jobs, pauses) = (ledger.jobs(None)?, ledger.pauses(None)?);
+    let mut statuses = crate::cmd::status::judged(&jobs, &pauses, now);
+    crate::cmd::upstreams::apply(ledger, None, &mut statuses)?;
+    Ok(statuses)
 }
 
 /// A job's page: its figures and its latest runs.

@@ -2,6 +2,7 @@
 //! it, creating and changing nothing: a SQLite file ([`sqlite`]) or a
 //! shared PostgreSQL database ([`postgres`]).
 
+mod cycles;
 mod postgres;
 mod sqlite;
 mod stops;

@@ -40,6 +40,7 @@ pub(super) fn examine(url: &str, shown: &str) -> Report {
     if schema(read, unreadable, &mut report, empty) {
         rights(ledger.session(), &role, &mut report);
         running(&mut ledger, &mut report);
+        super::cycles::check(&mut ledger, &mut report);
     }
     report
 }

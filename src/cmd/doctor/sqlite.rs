@@ -447,6 +447,7 @@ fn contents(ledger: &mut SqliteInspector, report: &mut Report) {
     }
     integrity(ledger, report);
     running(ledger, report);
+    super::cycles::check(ledger, report);
 }
 
 fn integrity(ledger: &mut SqliteInspector, report: &mut Report) {

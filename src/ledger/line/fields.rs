@@ -35,6 +35,9 @@ pub(super) struct RunIn {
     command_base64: Option<Vec<String>>,
     shell: Option<bool>,
     recovered: Option<bool>,
+    /// A success marked by hand (`ledger mark`): by whom, and why.
+    #[serde(default)]
+    note: Option<String>,
     /// Lines of an idem before fences moved with a ledger carry none.
     #[serde(default)]
     ledger_fence: Option<i64>,
@@ -222,6 +225,7 @@ impl RunIn {
             command,
             shell: self.shell.unwrap_or(false),
             recovered: self.recovered.unwrap_or(false),
+            note: self.note,
         };
         Ok((run, head))
     }

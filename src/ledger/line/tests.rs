@@ -59,6 +59,7 @@ fn exported(stdout: Vec<u8>) -> ExportedRun {
         command: vec!["printf".into(), OsString::from_vec(vec![0xff, b'x'])],
         shell: false,
         recovered: false,
+        note: None,
     };
     ExportedRun {
         run,
@@ -211,6 +212,7 @@ mod properties {
             host in any::<String>(),
             pid in any::<u32>(),
             command in argv(),
+            note in proptest::option::of(any::<String>()),
         ) -> Run {
             // A success without its finish is refused: its TTL would never end.
             let finished_at = match status {
@@ -219,7 +221,7 @@ mod properties {
             };
             Run {
                 key, job, head, run_id: Uuid::from_u128(run_id), status, exit_code, signal,
-                attempts, started_at, finished_at, host, pid, command, shell, recovered,
+                attempts, started_at, finished_at, host, pid, command, shell, recovered, note,
             }
         }
     }

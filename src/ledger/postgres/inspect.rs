@@ -68,4 +68,8 @@ impl Inspect for PostgresInspector {
     fn pending_stops(&mut self) -> Result<Vec<super::super::StopRequest>, String> {
         pending(&mut self.client).map_err(|error| connect::describe(&error))
     }
+
+    fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String> {
+        super::deps::upstream_graph(&mut self.client).map_err(|error| connect::describe(&error))
+    }
 }

@@ -129,6 +129,7 @@ select_list! {
         Command = "r.command",
         Shell = "r.shell",
         Recovered = "r.recovered",
+        Note = "r.note",
         Job = "coalesce(r.job, r.key)",
         Head = "EXISTS (SELECT 1 FROM idem.keys hk WHERE hk.key = r.key AND hk.head = r.id)",
     }
@@ -159,6 +160,7 @@ pub(super) fn run_from_row(row: &Row) -> Result<(i64, Run), tokio_postgres::Erro
         command: decode_command(row.try_get::<_, &[u8]>(RunCol::Command.at())?),
         shell: row.try_get(RunCol::Shell.at())?,
         recovered: row.try_get(RunCol::Recovered.at())?,
+        note: row.try_get(RunCol::Note.at())?,
         job: row.try_get(RunCol::Job.at())?,
         head: row.try_get(RunCol::Head.at())?,
     };

@@ -162,6 +162,16 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE idem.locks DROP CONSTRAINT locks_pkey;
     ALTER TABLE idem.locks ADD PRIMARY KEY (name, slot);
 ",
+    "
+    -- jobs that wait for each other (`--after`): a job's upstream
+    -- templates and the keys its latest call was blocked on (a later claim,
+    -- `last_run`, outdates them); a run's note, set only on a success
+    -- marked by hand (`ledger mark`).
+    ALTER TABLE idem.jobs ADD COLUMN upstreams text;
+    ALTER TABLE idem.jobs ADD COLUMN blocked_on text;
+    ALTER TABLE idem.jobs ADD COLUMN blocked_at timestamptz;
+    ALTER TABLE idem.runs ADD COLUMN note text;
+",
 ];
 
 /// The schema version this idem writes.

@@ -152,8 +152,8 @@ impl rules::Tx for Tx<'_, '_> {
         self.tx
             .query_one(
                 "INSERT INTO idem.runs (run_id, key, status, exit_code, signal, attempts,
-                     started_at, finished_at, host, pid, command, shell, recovered, job)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                     started_at, finished_at, host, pid, command, shell, recovered, job, note)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
                  RETURNING id",
                 &[
                     &run.run_id,
@@ -170,6 +170,7 @@ impl rules::Tx for Tx<'_, '_> {
                     &run.shell,
                     &run.recovered,
                     &run.job,
+                    &run.note,
                 ],
             )?
             .try_get("id")

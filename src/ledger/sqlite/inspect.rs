@@ -166,4 +166,8 @@ impl Inspect for SqliteInspector {
     fn pending_stops(&mut self) -> Result<Vec<super::super::StopRequest>, String> {
         pending(&self.conn).map_err(|error| error.to_string())
     }
+
+    fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String> {
+        super::deps::upstream_graph(&self.conn).map_err(|error| error.to_string())
+    }
 }

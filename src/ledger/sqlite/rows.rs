@@ -36,6 +36,7 @@ select_list! {
         Command = "r.command",
         Shell = "r.shell",
         Recovered = "r.recovered",
+        Note = "r.note",
         Job = "coalesce(j.job, k.key)",
         Head = "coalesce(k.head = r.id, 0)",
     }
@@ -217,6 +218,7 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Run)> {
         command: decode_command(&get::<Vec<u8>>(row, RunCol::Command.at())?),
         shell: get(row, RunCol::Shell.at())?,
         recovered: get(row, RunCol::Recovered.at())?,
+        note: get(row, RunCol::Note.at())?,
         job: get(row, RunCol::Job.at())?,
         head: get(row, RunCol::Head.at())?,
     };

@@ -153,8 +153,9 @@ impl rules::Tx for Tx<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO runs (run_id, key_id, status, exit_code, signal, attempts,
-                     started_at, finished_at, host, pid, command, shell, recovered, job_id)
-                 SELECT ?1, id, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+                     started_at, finished_at, host, pid, command, shell, recovered, job_id,
+                     note)
+                 SELECT ?1, id, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
                  FROM keys WHERE key = ?2",
             )?
             .execute(params![
@@ -171,7 +172,8 @@ impl rules::Tx for Tx<'_> {
                 encode_command(&run.command),
                 run.shell,
                 run.recovered,
-                job_id
+                job_id,
+                run.note
             ])?;
         Ok(self.conn.last_insert_rowid())
     }
