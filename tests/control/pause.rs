@@ -13,6 +13,7 @@ on_every_backend!(
     pause_after_three_failures_pauses_the_job_and_alerts_once,
     a_glob_that_matches_no_job_is_an_error_and_a_new_job_may_be_paused,
     a_bad_until_is_a_usage_error_and_pauses_nothing,
+    two_hosts_failing_at_once_pause_their_job_once,
 );
 
 /// `idem run --key KEY ... -- sh -c 'append to the counter n'`.
@@ -237,4 +238,67 @@ fn a_paused_job_is_never_overdue_and_its_paused_periods_are_not_missed() {
         .json();
     assert_eq!(status[0]["state"], "overdue", "{status}");
     assert_eq!(status[0]["missed"], 4, "{status}");
+}
+
+/// Two hosts whose runs of one job fail at once, past `--pause-after`:
+/// the job is paused once, and one of them alerts, whichever it is.
+fn two_hosts_failing_at_once_pause_their_job_once(backend: &Backend) {
+    let env = backend.env();
+    let events = env.path("events");
+    let hook = format!("echo \"$IDEM_EVENT\" >> '{}'", events.display());
+    let args = |key: &str, script: &str| {
+        let mut args: Vec<String> = ["run", "--job", "sync", "--key", key, "--retries", "0"]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(
+            [
+                "--pause-after",
+                "3",
+                "--on-failure",
+                &hook,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ]
+            .map(str::to_owned),
+        );
+        args
+    };
+    env.cmd(args("sync-0", "exit 1")).expect_code(1);
+    env.cmd(args("sync-0", "exit 1")).expect_code(1);
+    // Each run says it started, then fails once both have.
+    let (a, b) = (env.path("a"), env.path("b"));
+    let script = |mine: &std::path::Path| {
+        format!(
+            "touch '{}'; i=0; while [ ! -e '{}' ] || [ ! -e '{}' ]; do i=$((i+1)); [ $i -gt 500 ] && exit 7; sleep 0.02; done; exit 1",
+            mine.display(),
+            a.display(),
+            b.display()
+        )
+    };
+    let Some(on_a) = on_host(env.cmd(args("sync-a", &script(&a))), "host-a") else {
+        return;
+    };
+    let on_b = on_host(env.cmd(args("sync-b", &script(&b))), "host-b").unwrap();
+    let mut spawned: Vec<std::process::Child> = [on_a, on_b]
+        .into_iter()
+        .map(|idem| {
+            idem.command()
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<i32>> = spawned
+        .iter_mut()
+        .map(|child| child.wait().unwrap().code())
+        .collect();
+    assert_eq!(codes, [Some(1), Some(1)], "both ran and failed together");
+    let told = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(told.matches("paused").count(), 1, "{told}");
+    let status = env.cmd(["status", "--json"]).succeeds().json();
+    assert_eq!(status[0]["state"], "paused", "{status}");
+    assert_eq!(status[0]["failures"], 4, "{status}");
 }
