@@ -36,6 +36,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
             [CompletionResult]::new('pause', 'pause', [CompletionResultType]::ParameterValue, 'Pause a job: its runs start nothing until `idem resume` or --until')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a paused job: its next run runs')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop the running runs of keys, wherever they run')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check a ledger for problems without changing anything')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -79,6 +80,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run the words after -- as one /bin/sh -c script')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Run even though the key succeeded (or its command changed)')
+            [CompletionResult]::new('--replace', '--replace', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, stop that run (as `idem stop` does), wait until none of it lives, then run this one')
             [CompletionResult]::new('--quiet-success', '--quiet-success', [CompletionResultType]::ParameterName, 'Hold the command''s output and print it only if the run fails')
             [CompletionResult]::new('--replay', '--replay', [CompletionResultType]::ParameterName, 'When skipping, print the recorded output of the successful run')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
@@ -337,6 +339,22 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'idem;stop' {
+            [CompletionResult]::new('--signal', '--signal', [CompletionResultType]::ParameterName, 'The signal the run''s processes get first; SIGKILL follows after --kill-after')
+            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'Grace between the signal and SIGKILL on this host''s ledger (a shared ledger''s owner uses its run''s --kill-after)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'How long to wait for the stopped runs to be recorded over')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'idem;doctor' {
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
@@ -385,6 +403,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
             [CompletionResult]::new('pause', 'pause', [CompletionResultType]::ParameterValue, 'Pause a job: its runs start nothing until `idem resume` or --until')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a paused job: its next run runs')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop the running runs of keys, wherever they run')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check a ledger for problems without changing anything')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -440,6 +459,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;help;resume' {
+            break
+        }
+        'idem;help;stop' {
             break
         }
         'idem;help;doctor' {

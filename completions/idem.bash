@@ -43,6 +43,9 @@ _idem_clap() {
             idem,status)
                 cmd="idem__subcmd__status"
                 ;;
+            idem,stop)
+                cmd="idem__subcmd__stop"
+                ;;
             idem__subcmd__help,completions)
                 cmd="idem__subcmd__help__subcmd__completions"
                 ;;
@@ -70,6 +73,9 @@ _idem_clap() {
             idem__subcmd__help,status)
                 cmd="idem__subcmd__help__subcmd__status"
                 ;;
+            idem__subcmd__help,stop)
+                cmd="idem__subcmd__help__subcmd__stop"
+                ;;
             idem__subcmd__help__subcmd__ledger,export)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__export"
                 ;;
@@ -81,6 +87,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__help__subcmd__ledger,list)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__list"
+                ;;
+            idem__subcmd__help__subcmd__ledger,mark)
+                cmd="idem__subcmd__help__subcmd__ledger__subcmd__mark"
                 ;;
             idem__subcmd__help__subcmd__ledger,metrics)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__metrics"
@@ -109,6 +118,9 @@ _idem_clap() {
             idem__subcmd__ledger,list)
                 cmd="idem__subcmd__ledger__subcmd__list"
                 ;;
+            idem__subcmd__ledger,mark)
+                cmd="idem__subcmd__ledger__subcmd__mark"
+                ;;
             idem__subcmd__ledger,metrics)
                 cmd="idem__subcmd__ledger__subcmd__metrics"
                 ;;
@@ -136,6 +148,9 @@ _idem_clap() {
             idem__subcmd__ledger__subcmd__help,list)
                 cmd="idem__subcmd__ledger__subcmd__help__subcmd__list"
                 ;;
+            idem__subcmd__ledger__subcmd__help,mark)
+                cmd="idem__subcmd__ledger__subcmd__help__subcmd__mark"
+                ;;
             idem__subcmd__ledger__subcmd__help,metrics)
                 cmd="idem__subcmd__ledger__subcmd__help__subcmd__metrics"
                 ;;
@@ -155,7 +170,7 @@ _idem_clap() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status pause resume doctor serve completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version run ledger status pause resume stop doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -221,7 +236,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help)
-            opts="run ledger status pause resume doctor serve completions help"
+            opts="run ledger status pause resume stop doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -277,7 +292,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__ledger)
-            opts="list show forget prune export import path metrics"
+            opts="list show forget prune export import mark path metrics"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -333,6 +348,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__ledger__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__ledger__subcmd__mark)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -472,8 +501,22 @@ _idem_clap() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        idem__subcmd__help__subcmd__stop)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import path metrics help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import mark path metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -539,7 +582,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__help)
-            opts="list show forget prune export import path metrics help"
+            opts="list show forget prune export import mark path metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -609,6 +652,20 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__help__subcmd__mark)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -728,6 +785,36 @@ _idem_clap() {
                     return 0
                     ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__mark)
+            opts="-q -v -h -V --succeeded --reason --job --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --job)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -895,7 +982,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --after --after-wait --blocked-exit-code --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1017,6 +1104,18 @@ _idem_clap() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --after-wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --blocked-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1063,13 +1162,47 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__status)
-            opts="-q -v -h -V --job --json --wide --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --job --json --wide --after --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --job)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__stop)
+            opts="-q -v -h -V --signal --kill-after --wait --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -33,6 +33,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand status 'One line per job: its state, last run and success, failures in a row'
             cand pause 'Pause a job: its runs start nothing until `idem resume` or --until'
             cand resume 'Resume a paused job: its next run runs'
+            cand stop 'Stop the running runs of keys, wherever they run'
             cand doctor 'Check a ledger for problems without changing anything'
             cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
             cand completions 'Print a shell completion script'
@@ -75,6 +76,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --shell 'Run the words after -- as one /bin/sh -c script'
             cand --force 'Run even though the key succeeded (or its command changed)'
+            cand --replace 'If the key is running elsewhere, stop that run (as `idem stop` does), wait until none of it lives, then run this one'
             cand --quiet-success 'Hold the command''s output and print it only if the run fails'
             cand --replay 'When skipping, print the recorded output of the successful run'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
@@ -308,6 +310,21 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'idem;stop'= {
+            cand --signal 'The signal the run''s processes get first; SIGKILL follows after --kill-after'
+            cand --kill-after 'Grace between the signal and SIGKILL on this host''s ledger (a shared ledger''s owner uses its run''s --kill-after)'
+            cand --wait 'How long to wait for the stopped runs to be recorded over'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'idem;doctor'= {
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
@@ -353,6 +370,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand status 'One line per job: its state, last run and success, failures in a row'
             cand pause 'Pause a job: its runs start nothing until `idem resume` or --until'
             cand resume 'Resume a paused job: its next run runs'
+            cand stop 'Stop the running runs of keys, wherever they run'
             cand doctor 'Check a ledger for problems without changing anything'
             cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
             cand completions 'Print a shell completion script'
@@ -394,6 +412,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;pause'= {
         }
         &'idem;help;resume'= {
+        }
+        &'idem;help;stop'= {
         }
         &'idem;help;doctor'= {
         }
