@@ -83,6 +83,9 @@ fn recorded_stopped(env: &Env, key: &str) {
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(run["attempts"], 1, "a stopped run is not retried: {run}");
     assert_eq!(run["exit_code"], 143, "{run}");
+    assert_eq!(run["stop"]["signal"], 15, "{run}");
+    assert!(run["stop"]["by"].as_str().unwrap().contains('@'), "{run}");
+    assert!(run["stop"]["seen_at"].is_string(), "{run}");
     let shown = env.cmd(["ledger", "show", key]).succeeds().stdout();
     assert!(shown.contains("stopped by "), "{shown}");
     let runs = env
