@@ -51,6 +51,24 @@ pub trait Stops {
 
     /// The first request to stop run `run_id`, read only.
     fn stop_of(&mut self, run_id: Uuid) -> Result<Option<StopRequest>>;
+
+    /// Asks to hear at once of a request to stop run `run_id` (on a
+    /// shared ledger, a notification on this connection), so that its
+    /// heartbeat need not wait for its turn; see [`Stops::stop_heard`].
+    fn listen_for_stop(&mut self, _run_id: Uuid) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether a request to stop the run listened for may have come since
+    /// the last call, found without a round trip.
+    fn stop_heard(&mut self) -> bool {
+        false
+    }
+}
+
+/// The channel a shared ledger notifies of a request to stop run `run_id`.
+pub fn channel(run_id: Uuid) -> String {
+    format!("idem_stop_{}", run_id.simple())
 }
 
 /// Who asks, as `user@host`: the user's name (its uid when it has none)

@@ -61,9 +61,8 @@ impl Stopper {
         self.requests.send(Event::Stop { reason, grace });
     }
 
-    /// A person asked to stop the run (`idem stop`): `signal` to every
-    /// process of the attempt, SIGKILL after `--kill-after`; no attempt
-    /// follows.
+    /// A person asked to stop the run (`idem stop`): `signal` to all of
+    /// it, SIGKILL after `--kill-after`; no attempt follows.
     pub fn request(&self, signal: i32) {
         self.requests.send(Event::Requested { signal });
     }
@@ -164,16 +163,13 @@ impl Supervisor {
         self.stopped.borrow().clone()
     }
 
-    /// The signal of a stop a person requested, if one came (see
-    /// [`Stopper::request`]).
+    /// The signal of a stop a person requested (see [`Stopper::request`]).
     pub fn requested(&self) -> Option<i32> {
         self.requested.get()
     }
 
     fn note_request(&self, signal: i32) {
-        if self.requested.get().is_none() {
-            self.requested.set(Some(signal));
-        }
+        self.requested.set(self.requested.get().or(Some(signal)));
     }
 
     fn note_stop(&self, reason: String) {
@@ -452,8 +448,7 @@ impl Supervisor {
         }
     }
 
-    /// A person asked to stop the run: `signal` to all of it, as a
-    /// forwarded signal, and SIGKILL `grace` later.
+    /// A person asked to stop the run: `signal` to all of it, SIGKILL `grace` later.
     fn on_request(&self, watch: &mut Supervision, signal: i32, grace: Duration) {
         if self.requested().is_none() {
             self.note_request(signal);

@@ -9,7 +9,7 @@ use anyhow::Result;
 use jiff::tz::TimeZone;
 use serde::Serialize;
 
-use super::json::{AttemptJson, HookJson, RunJson};
+use super::json::{rfc3339, AttemptJson, HookJson, RunJson};
 use super::{exit_text, local, printable, printable_output};
 use crate::ledger::{Attempt, Head, HookRun, Ledger, Run, RunAttempts, Status, Tails};
 
@@ -155,6 +155,7 @@ fn hook_text(hook: &HookRun, zone: &TimeZone) -> String {
 pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Result<()> {
     let (latest, attempts) = shown.latest;
     let hooks = ledger.hooks(latest.run_id)?;
+    let stop = ledger.stop_of(latest.run_id)?;
     let object = ShowJson {
         run: RunJson::from(latest),
         attempts_detail: AttemptsDetail {
@@ -163,6 +164,12 @@ pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
             attempts,
         },
         hooks: hooks.iter().map(HookJson::from).collect(),
+        stop: stop.as_ref().map(|stop| StopJson {
+            by: &stop.by,
+            at: rfc3339(stop.requested_at),
+            signal: stop.signal,
+            seen_at: stop.seen_at.map(rfc3339),
+        }),
         history: shown.earlier.iter().map(|(run, _)| run.into()).collect(),
     };
     serde_json::to_writer_pretty(&mut *out, &object)?;
@@ -181,8 +188,23 @@ struct ShowJson<'a> {
     attempts_detail: AttemptsDetail<'a>,
     /// The hooks that ran for the latest run.
     hooks: Vec<HookJson<'a>>,
+    /// Who asked to stop the latest run (`idem stop`), if anyone did.
+    stop: Option<StopJson<'a>>,
     /// The earlier runs, newest first, as many as `--limit` lets through.
     history: Vec<RunJson<'a>>,
+}
+
+/// A request to stop a run, as `show --json` prints it.
+#[derive(Serialize)]
+struct StopJson<'a> {
+    /// `user@host`.
+    by: &'a str,
+    /// When it was asked (RFC 3339 UTC).
+    at: String,
+    /// The signal sent first.
+    signal: i32,
+    /// When the run's owner saw it; null: not yet.
+    seen_at: Option<String>,
 }
 
 /// Attempts whose output is read from the ledger as each is written out.

@@ -8,7 +8,9 @@
 //! lost its commit), the command is stopped (SIGTERM to its group, SIGKILL
 //! at most lease/6 later), well before the lease runs out. A heartbeat
 //! also reads whether a person asked to stop the run (`idem stop`), so the
-//! run stops within a third of its lease of the request.
+//! run stops within a third of its lease of the request; from the first
+//! heartbeat on (a second in), its connection also listens for the
+//! request's notification, and the run stops within a moment.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -17,6 +19,13 @@ use std::time::{Duration, Instant};
 
 use crate::ledger::{self, Claim, Ledger, Location, Renewal};
 use crate::process::Stopper;
+
+/// When the first heartbeat comes, at the latest.
+const FIRST_BEAT: Duration = Duration::from_secs(1);
+
+/// How often the heartbeat's connection is looked at, without a round
+/// trip, for a notice of a stop request or of its own end.
+const LISTEN_EVERY: Duration = Duration::from_millis(200);
 
 /// Renews a claim's lease until dropped.
 pub struct Lease {
@@ -72,7 +81,9 @@ struct Renewer {
 impl Renewer {
     fn run(self, done: &mpsc::Receiver<()>, beats: &mpsc::Sender<Beat>) {
         let mut ledger: Option<Box<dyn Ledger>> = None;
-        let mut wait = self.every;
+        // The first heartbeat comes early (its connection then listens for
+        // a stop request), but not so early that a short run opens it.
+        let mut wait = self.every.min(FIRST_BEAT);
         loop {
             if !self.pause(wait, done, &mut ledger) {
                 return;
@@ -81,7 +92,12 @@ impl Renewer {
             let sent_ms = crate::process::monotonic_ms();
             let result = match &mut ledger {
                 Some(ledger) => Ok(ledger),
-                None => ledger::open(&self.location).map(|opened| ledger.insert(opened)),
+                None => ledger::open(&self.location).map(|opened| {
+                    let opened = ledger.insert(opened);
+                    // Without it a stop waits for the next heartbeat.
+                    let _ = opened.listen_for_stop(self.claim.run_id);
+                    opened
+                }),
             }
             .and_then(|ledger| ledger.heartbeat(&self.claim));
             let beat = match result {
@@ -126,12 +142,14 @@ impl Renewer {
         loop {
             let slice = due
                 .saturating_duration_since(Instant::now())
-                .min(self.every / 4);
+                .min(self.every / 4)
+                .min(LISTEN_EVERY);
             match done.recv_timeout(slice) {
                 Err(RecvTimeoutError::Timeout) => {}
                 _ => return false,
             }
-            if Instant::now() >= due || ledger.as_mut().is_some_and(|ledger| ledger.cut()) {
+            let heard = |ledger: &mut Box<dyn Ledger>| ledger.cut() || ledger.stop_heard();
+            if Instant::now() >= due || ledger.as_mut().is_some_and(heard) {
                 return true;
             }
         }

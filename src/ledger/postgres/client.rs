@@ -18,8 +18,9 @@ use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Error, Row, SimpleQueryMessage};
 
-/// What the connection's half says on its own: notices and notifications,
-/// which idem asks for none of, and the error that ends it.
+/// What the connection's half says on its own: notices, notifications
+/// (idem asks for one only: a stop request for a run, see `stops`), and
+/// the error that ends it.
 pub type Messages = Pin<Box<dyn Stream<Item = Result<AsyncMessage, Error>> + Send>>;
 
 /// The transaction mode of every write (see [`Transaction::begin`]).
@@ -41,15 +42,19 @@ pub struct Client {
 struct Link {
     runtime: Runtime,
     messages: Messages,
+    /// A notification came since [`Client::notified`] last asked.
+    notified: bool,
 }
 
 impl Link {
     fn block_on<T>(&mut self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
         let mut work = pin!(work);
         let messages = &mut self.messages;
+        let notified = &mut self.notified;
         self.runtime.block_on(future::poll_fn(|cx| {
             loop {
                 match messages.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(Ok(AsyncMessage::Notification(_)))) => *notified = true,
                     Poll::Ready(Some(Ok(_))) => {}
                     Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
                     Poll::Ready(None) | Poll::Pending => break,
@@ -90,7 +95,11 @@ impl Client {
     pub fn new(runtime: Runtime, client: tokio_postgres::Client, messages: Messages) -> Client {
         Client {
             client,
-            link: Link { runtime, messages },
+            link: Link {
+                runtime,
+                messages,
+                notified: false,
+            },
         }
     }
 
@@ -112,9 +121,11 @@ impl Client {
     pub fn closed(&mut self) -> bool {
         let Client { client, link } = self;
         let messages = &mut link.messages;
+        let notified = &mut link.notified;
         let ended = link.runtime.block_on(async {
             let end = future::poll_fn(|cx| loop {
                 match messages.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(Ok(AsyncMessage::Notification(_)))) => *notified = true,
                     Poll::Ready(Some(Ok(_))) => {}
                     Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
                     Poll::Pending => return Poll::Pending,
@@ -123,6 +134,14 @@ impl Client {
             tokio::time::timeout(CLOSED_WITHIN, end).await.is_ok()
         });
         ended || client.is_closed()
+    }
+
+    /// Whether a notification came since the last call, found without a
+    /// round trip (the connection is driven for a moment, as by
+    /// [`Client::closed`]).
+    pub fn notified(&mut self) -> bool {
+        self.closed();
+        std::mem::take(&mut self.link.notified)
     }
 
     pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::client::Client;
 use super::rows::{maybe_time, time};
 use super::PostgresLedger;
-use crate::ledger::stops::{StopRequest, Stops};
+use crate::ledger::stops::{channel, StopRequest, Stops};
 
 const COLUMNS: &str = "run_id, key, by, requested_at, signal, seen_at";
 
@@ -44,12 +44,16 @@ pub(super) fn pending(client: &mut Client) -> Result<Vec<StopRequest>, tokio_pos
 
 impl Stops for PostgresLedger {
     fn request_stop(&mut self, request: &StopRequest) -> Result<()> {
+        // The owner's heartbeat connection listens: it hears at commit.
+        let channel = channel(request.run_id);
         self.client
-            .execute_typed(
-                "INSERT INTO idem.stops (run_id, key, by, requested_at, signal)
-                 VALUES ($1, $2, $3, clock_timestamp(), $4)",
+            .query_typed_one(
+                "WITH made AS (
+                     INSERT INTO idem.stops (run_id, key, by, requested_at, signal)
+                     VALUES ($1, $2, $3, clock_timestamp(), $4) RETURNING 1)
+                 SELECT pg_notify($5, '') FROM made",
                 typed![&request.run_id => UUID, &request.key => TEXT, &request.by => TEXT,
-                    &request.signal => INT4],
+                    &request.signal => INT4, &channel => TEXT],
             )
             .map(|_| ())
             .map_err(|error| self.fail("record a stop request in", &error))
@@ -75,6 +79,18 @@ impl Stops for PostgresLedger {
                 .transpose()
         })
         .map_err(|error| self.fail("read", &error))
+    }
+
+    fn listen_for_stop(&mut self, run_id: Uuid) -> Result<()> {
+        // A channel is an identifier: the name is quoted, and made of hex.
+        let sql = format!("LISTEN \"{}\"", channel(run_id));
+        self.client
+            .batch_execute(&sql)
+            .map_err(|error| self.fail("listen for stop requests in", &error))
+    }
+
+    fn stop_heard(&mut self) -> bool {
+        self.client.notified()
     }
 
     fn stop_of(&mut self, run_id: Uuid) -> Result<Option<StopRequest>> {
