@@ -7,6 +7,8 @@
 //! hosts and reboots). Everything here happens after the outcome is durable
 //! and changes neither the run's record nor idem's exit code.
 
+mod deliver;
+mod events;
 mod hooks;
 mod ping;
 
@@ -19,8 +21,10 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::exit::Failure;
-use crate::ledger::{Attempt, Claim, HookRun, Ledger, Outcome, Status};
+use crate::ledger::{Attempt, Claim, HookRun, Ledger, NewEvent, Outcome, Owed, Status};
 use crate::report::Reporter;
+pub use deliver::{sweep, Swept};
+pub use events::Origin;
 pub use hooks::HOOK_LIMIT;
 /// How a URL is shown where it might be a secret, shared with `idem
 /// serve`, whose pages mask the URLs in commands so.
@@ -84,8 +88,8 @@ struct Inner {
     run_id: String,
     /// The job's failures in a row when the run was claimed.
     before: u64,
-    /// The start ping, sent beside the command.
-    started: Mutex<Option<JoinHandle<()>>>,
+    /// The start ping, sent beside the command, and its event.
+    started: Mutex<Option<(Owed, JoinHandle<Result<(), String>>)>>,
     ping: Option<Ping>,
     reporter: Reporter,
     claimed: uuid::Uuid,
@@ -95,7 +99,7 @@ struct Inner {
 
 impl Alerts {
     /// Called once the claim has committed: reads the job's failures in a
-    /// row and sends `URL/start`.
+    /// row and sends `URL/start`, the event the claim owes.
     pub fn start(
         settings: &Settings,
         claim: &Claim,
@@ -105,9 +109,14 @@ impl Alerts {
     ) -> Alerts {
         let run_id = claim.run_id.to_string();
         let ping = settings.ping.as_deref().map(Ping::new);
+        let held = match &ping {
+            Some(_) => ledger.take_held(claim.run_id).unwrap_or_default(),
+            None => Vec::new(),
+        };
         let started = ping
             .as_ref()
-            .map(|ping| ping.start(&run_id, &claim.key, reporter));
+            .zip(held.into_iter().find(|owed| owed.event.kind == "start"))
+            .map(|(ping, owed)| (owed, ping.start(&run_id, &claim.key, reporter)));
         let before = if settings.counts() {
             failures_in_a_row(ledger, job).unwrap_or(0)
         } else {
@@ -146,9 +155,39 @@ impl Alerts {
         })
     }
 
-    /// Judges a recorded outcome, reading the job's failures in a row
-    /// again (another key of the job may have failed meanwhile).
-    pub fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
+    /// Judges an outcome about to be recorded, and makes the events it
+    /// owes, to be written with it. The job's failures in a row are read
+    /// again (another key of the job may have failed meanwhile), and this
+    /// failure counted on them.
+    pub fn owe(
+        &self,
+        ledger: &mut dyn Ledger,
+        outcome: &Outcome,
+        last: Option<&Attempt>,
+    ) -> (Verdict, Vec<NewEvent>) {
+        let verdict = self.judge(ledger, outcome);
+        let inner = &*self.inner;
+        let settings = &inner.settings;
+        let tells = settings.ping.is_some()
+            || settings.on_failure.is_some()
+            || settings.on_recovery.is_some();
+        if !tells {
+            return (verdict, Vec::new());
+        }
+        // Made only when told: the tails may be megabytes each.
+        let output = last
+            .map(|attempt| [&attempt.stdout_tail[..], &attempt.stderr_tail[..]].concat())
+            .unwrap_or_default();
+        let origin = Origin {
+            run_id: inner.claimed,
+            job: &inner.job,
+            key: &inner.key,
+        };
+        let owed = origin.outcome(settings, verdict, outcome.exit_code, inner.before, &output);
+        (verdict, owed)
+    }
+
+    fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
         let inner = &self.inner;
         let alert_after = inner.settings.alert_after;
         if outcome.status == Status::Succeeded {
@@ -161,8 +200,7 @@ impl Alerts {
             .counts()
             .then(|| failures_in_a_row(ledger, &inner.job))
             .flatten()
-            .filter(|failures| *failures > 0)
-            .unwrap_or(inner.before + 1);
+            .map_or(inner.before + 1, |failures| failures + 1);
         Verdict::Failure {
             alert: failures >= alert_after,
             failures,
@@ -179,16 +217,49 @@ impl Alerts {
         }
     }
 
-    /// Runs the hooks and sends the ping that `verdict` calls for.
-    pub fn tell(
-        &self,
-        verdict: Verdict,
-        outcome: &Outcome,
-        last: Option<&Attempt>,
-        ledger: &mut dyn Ledger,
-    ) {
-        self.tell_now(verdict, outcome, last);
+    /// Delivers the events the recorded outcome owes (`owed`, held by
+    /// this run), within the run's budget: what is not delivered stays
+    /// owed for the next idem. With the time left, delivers what other
+    /// runs owe, before settling its own (held until then, so that the
+    /// sweep does not take them again).
+    pub fn tell(&self, owed: &[NewEvent], ledger: &mut dyn Ledger) {
+        let inner = &*self.inner;
+        let mut results = Vec::with_capacity(owed.len() + 1);
+        let start = inner.join_start();
+        if let Some((started, result)) = &start {
+            results.push((&started.event, started.attempts, result.clone()));
+        }
+        for event in owed {
+            let result = if events::is_hook(event) {
+                inner.hook(event)
+            } else {
+                inner.ping(event)
+            };
+            results.push((event, 0, result));
+        }
         self.record_hooks(ledger);
+        let left = inner.ping.as_ref().map_or(ping::BUDGET, Ping::left);
+        let _ = deliver::sweep(ledger, left, false, &inner.reporter);
+        self.settle_all(ledger, &results);
+    }
+
+    fn settle_all(
+        &self,
+        ledger: &mut dyn Ledger,
+        results: &[(&NewEvent, u32, Result<(), String>)],
+    ) {
+        for (event, attempts, result) in results {
+            self.inner.settle(ledger, event, *attempts, result);
+        }
+    }
+
+    /// Settles the start ping's event once it is sent (or not): a run
+    /// that ends early (an error) calls it too.
+    pub fn settle_start(&self, ledger: &mut dyn Ledger) {
+        if let Some((owed, result)) = self.inner.join_start() {
+            self.inner
+                .settle(ledger, &owed.event, owed.attempts, &result);
+        }
     }
 
     /// Records with the run the hooks that ran (`slow` ones included). A
@@ -214,55 +285,13 @@ impl Alerts {
             );
         }
     }
-
-    fn tell_now(&self, verdict: Verdict, outcome: &Outcome, last: Option<&Attempt>) {
-        let inner = &*self.inner;
-        let settings = &inner.settings;
-        let (hook, event, failures, suffix) = match verdict {
-            Verdict::Success { recovery } => (
-                recovery
-                    .then_some(settings.on_recovery.as_ref())
-                    .flatten()
-                    .map(|hook| ("--on-recovery", hook)),
-                "recovery",
-                inner.before,
-                "",
-            ),
-            Verdict::Failure { alert, failures } => (
-                alert
-                    .then_some(settings.on_failure.as_ref())
-                    .flatten()
-                    .map(|hook| ("--on-failure", hook)),
-                "failure",
-                failures,
-                if alert { "/fail" } else { "/log" },
-            ),
-        };
-        if hook.is_none() && inner.ping.is_none() {
-            return;
-        }
-        // Made only when told: the tails may be megabytes each.
-        let output = last
-            .map(|attempt| [&attempt.stdout_tail[..], &attempt.stderr_tail[..]].concat())
-            .unwrap_or_default();
-        if let Some((flag, command)) = hook {
-            inner.hook(
-                flag,
-                command,
-                event,
-                Some(outcome.exit_code),
-                failures,
-                &output,
-            );
-        }
-        inner.ping(suffix, ping::body(&output));
-    }
 }
 
 impl Drop for Alerts {
     fn drop(&mut self) {
-        // A run that ended early (an error) still lets its start ping go.
-        self.inner.after_start();
+        // A run that ended early (an error) still lets its start ping go;
+        // its event stays held, then owed.
+        let _ = self.inner.join_start();
     }
 }
 
@@ -278,14 +307,39 @@ impl Inner {
             });
     }
 
-    fn after_start(&self) {
+    /// Waits for the start ping: the monitor sees the pings in order.
+    fn join_start(&self) -> Option<(Owed, Result<(), String>)> {
         let started = self
             .started
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
-        if let Some(started) = started {
-            let _ = started.join();
+        started.map(|(owed, thread)| {
+            let result = thread
+                .join()
+                .unwrap_or_else(|_| Err("its thread ended early".to_owned()));
+            (owed, result)
+        })
+    }
+
+    /// Keeps how an event of this run went; a ledger that refuses is one
+    /// line (the event stays held, then owed, and may be sent again).
+    fn settle(
+        &self,
+        ledger: &mut dyn Ledger,
+        event: &NewEvent,
+        attempts: u32,
+        result: &Result<(), String>,
+    ) {
+        let settled = deliver::settled(result, attempts);
+        if let Err(error) = ledger.settle(event.event_id, event.run_id, &settled) {
+            self.reporter.notice(
+                &mut std::io::stderr(),
+                &format!(
+                    "{}: could not record the delivery of its {} event ({error:#}); it may be sent again",
+                    self.key, event.kind
+                ),
+            );
         }
     }
 
@@ -298,48 +352,64 @@ impl Inner {
         );
         self.reporter.notice(&mut std::io::stderr(), &line);
         if let Some(command) = &self.settings.on_failure {
-            self.hook("--on-failure", command, "slow", None, self.before, &[]);
+            let told = hooks::Event {
+                name: "slow",
+                job: &self.job,
+                key: &self.key,
+                run_id: &self.run_id,
+                exit_code: None,
+                failures: self.before,
+                output: &[],
+            };
+            let code = hooks::run("--on-failure", command, &told, &self.reporter);
+            self.ran("slow", code);
         }
-        self.ping("/log", crate::exit::line(&line).as_bytes());
-    }
-
-    /// Runs hook `command` (given as `flag`) for `event`, and keeps what it
-    /// did for the ledger.
-    fn hook(
-        &self,
-        flag: &str,
-        command: &OsString,
-        event: &'static str,
-        exit_code: Option<i32>,
-        failures: u64,
-        output: &[u8],
-    ) {
-        let event = hooks::Event {
-            name: event,
-            job: &self.job,
-            key: &self.key,
-            run_id: &self.run_id,
-            exit_code,
-            failures,
-            output,
-        };
-        let code = hooks::run(flag, command, &event, &self.reporter);
-        self.ran(event.name, code);
-    }
-
-    /// Sends `URL{suffix}` with `body`, after the start ping, if `--ping`.
-    fn ping(&self, suffix: &str, body: &[u8]) {
         if let Some(ping) = &self.ping {
-            self.after_start();
-            ping.send(
-                suffix,
+            let _ = self.join_start();
+            let body = crate::exit::line(&line);
+            let _ = ping.send(
+                "/log",
                 &self.run_id,
-                body,
+                body.as_bytes(),
                 ping::BUDGET,
                 &self.key,
                 &self.reporter,
             );
         }
+    }
+
+    /// Runs a hook event of this run, and keeps what it did for the run's
+    /// record.
+    fn hook(&self, event: &NewEvent) -> Result<(), String> {
+        let payload = events::Payload::read(event);
+        let (code, result) = deliver::deliver_hook(event, &payload, &self.reporter);
+        self.ran(
+            if event.kind == "recovery" {
+                "recovery"
+            } else {
+                "failure"
+            },
+            code,
+        );
+        result
+    }
+
+    /// Sends a ping event of this run within the run's budget.
+    fn ping(&self, event: &NewEvent) -> Result<(), String> {
+        let Some(ping) = &self.ping else {
+            return Err("no --ping to send it to".to_owned());
+        };
+        let _ = self.join_start();
+        let payload = events::Payload::read(event);
+        let suffix = deliver::suffix(event, &payload);
+        ping.send(
+            suffix,
+            &self.run_id,
+            &event.body,
+            ping::BUDGET,
+            &self.key,
+            &self.reporter,
+        )
     }
 }
 

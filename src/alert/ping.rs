@@ -3,7 +3,8 @@
 //!
 //! A monitor that is down or hangs must never hold a cron job for long: each
 //! try has a short timeout, a ping is tried three times with backoff, and
-//! all the pings of a run share one budget of [`BUDGET`]. The URL holds the
+//! all the pings of a run share one budget of [`BUDGET`]; what is not
+//! delivered then stays owed in the ledger's outbox. The URL holds the
 //! check's secret, so every line idem prints shows only its scheme and host.
 
 use std::sync::{Arc, Mutex};
@@ -11,15 +12,17 @@ use std::time::{Duration, Instant};
 
 use crate::report::Reporter;
 
-/// The most time all of a run's pings may take, tries and backoff included.
-pub const BUDGET: Duration = Duration::from_secs(12);
+/// The most time all of a run's pings may take, tries and backoff
+/// included: what a monitor that is down costs a run at most. What is not
+/// delivered then is owed, and the next idem on the ledger delivers it.
+pub const BUDGET: Duration = Duration::from_secs(5);
 
 /// The start ping's share: it runs beside the command, and the outcome's
 /// ping must still have time for its tries.
-const START_BUDGET: Duration = Duration::from_secs(5);
+const START_BUDGET: Duration = Duration::from_secs(3);
 
 /// One try's timeout: connect, send, and read the answer.
-const TRY_FOR: Duration = Duration::from_secs(3);
+const TRY_FOR: Duration = Duration::from_secs(2);
 
 /// The waits before the second and third try.
 const BACKOFF: [Duration; 2] = [Duration::from_millis(250), Duration::from_millis(500)];
@@ -156,7 +159,7 @@ impl Ping {
         run_id: &str,
         key: &str,
         reporter: &Reporter,
-    ) -> std::thread::JoinHandle<()> {
+    ) -> std::thread::JoinHandle<Result<(), String>> {
         let ping = self.clone();
         let run_id = run_id.to_owned();
         let key = key.to_owned();
@@ -165,7 +168,8 @@ impl Ping {
     }
 
     /// Sends one ping (`suffix` is `""`, `/fail`, `/log` or `/start`),
-    /// within what is left of the run's budget, and at most `most` of it.
+    /// within what is left of the run's budget, and at most `most` of it;
+    /// a failure is one line on stderr.
     pub fn send(
         &self,
         suffix: &str,
@@ -174,7 +178,35 @@ impl Ping {
         most: Duration,
         key: &str,
         reporter: &Reporter,
-    ) {
+    ) -> Result<(), String> {
+        let sent = self.try_send(suffix, run_id, body, most);
+        if let Err(failure) = &sent {
+            reporter.notice(&mut std::io::stderr(), &self.failed(suffix, key, failure));
+        }
+        sent
+    }
+
+    /// The line that says ping `suffix` of `key` could not be sent.
+    pub fn failed(&self, suffix: &str, key: &str, failure: &str) -> String {
+        format!(
+            "{key}: could not send the {} ping to {}: {failure}; the run's outcome stands",
+            match suffix {
+                "" => "success",
+                other => other.trim_start_matches('/'),
+            },
+            self.masked,
+        )
+    }
+
+    /// Sends one ping, tried three times with backoff within the budget;
+    /// the error's words (masked) when no try went through.
+    pub fn try_send(
+        &self,
+        suffix: &str,
+        run_id: &str,
+        body: &[u8],
+        most: Duration,
+    ) -> Result<(), String> {
         let url = match &self.query {
             Some(query) => format!("{}{suffix}?{query}&rid={run_id}", self.base),
             None => format!("{}{suffix}?rid={run_id}", self.base),
@@ -199,29 +231,21 @@ impl Ping {
                 .send(body);
             self.spend(tried.elapsed());
             match sent {
-                Ok(_) => return,
+                Ok(_) => return Ok(()),
                 Err(error) => failure = self.words(&error),
             }
             if let Some(wait) = BACKOFF.get(try_number) {
-                let wait = (*wait).min(self.left());
+                let wait = (*wait)
+                    .min(self.left())
+                    .min(most.saturating_sub(began.elapsed()));
                 std::thread::sleep(wait);
                 self.spend(wait);
             }
         }
-        reporter.notice(
-            &mut std::io::stderr(),
-            &format!(
-                "{key}: could not send the {} ping to {}: {failure}; the run's outcome stands",
-                match suffix {
-                    "" => "success",
-                    other => other.trim_start_matches('/'),
-                },
-                self.masked,
-            ),
-        );
+        Err(failure)
     }
 
-    fn left(&self) -> Duration {
+    pub fn left(&self) -> Duration {
         let spent = *self
             .spent
             .lock()

@@ -37,6 +37,7 @@ mod glob;
 mod inspect;
 mod lease;
 mod migrate;
+mod outbox;
 mod outcome;
 mod reads;
 mod rows;
@@ -54,8 +55,8 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Renewal, Run, RunAttempts,
-    RunLedger, Tails,
+    KeyMetrics, ListFilter, Locks, NewEvent, Outcome, Plan, PruneReport, Records, Renewal, Run,
+    RunAttempts, RunLedger, Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;
@@ -158,8 +159,14 @@ impl RunLedger for PostgresLedger {
         }
     }
 
-    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
-        let result = self.retrying(|client| outcome::finish(client, claim, last, outcome));
+    fn finish_owing(
+        &mut self,
+        claim: &Claim,
+        last: Option<&Attempt>,
+        outcome: &Outcome,
+        owed: &[NewEvent],
+    ) -> Result<()> {
+        let result = self.retrying(|client| outcome::finish(client, claim, last, outcome, owed));
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(LedgerError::OutcomeLost {

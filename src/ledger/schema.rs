@@ -208,6 +208,33 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_start ON runs (started_at);
     CREATE INDEX runs_not_succeeded ON runs (status, started_at) WHERE status <> 1;
     ",
+    // 9: the outbox (see `ledger::outbox`): each ping and hook a run owes,
+    // written with the claim or outcome that causes it, until delivered or
+    // given up. `address` (a ping URL holds its check's secret) is read
+    // only to deliver. Owed events are found by the partial index alone.
+    "
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY,
+        event_id BLOB NOT NULL UNIQUE,
+        run_id BLOB NOT NULL,
+        job TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        address TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        body BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_try_at INTEGER NOT NULL,
+        holder BLOB,
+        held_until INTEGER,
+        delivered_at INTEGER,
+        lost INTEGER NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    CREATE INDEX outbox_owed ON outbox (next_try_at) WHERE delivered_at IS NULL AND lost = 0;
+    CREATE INDEX outbox_by_run ON outbox (run_id);
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -15,6 +15,7 @@
 mod durability;
 mod inspect;
 mod open;
+mod outbox;
 pub(super) mod path;
 mod rows;
 mod statements;
@@ -36,7 +37,7 @@ use super::rules;
 use super::runlock::{Hold, RunLocks};
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, Outcome, Plan, PruneReport, Records, Run, RunAttempts,
+    KeyMetrics, ListFilter, Locks, NewEvent, Outcome, Plan, PruneReport, Records, Run, RunAttempts,
     RunLedger, Status, Tails,
 };
 use durability::{Sync, LOCK_WAIT};
@@ -186,6 +187,7 @@ impl RunLedger for SqliteLedger {
                 return Ok(None);
             };
             let (run, fence) = start_run(tx.conn, key_id, &new, (hold.stamp(), boot))?;
+            outbox::owe(tx.conn, &new.owed)?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
@@ -227,7 +229,13 @@ impl RunLedger for SqliteLedger {
         )
     }
 
-    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
+    fn finish_owing(
+        &mut self,
+        claim: &Claim,
+        last: Option<&Attempt>,
+        outcome: &Outcome,
+        owed: &[NewEvent],
+    ) -> Result<()> {
         let ahead = Ahead::outcome();
         let recorded = self.write("record the outcome in", Sync::InCommit, &ahead, |tx| {
             if let Some(attempt) = last {
@@ -258,6 +266,9 @@ impl RunLedger for SqliteLedger {
                     outcome.status,
                     Some(outcome.exit_code),
                 )?;
+            }
+            if ended.is_some() {
+                outbox::owe(tx.conn, owed)?;
             }
             Ok(ended.is_some())
         })?;

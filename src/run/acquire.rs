@@ -260,6 +260,12 @@ impl Planner<'_> {
             pid: std::process::id(),
             recovered,
             lease: self.config.lease,
+            owed: crate::alert::Origin {
+                run_id: self.run_id,
+                job: &self.config.job.name,
+                key: "",
+            }
+            .start(&self.config.alerts),
         }
     }
 }

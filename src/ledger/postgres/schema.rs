@@ -129,6 +129,33 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX hooks_by_run ON idem.hooks (run);
 ",
+    "
+    -- 6: the outbox: each ping and hook a run owes, written with the claim
+    -- or outcome that causes it, until delivered or given up. `address`
+    -- (a ping URL holds its check's secret) is read only to deliver.
+    CREATE TABLE idem.outbox (
+        id bigserial PRIMARY KEY,
+        event_id uuid NOT NULL UNIQUE,
+        run_id uuid NOT NULL,
+        job text NOT NULL,
+        kind text NOT NULL,
+        target text NOT NULL,
+        address text NOT NULL,
+        payload text NOT NULL,
+        body bytea NOT NULL,
+        created_at timestamptz NOT NULL,
+        attempts integer NOT NULL DEFAULT 0,
+        next_try_at timestamptz NOT NULL,
+        holder uuid,
+        held_until timestamptz,
+        delivered_at timestamptz,
+        lost boolean NOT NULL DEFAULT false,
+        error text
+    );
+    CREATE INDEX outbox_owed ON idem.outbox (next_try_at)
+        WHERE delivered_at IS NULL AND NOT lost;
+    CREATE INDEX outbox_by_run ON idem.outbox (run_id);
+",
 ];
 
 /// The schema version this idem writes.

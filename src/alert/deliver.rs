@@ -1,0 +1,163 @@
+//! Delivering the events owed: one event to its ping or hook, and a sweep
+//! of a ledger's outbox by any idem (`run`, `status`, `ledger deliver`).
+
+use std::ffi::OsStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use uuid::Uuid;
+
+use super::events::{hook_flag, is_hook, Payload};
+use super::hooks;
+use super::ping::Ping;
+use crate::ledger::outbox::backoff;
+use crate::ledger::{Ledger, NewEvent, Owed, Settled};
+use crate::report::Reporter;
+
+/// The most one ping event may take in a sweep: a monitor that hangs
+/// costs each event this, not the sweep's whole time.
+const PER_EVENT: Duration = Duration::from_secs(3);
+
+/// How many events a sweep takes at once: few enough that a sweep that
+/// runs out of time leaves few held until their lease passes.
+const BATCH: u32 = 32;
+
+/// What a sweep did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Swept {
+    pub delivered: u64,
+    pub failed: u64,
+    /// Events another took meanwhile (their lease had passed): not ours.
+    pub taken: u64,
+}
+
+/// The suffix of a Healthchecks ping for `event`.
+pub fn suffix(event: &NewEvent, payload: &Payload) -> &'static str {
+    match event.kind.as_str() {
+        "start" => "/start",
+        "success" | "recovery" => "",
+        "failure" if payload.alert => "/fail",
+        _ => "/log",
+    }
+}
+
+/// Delivers `event` within `most`: its ping sent (see [`Ping::try_send`]),
+/// or its hook run to a zero exit; the failure's words, masked, if not.
+pub fn deliver(event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<(), String> {
+    let payload = Payload::read(event);
+    if is_hook(event) {
+        return deliver_hook(event, &payload, reporter).1;
+    }
+    let ping = Ping::new(&event.address);
+    let run_id = event.run_id.to_string();
+    ping.try_send(suffix(event, &payload), &run_id, &event.body, most)
+        .map_err(|failure| ping.failed(suffix(event, &payload), named(event, &payload), &failure))
+}
+
+/// What a line about `event` names: its key, or its job when the event
+/// was made before the key was known to it (a claim's).
+fn named<'a>(event: &'a NewEvent, payload: &'a Payload) -> &'a str {
+    if payload.key.is_empty() {
+        &event.job
+    } else {
+        &payload.key
+    }
+}
+
+/// Runs a hook event's command as `--on-failure` or `--on-recovery` runs
+/// it; its exit code, for the run's record, and whether it exited 0.
+pub fn deliver_hook(
+    event: &NewEvent,
+    payload: &Payload,
+    reporter: &Reporter,
+) -> (Option<i32>, Result<(), String>) {
+    let run_id = event.run_id.to_string();
+    let told = hooks::Event {
+        name: &event.kind,
+        job: &event.job,
+        key: named(event, payload),
+        run_id: &run_id,
+        exit_code: payload.exit_code,
+        failures: payload.failures,
+        output: &event.body,
+    };
+    let flag = hook_flag(event);
+    let code = hooks::run(flag, OsStr::new(&event.address), &told, reporter);
+    let result = match code {
+        Some(0) => Ok(()),
+        Some(code) => Err(format!("the {flag} hook exited {code}")),
+        None => Err(format!("the {flag} hook could not start")),
+    };
+    (code, result)
+}
+
+/// How a delivery's result is kept: delivered, or owed again after its
+/// backoff.
+pub fn settled(result: &Result<(), String>, attempts: u32) -> Settled {
+    match result {
+        Ok(()) => Settled::Delivered,
+        Err(error) => Settled::Failed {
+            error: error.clone(),
+            retry_in: backoff(attempts + 1),
+        },
+    }
+}
+
+/// Delivers the ledger's due events, oldest first, for at most `within`;
+/// hooks too with `hooks` (a hook may run for its whole limit, so only
+/// `idem ledger deliver` runs them). Quiet: the events are other runs'.
+pub fn sweep(
+    ledger: &mut dyn Ledger,
+    within: Duration,
+    hooks: bool,
+    reporter: &Reporter,
+) -> Result<Swept> {
+    let until = Instant::now() + within;
+    let holder = Uuid::now_v7();
+    let quiet = Reporter::new(true, false, false);
+    let mut swept = Swept::default();
+    while Instant::now() < until && ledger.any_due()? {
+        let batch = ledger.take_due(holder, BATCH, hooks)?;
+        if batch.is_empty() {
+            break;
+        }
+        for owed in batch {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // Held until its lease passes, then due again.
+                break;
+            }
+            let told = if is_hook(&owed.event) {
+                reporter
+            } else {
+                &quiet
+            };
+            settle(
+                ledger,
+                &owed,
+                deliver(&owed.event, left.min(PER_EVENT), told),
+                &mut swept,
+            )?;
+        }
+    }
+    Ok(swept)
+}
+
+fn settle(
+    ledger: &mut dyn Ledger,
+    owed: &Owed,
+    result: Result<(), String>,
+    swept: &mut Swept,
+) -> Result<()> {
+    let ours = ledger.settle(
+        owed.event.event_id,
+        owed.holder,
+        &settled(&result, owed.attempts),
+    )?;
+    match (ours, result) {
+        (false, _) => swept.taken += 1,
+        (true, Ok(())) => swept.delivered += 1,
+        (true, Err(_)) => swept.failed += 1,
+    }
+    Ok(())
+}

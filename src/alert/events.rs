@@ -1,0 +1,162 @@
+//! The events a run owes, made before the transaction that causes them:
+//! the claim owes each ping's `start`, the outcome each ping's `success`,
+//! `failure` or `recovery` and the hook the verdict calls for.
+
+use std::ffi::OsString;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::{ping, Settings, Verdict};
+use crate::ledger::NewEvent;
+
+/// What an event's delivery needs besides its address and body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Payload {
+    pub key: String,
+    /// The outcome's exit code; none for `start` and `slow`.
+    pub exit_code: Option<i32>,
+    /// The job's failures in a row.
+    pub failures: u64,
+    /// A failure at or past `--alert-after` (a ping to `URL/fail`, not
+    /// `URL/log`).
+    pub alert: bool,
+}
+
+impl Payload {
+    pub fn read(event: &NewEvent) -> Payload {
+        serde_json::from_str(&event.payload).unwrap_or_default()
+    }
+}
+
+/// What people see of an address: its flag (or the ping's place among
+/// the pings) and the first 8 hex digits of its SHA-256, which tell two
+/// addresses apart without giving either away.
+fn target(what: &str, address: &str) -> String {
+    let digest = Sha256::digest(address.as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{what} {short}")
+}
+
+/// Whether an event goes to a hook (else to a ping URL).
+pub fn is_hook(event: &NewEvent) -> bool {
+    event.target.starts_with("--on-")
+}
+
+/// The flag of a hook event's target: `--on-failure`.
+pub fn hook_flag(event: &NewEvent) -> &str {
+    event.target.split(' ').next().unwrap_or("--on-failure")
+}
+
+/// What one run's events share.
+pub struct Origin<'a> {
+    pub run_id: Uuid,
+    pub job: &'a str,
+    pub key: &'a str,
+}
+
+impl Origin<'_> {
+    fn event(&self, kind: &str, target: String, address: String, payload: &Payload) -> NewEvent {
+        NewEvent {
+            event_id: Uuid::now_v7(),
+            run_id: self.run_id,
+            job: self.job.to_owned(),
+            kind: kind.to_owned(),
+            target,
+            address,
+            payload: serde_json::to_string(payload).unwrap_or_default(),
+            body: Vec::new(),
+            held: true,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload {
+            key: self.key.to_owned(),
+            ..Payload::default()
+        }
+    }
+
+    /// Each ping's `start`, owed by the claim.
+    pub fn start(&self, settings: &Settings) -> Vec<NewEvent> {
+        let payload = self.payload();
+        settings
+            .ping
+            .iter()
+            .enumerate()
+            .map(|(at, url)| {
+                let target = target(&format!("ping {}", at + 1), url);
+                self.event("start", target, url.clone(), &payload)
+            })
+            .collect()
+    }
+
+    /// The events an outcome owes: the hook its verdict calls for, then
+    /// each ping, carrying the output tail. `before`: the job's failures
+    /// in a row that a recovery ends.
+    pub fn outcome(
+        &self,
+        settings: &Settings,
+        verdict: Verdict,
+        exit_code: i32,
+        before: u64,
+        output: &[u8],
+    ) -> Vec<NewEvent> {
+        let (kind, hook, failures, alert) = match verdict {
+            Verdict::Success { recovery } => (
+                if recovery { "recovery" } else { "success" },
+                recovery
+                    .then_some(settings.on_recovery.as_ref())
+                    .flatten()
+                    .map(|hook| ("--on-recovery", hook)),
+                before,
+                false,
+            ),
+            Verdict::Failure { alert, failures } => (
+                "failure",
+                alert
+                    .then_some(settings.on_failure.as_ref())
+                    .flatten()
+                    .map(|hook| ("--on-failure", hook)),
+                failures,
+                alert,
+            ),
+        };
+        let payload = Payload {
+            exit_code: Some(exit_code),
+            failures,
+            alert,
+            ..self.payload()
+        };
+        let mut events = Vec::new();
+        if let Some((flag, command)) = hook {
+            events.push(self.hook(kind, flag, command, &payload, output));
+        }
+        for (at, url) in settings.ping.iter().enumerate() {
+            let target = target(&format!("ping {}", at + 1), url);
+            let mut event = self.event(kind, target, url.clone(), &payload);
+            event.body = ping::body(output).to_vec();
+            events.push(event);
+        }
+        events
+    }
+
+    fn hook(
+        &self,
+        kind: &str,
+        flag: &str,
+        command: &OsString,
+        payload: &Payload,
+        output: &[u8],
+    ) -> NewEvent {
+        let command = command.to_string_lossy().into_owned();
+        let mut event = self.event(kind, target(flag, &command), command, payload);
+        event.body = output[output.len().saturating_sub(HOOK_OUTPUT)..].to_vec();
+        event
+    }
+}
+
+/// The most output a hook event keeps for `IDEM_OUTPUT`: the tail a
+/// person reads first, bounded so that an outbox stays small.
+const HOOK_OUTPUT: usize = 64 * 1024;
