@@ -58,6 +58,9 @@ _idem_clap() {
             idem__subcmd__help,status)
                 cmd="idem__subcmd__help__subcmd__status"
                 ;;
+            idem__subcmd__help__subcmd__ledger,deliver)
+                cmd="idem__subcmd__help__subcmd__ledger__subcmd__deliver"
+                ;;
             idem__subcmd__help__subcmd__ledger,export)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__export"
                 ;;
@@ -81,6 +84,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__help__subcmd__ledger,show)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__show"
+                ;;
+            idem__subcmd__ledger,deliver)
+                cmd="idem__subcmd__ledger__subcmd__deliver"
                 ;;
             idem__subcmd__ledger,export)
                 cmd="idem__subcmd__ledger__subcmd__export"
@@ -108,6 +114,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__ledger,show)
                 cmd="idem__subcmd__ledger__subcmd__show"
+                ;;
+            idem__subcmd__ledger__subcmd__help,deliver)
+                cmd="idem__subcmd__ledger__subcmd__help__subcmd__deliver"
                 ;;
             idem__subcmd__ledger__subcmd__help,export)
                 cmd="idem__subcmd__ledger__subcmd__help__subcmd__export"
@@ -265,8 +274,22 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__ledger)
-            opts="list show forget prune export import path metrics"
+            opts="list show forget prune export import path metrics deliver"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__ledger__subcmd__deliver)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -433,12 +456,38 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import path metrics help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import path metrics deliver help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__deliver)
+            opts="-q -v -h -V --for --json --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --for)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -499,8 +548,22 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__help)
-            opts="list show forget prune export import path metrics help"
+            opts="list show forget prune export import path metrics deliver help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__help__subcmd__deliver)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -98,6 +98,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;list'= {
@@ -211,6 +212,20 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'idem;ledger;deliver'= {
+            cand --for 'Stop taking events after DUR (an event under way finishes)'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand --json 'Print the counts as JSON'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'idem;ledger;help'= {
             cand list 'Runs, newest first'
             cand show 'A key''s state, its runs and attempts, with captured output'
@@ -220,6 +235,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;help;list'= {
@@ -237,6 +253,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;ledger;help;path'= {
         }
         &'idem;ledger;help;metrics'= {
+        }
+        &'idem;ledger;help;deliver'= {
         }
         &'idem;ledger;help;help'= {
         }
@@ -314,6 +332,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand import 'Read an export stream from stdin into this ledger (idempotent)'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
         }
         &'idem;help;ledger;list'= {
         }
@@ -330,6 +349,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;ledger;path'= {
         }
         &'idem;help;ledger;metrics'= {
+        }
+        &'idem;help;ledger;deliver'= {
         }
         &'idem;help;status'= {
         }

@@ -79,23 +79,24 @@ complete -c idem -n "__fish_idem_using_subcommand run" -s q -l quiet -d 'Print n
 complete -c idem -n "__fish_idem_using_subcommand run" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand run" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "list" -d 'Runs, newest first'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "path" -d 'Print the resolved ledger location'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "list" -d 'Runs, newest first'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "path" -d 'Print the resolved ledger location'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import path metrics deliver help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l key -d 'Only keys matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l job -d 'Only runs of jobs matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l status -d 'Only runs with this status (repeatable)' -r -f -a "running\t''
@@ -178,6 +179,16 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l for -d 'Stop taking events after DUR (an event under way finishes)' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l json -d 'Print the counts as JSON'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "list" -d 'Runs, newest first'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
@@ -186,6 +197,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand status" -l job -d 'Only jobs matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand status" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
@@ -240,6 +252,7 @@ complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcomma
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
 
 # After `run ... --`, the command's own completion; keys from the ledger
 # after `run --key` and for `ledger show` and `ledger forget`.

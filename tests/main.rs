@@ -9,6 +9,7 @@ mod attempts;
 mod completions;
 mod concurrency;
 mod containment;
+mod delivery;
 mod env_defaults;
 mod examples;
 mod failures;

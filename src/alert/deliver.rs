@@ -1,7 +1,9 @@
 //! Delivering the events owed: one event to its ping or hook, and a sweep
 //! of a ledger's outbox by any idem (`run`, `status`, `ledger deliver`).
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -11,7 +13,10 @@ use super::events::{hook_flag, is_hook, Payload};
 use super::hooks;
 use super::ping::Ping;
 use crate::ledger::outbox::backoff;
+use crate::ledger::EventState;
 use crate::ledger::{Ledger, NewEvent, Owed, Settled};
+use crate::render::doctor::Level;
+use crate::render::status::JobStatus;
 use crate::report::Reporter;
 
 /// The most one ping event may take in a sweep: a monitor that hangs
@@ -160,4 +165,76 @@ fn settle(
         (true, Err(_)) => swept.failed += 1,
     }
     Ok(())
+}
+
+/// What `status` does with the outbox: delivers the due pings for at most
+/// a run's budget (quietly: a ledger that refuses, read-only or older,
+/// delivers nothing), then reads what is still owed, per job.
+pub fn deliver_owed(ledger: &mut dyn Ledger) -> HashMap<String, u64> {
+    let quiet = Reporter::new(true, false, false);
+    let _ = sweep(ledger, super::ping::BUDGET, false, &quiet);
+    ledger.owed().unwrap_or_default().into_iter().collect()
+}
+
+/// The line under `status`'s table naming the jobs with events owed.
+pub fn owed_line(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {
+    let owed: Vec<String> = statuses
+        .iter()
+        .filter(|status| status.owed > 0)
+        .map(|status| format!("{} {}", crate::render::printable(&status.job), status.owed))
+        .collect();
+    if !owed.is_empty() {
+        writeln!(
+            out,
+            "owed (pings and hooks not yet delivered): {}; `idem ledger deliver` sends them",
+            owed.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// What `doctor` says of the outbox: the events given up, a day old and
+/// never delivered (a warning: a person was not told), named by job, kind
+/// and target, never by address.
+pub fn doctor_lost(
+    lost: Result<Vec<EventState>, String>,
+    push: &mut dyn FnMut(Level, String, Option<String>),
+) {
+    let lost = match lost {
+        Ok(lost) => lost,
+        Err(why) => {
+            push(
+                Level::Warn,
+                format!("the outbox cannot be read: {why}"),
+                None,
+            );
+            return;
+        }
+    };
+    // Said only when some are lost: a ledger without pings says nothing.
+    let Some(newest) = lost.first() else {
+        return;
+    };
+    let named: Vec<String> = lost
+        .iter()
+        .map(|event| {
+            format!(
+                "{} {} to {} at {}",
+                crate::render::printable(&event.job),
+                event.kind,
+                event.target,
+                crate::render::json::rfc3339(event.created_at)
+            )
+        })
+        .collect();
+    push(
+        Level::Warn,
+        format!(
+            "{} lost, never delivered within a day (newest of job {}): {}",
+            crate::render::count(lost.len() as u64, "event"),
+            crate::render::printable(&newest.job),
+            named.join("; ")
+        ),
+        Some("check the monitor's URL or the hook the events went to; `idem ledger show KEY` shows each event's tries".to_owned()),
+    );
 }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::{ping, Settings, Verdict};
-use crate::ledger::NewEvent;
+use crate::ledger::{EventState, NewEvent};
 
 /// What an event's delivery needs besides its address and body.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -160,3 +160,56 @@ impl Origin<'_> {
 /// The most output a hook event keeps for `IDEM_OUTPUT`: the tail a
 /// person reads first, bounded so that an outbox stays small.
 const HOOK_OUTPUT: usize = 64 * 1024;
+
+/// An event as `ledger show --json` prints it (never its address).
+#[derive(Debug, Serialize)]
+pub struct EventJson {
+    pub event_id: String,
+    /// `start`, `success`, `failure`, `recovery`, `slow` or `paused`.
+    pub kind: String,
+    /// Where it goes, as people see it: `ping 1 3fa2c1d0`.
+    pub target: String,
+    pub created_at: String,
+    /// Deliveries tried.
+    pub attempts: u32,
+    /// When it was delivered; null while owed or once lost.
+    pub delivered_at: Option<String>,
+    /// Given up: a day old and never delivered.
+    pub lost: bool,
+    /// The last failed delivery's words, masked.
+    pub error: Option<String>,
+}
+
+impl From<&EventState> for EventJson {
+    fn from(event: &EventState) -> EventJson {
+        EventJson {
+            event_id: event.event_id.to_string(),
+            kind: event.kind.clone(),
+            target: event.target.clone(),
+            created_at: crate::render::json::rfc3339(event.created_at),
+            attempts: event.attempts,
+            delivered_at: event.delivered_at.map(crate::render::json::rfc3339),
+            lost: event.lost,
+            error: event.error.clone(),
+        }
+    }
+}
+
+/// An event as `ledger show` prints it: `event success to ping 1
+/// 3fa2c1d0: delivered at ... (1 try)`.
+pub fn event_text(event: &EventState, zone: &jiff::tz::TimeZone) -> String {
+    let tries = match event.attempts {
+        1 => "1 try".to_owned(),
+        n => format!("{n} tries"),
+    };
+    let state = match (event.delivered_at, event.lost) {
+        (Some(at), _) => format!("delivered at {} ({tries})", crate::render::local(at, zone)),
+        (None, true) => format!("lost, never delivered ({tries})"),
+        (None, false) => format!("owed ({tries})"),
+    };
+    let error = match (&event.error, event.delivered_at) {
+        (Some(error), None) => format!("; last: {}", crate::render::printable(error)),
+        _ => String::new(),
+    };
+    format!("event {} to {}: {state}{error}", event.kind, event.target)
+}

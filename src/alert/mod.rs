@@ -23,8 +23,8 @@ use anyhow::Result;
 use crate::exit::Failure;
 use crate::ledger::{Attempt, Claim, HookRun, Ledger, NewEvent, Outcome, Owed, Status};
 use crate::report::Reporter;
-pub use deliver::{sweep, Swept};
-pub use events::Origin;
+pub use deliver::{deliver_owed, doctor_lost, owed_line, sweep, Swept};
+pub use events::{event_text, EventJson, Origin};
 pub use hooks::HOOK_LIMIT;
 /// How a URL is shown where it might be a secret, shared with `idem
 /// serve`, whose pages mask the URLs in commands so.
@@ -76,6 +76,9 @@ pub enum Verdict {
     Failure { alert: bool, failures: u64 },
 }
 
+/// A ping under way on a thread of its own, and how it went.
+type Sending = JoinHandle<Result<(), String>>;
+
 /// The alerts of one claimed run.
 pub struct Alerts {
     inner: Arc<Inner>,
@@ -89,7 +92,7 @@ struct Inner {
     /// The job's failures in a row when the run was claimed.
     before: u64,
     /// The start ping, sent beside the command, and its event.
-    started: Mutex<Option<(Owed, JoinHandle<Result<(), String>>)>>,
+    started: Mutex<Option<(Owed, Sending)>>,
     ping: Option<Ping>,
     reporter: Reporter,
     claimed: uuid::Uuid,

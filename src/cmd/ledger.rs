@@ -45,6 +45,7 @@ pub fn run(
         LedgerCommand::Export => export(location),
         LedgerCommand::Import { file } => import(file.as_deref(), location, quiet),
         LedgerCommand::Metrics { per_key } => metrics(location, *per_key),
+        LedgerCommand::Deliver(args) => super::deliver::run(args, location, quiet),
     }
 }
 

@@ -24,7 +24,9 @@ const WINDOW: i64 = 10;
 /// Judges every job (or those `--job` matches) and prints them; exit 1
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
-    let jobs = super::ledger::open_to_read(location)?.jobs(args.job.as_deref())?;
+    let mut ledger = super::ledger::open_to_read(location)?;
+    let owed = crate::alert::deliver_owed(ledger.as_mut());
+    let jobs = ledger.jobs(args.job.as_deref())?;
     if let (true, Some(glob)) = (jobs.is_empty(), &args.job) {
         // A check of a job that is not there is not a job that is fine.
         return Err(Failure::new(
@@ -37,7 +39,10 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
         .into());
     }
     let now = Timestamp::now();
-    let statuses = judged(&jobs, now);
+    let mut statuses = judged(&jobs, now);
+    for status in &mut statuses {
+        status.owed = owed.get(&status.job).copied().unwrap_or(0);
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         render::status::json(&mut out, &statuses)?;
@@ -136,6 +141,7 @@ pub fn judge(job: &JobState, now: Timestamp, zones: &mut Zones, this_host: &str)
         strip,
         command: render::lossy_words(&job.command),
         shell: job.shell,
+        owed: 0,
         argv: job.command.clone(),
     }
 }

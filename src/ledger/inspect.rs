@@ -35,4 +35,10 @@ pub trait Inspect {
 
     /// Every key whose head is running, in key order, with its owner.
     fn running(&mut self) -> Result<Vec<(String, Owner)>, String>;
+
+    /// The events of the outbox given up (a day old and never
+    /// delivered), newest first; none in a ledger without an outbox.
+    fn lost_events(&mut self) -> Result<Vec<super::EventState>, String> {
+        Ok(Vec::new())
+    }
 }

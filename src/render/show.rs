@@ -46,6 +46,10 @@ pub fn text(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
         for hook in ledger.hooks(run.run_id)? {
             writeln!(out, "  {}", hook_text(&hook, &zone))?;
         }
+        // A ledger an older idem made has no outbox: no events to show.
+        for event in ledger.events(run.run_id).unwrap_or_default() {
+            writeln!(out, "  {}", crate::alert::event_text(&event, &zone))?;
+        }
     }
     let shown_runs = 1 + shown.earlier.len() as u64;
     let hidden = shown.total.saturating_sub(shown_runs);
@@ -145,6 +149,7 @@ fn hook_text(hook: &HookRun, zone: &TimeZone) -> String {
 pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Result<()> {
     let (latest, attempts) = shown.latest;
     let hooks = ledger.hooks(latest.run_id)?;
+    let events = ledger.events(latest.run_id).unwrap_or_default();
     let object = ShowJson {
         run: RunJson::from(latest),
         attempts_detail: AttemptsDetail {
@@ -153,6 +158,7 @@ pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
             attempts,
         },
         hooks: hooks.iter().map(HookJson::from).collect(),
+        events: events.iter().map(crate::alert::EventJson::from).collect(),
         history: shown.earlier.iter().map(|(run, _)| run.into()).collect(),
     };
     serde_json::to_writer_pretty(&mut *out, &object)?;
@@ -171,6 +177,8 @@ struct ShowJson<'a> {
     attempts_detail: AttemptsDetail<'a>,
     /// The hooks that ran for the latest run.
     hooks: Vec<HookJson<'a>>,
+    /// The latest run's pings and hooks, each with its deliveries.
+    events: Vec<crate::alert::EventJson>,
     /// The earlier runs, newest first, as many as `--limit` lets through.
     history: Vec<RunJson<'a>>,
 }

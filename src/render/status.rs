@@ -73,6 +73,8 @@ pub struct JobStatus {
     pub command: Vec<String>,
     /// That argv ran as one `/bin/sh -c` script.
     pub shell: bool,
+    /// Its pings and hooks not yet delivered (the outbox).
+    pub owed: u64,
     /// The argv as bytes, for the table.
     #[serde(skip)]
     pub argv: Vec<OsString>,
@@ -97,7 +99,7 @@ pub fn text(
         let table = table(statuses, now, style, wide);
         writeln!(out, "{}", render::table_text(&table))?;
     }
-    Ok(())
+    crate::alert::owed_line(out, statuses)
 }
 
 /// "3h ago", for people.

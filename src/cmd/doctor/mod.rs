@@ -192,6 +192,9 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
             None::<String>,
         ),
     }
+    crate::alert::doctor_lost(ledger.lost_events(), &mut |level, message, fix| {
+        report.push("notifications", level, message, fix);
+    });
 }
 
 /// Reports the keys whose head is `running`: stuck when the owner is gone

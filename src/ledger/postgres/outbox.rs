@@ -8,6 +8,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::super::outbox::{EventState, NewEvent, Outbox, Owed, Settled, GIVE_UP, LEASE};
+use super::client::Client;
 use super::rows::{maybe_time, time};
 use super::{begin, interval, PostgresLedger};
 
@@ -204,21 +205,37 @@ impl Outbox for PostgresLedger {
     }
 
     fn lost(&mut self, limit: u32) -> Result<Vec<EventState>> {
-        let sql = format!(
-            "SELECT {STATE_COLUMNS} FROM idem.outbox
-             WHERE lost OR (delivered_at IS NULL AND created_at < now() - $2::text::interval)
-             ORDER BY id DESC LIMIT $1"
-        );
-        self.retrying(|client| {
-            client
-                .query_typed(
-                    &sql,
-                    typed![&i64::from(limit) => INT8, &interval(GIVE_UP) => TEXT],
-                )?
-                .iter()
-                .map(state_from_row)
-                .collect()
-        })
-        .map_err(|error| self.fail("read", &error))
+        self.retrying(|client| lost_in(client, limit))
+            .map_err(|error| self.fail("read", &error))
     }
+}
+
+/// The events given up, newest first, at most `limit`; none when the
+/// schema has no outbox yet (an older idem's, read by `doctor`).
+pub(super) fn lost_in(
+    client: &mut Client,
+    limit: u32,
+) -> Result<Vec<EventState>, tokio_postgres::Error> {
+    let exists: bool = client
+        .query_typed_one(
+            "SELECT to_regclass('idem.outbox') IS NOT NULL AS exists",
+            &[],
+        )?
+        .try_get("exists")?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {STATE_COLUMNS} FROM idem.outbox
+         WHERE lost OR (delivered_at IS NULL AND created_at < now() - $2::text::interval)
+         ORDER BY id DESC LIMIT $1"
+    );
+    client
+        .query_typed(
+            &sql,
+            typed![&i64::from(limit) => INT8, &interval(GIVE_UP) => TEXT],
+        )?
+        .iter()
+        .map(state_from_row)
+        .collect()
 }

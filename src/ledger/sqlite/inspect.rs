@@ -19,6 +19,9 @@ use super::path::{check_one_name, judge_new_ledger, read_only_uri, side_file, sy
 use super::rows::{get, running_heads, RUNNING, SUCCEEDED};
 use crate::exit::io_words;
 
+/// The most lost events `doctor` names.
+const LOST_SHOWN: u32 = 20;
+
 pub struct SqliteInspector {
     // Field order matters: the connection closes before the copy it may
     // read is deleted.
@@ -139,6 +142,10 @@ fn copy_with_log(path: &Path) -> Result<tempfile::TempDir, String> {
 }
 
 impl Inspect for SqliteInspector {
+    fn lost_events(&mut self) -> Result<Vec<crate::ledger::EventState>, String> {
+        super::outbox::lost_in(&self.conn, LOST_SHOWN).map_err(|error| error.to_string())
+    }
+
     fn schema(&mut self) -> Result<Schema, String> {
         match versions(&self.conn) {
             Ok(versions) => Ok(schema_state(versions)),

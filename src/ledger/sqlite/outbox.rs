@@ -219,15 +219,26 @@ impl Outbox for SqliteLedger {
     }
 
     fn lost(&mut self, limit: u32) -> Result<Vec<EventState>> {
-        let read = || -> rusqlite::Result<Vec<EventState>> {
-            let mut lost = self.conn.prepare_cached(&format!(
-                "SELECT {STATE_COLUMNS} FROM outbox
-                 WHERE lost = 1 OR (delivered_at IS NULL AND created_at < ?2)
-                 ORDER BY id DESC LIMIT ?1"
-            ))?;
-            let rows = lost.query_map(params![limit, given_up()], state_from_row)?;
-            rows.collect()
-        };
-        read().map_err(|error| self.fail("read", &error))
+        lost_in(&self.conn, limit).map_err(|error| self.fail("read", &error))
     }
+}
+
+/// The events given up, newest first, at most `limit`; none when the
+/// ledger has no outbox yet (an older idem's, read by `doctor`).
+pub(super) fn lost_in(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<EventState>> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'outbox')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let mut lost = conn.prepare_cached(&format!(
+        "SELECT {STATE_COLUMNS} FROM outbox
+         WHERE lost = 1 OR (delivered_at IS NULL AND created_at < ?2)
+         ORDER BY id DESC LIMIT ?1"
+    ))?;
+    let rows = lost.query_map(params![limit, given_up()], state_from_row)?;
+    rows.collect()
 }
