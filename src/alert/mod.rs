@@ -46,6 +46,8 @@ pub struct Settings {
     pub on_failure: Option<OsString>,
     pub on_recovery: Option<OsString>,
     pub warn_after: Option<Duration>,
+    /// `--warn-every`: the slow warning again, this often, after the first.
+    pub warn_every: Option<Duration>,
     /// `--ping`, checked (see [`check_ping`]).
     pub ping: Option<String>,
 }
@@ -141,15 +143,28 @@ impl Alerts {
         }
     }
 
-    /// Watches attempt `number` for `--warn-after`: reports it once if it is
-    /// still running then. Dropping the watch ends it.
+    /// Watches attempt `number` for `--warn-after`: reports it if it is
+    /// still running then, and again every `--warn-every` while it runs.
+    /// Dropping the watch ends it.
     pub fn watch(&self, number: u32) -> Option<Watch> {
         let after = self.inner.settings.warn_after?;
+        let every = self.inner.settings.warn_every;
         let (ended, wait) = mpsc::channel::<()>();
         let inner = Arc::clone(&self.inner);
         let thread = std::thread::spawn(move || {
-            if let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
-                inner.slow(number, after);
+            let began = std::time::Instant::now();
+            // The time of the warning due, said as scheduled: measured
+            // from the start, so that a slow hook or ping does not push
+            // the later warnings back.
+            let mut due = after;
+            while let Err(RecvTimeoutError::Timeout) =
+                wait.recv_timeout(due.saturating_sub(began.elapsed()))
+            {
+                inner.slow(number, due, every.is_some() && due > after);
+                let Some(every) = every else { break };
+                while due <= began.elapsed() {
+                    due += every;
+                }
             }
         });
         Some(Watch {
@@ -346,10 +361,16 @@ impl Inner {
         }
     }
 
-    /// `--warn-after`: attempt `number` has run `after` and still runs.
-    fn slow(&self, number: u32, after: Duration) {
+    /// `--warn-after`: attempt `number` has run `after` and still runs;
+    /// `repeats` when `--warn-every` said it again.
+    fn slow(&self, number: u32, after: Duration, repeats: bool) {
+        let flag = if repeats {
+            "--warn-every"
+        } else {
+            "--warn-after"
+        };
         let line = format!(
-            "{}: attempt {number} is still running after {}; it keeps running (--warn-after)",
+            "{}: attempt {number} is still running after {}; it keeps running ({flag})",
             self.key,
             humantime::format_duration(after)
         );

@@ -345,6 +345,19 @@ pub struct RunArgs {
     )]
     pub warn_after: Option<humantime::Duration>,
 
+    /// With --warn-after: report the attempt again every DUR while it
+    /// runs (each a line, a slow event, a ping)
+    #[arg(
+        long,
+        env = "IDEM_WARN_EVERY",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "DUR",
+        value_parser = duration,
+        requires = "warn_after"
+    )]
+    pub warn_every: Option<humantime::Duration>,
+
     /// Healthchecks-style pings: URL/start at the claim, URL on success,
     /// URL/fail on an alert, URL/log otherwise; a secret, never printed whole
     #[arg(

@@ -22,13 +22,14 @@ use crate::ledger::JobInfo;
 /// its own (it does not wait for the outer run's lock, nor ping and alert
 /// as the outer job). The twins that are defaults (`IDEM_DB`, retries,
 /// backoff, timeouts, output) pass on, as a crontab's header means them.
-pub const NOT_INHERITED: [&str; 7] = [
+pub const NOT_INHERITED: [&str; 8] = [
     "IDEM_LOCK",
     "IDEM_PING_URL",
     "IDEM_ON_FAILURE",
     "IDEM_ON_RECOVERY",
     "IDEM_ALERT_AFTER",
     "IDEM_WARN_AFTER",
+    "IDEM_WARN_EVERY",
     "IDEM_CATCH_UP",
 ];
 
@@ -126,6 +127,7 @@ impl Config {
                 on_failure: args.on_failure.clone(),
                 on_recovery: args.on_recovery.clone(),
                 warn_after: args.warn_after.map(Into::into),
+                warn_every: args.warn_every.map(Into::into),
                 ping,
             },
             template,

@@ -207,3 +207,62 @@ fn a_hanging_monitor_leaves_the_run_within_its_five_seconds() {
         began.elapsed()
     );
 }
+
+#[test]
+fn warn_every_repeats_the_slow_warning_while_the_attempt_runs() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let url = monitor.url();
+    let hooks = env.path("hooks");
+    let hook = format!("echo $IDEM_EVENT >> '{}'", hooks.display());
+    // The attempt runs until it has been told slow three times: the test
+    // waits on that, not on a clock (the timeout fails it instead).
+    let script = format!(
+        "while [ \"$(cat '{}' 2>/dev/null | wc -l)\" -lt 3 ]; do sleep 0.05; done",
+        hooks.display()
+    );
+    let args = [
+        "run",
+        "-k",
+        "slow",
+        "--retries",
+        "0",
+        "--timeout",
+        "20s",
+        "--warn-after",
+        "200ms",
+        "--warn-every",
+        "200ms",
+        "--on-failure",
+        &hook,
+        "--ping",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let output = env.cmd(args).run().succeeds().stderr_lacks(SECRET);
+    let stderr = output.stderr();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines.len() >= 3, "{stderr}");
+    assert_eq!(
+        lines[0],
+        "idem: slow: attempt 1 is still running after 200ms; it keeps running (--warn-after)"
+    );
+    assert_eq!(
+        lines[1],
+        "idem: slow: attempt 1 is still running after 400ms; it keeps running (--warn-every)"
+    );
+    let logs = monitor
+        .delivered()
+        .iter()
+        .filter(|ping| ping.suffix == "/log")
+        .count();
+    assert!(logs >= 3, "{:?}", monitor.delivered());
+    // Without --warn-after there is nothing to repeat.
+    env.cmd(["run", "-k", "x", "--warn-every", "1s", "--", "true"])
+        .run()
+        .expect_code(2)
+        .stderr_has("--warn-after");
+}
