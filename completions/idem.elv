@@ -64,7 +64,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --alert-after 'A failure is an alert only when it is the job''s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)'
             cand --warn-after 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running'
             cand --warn-every 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)'
-            cand --ping 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole'
+            cand --ping 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole'
             cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --shell 'Run the words after -- as one /bin/sh -c script'

@@ -67,7 +67,7 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l on-recovery -d 'Run `s
 complete -c idem -n "__fish_idem_using_subcommand run" -l alert-after -d 'A failure is an alert only when it is the job\'s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l warn-after -d 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l warn-every -d 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l ping -d 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole' -r -f
+complete -c idem -n "__fish_idem_using_subcommand run" -l ping -d 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole' -r -f
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'

@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use uuid::Uuid;
 
+use super::cronitor;
 use super::events::{hook_flag, is_hook, Payload};
 use super::hooks;
-use super::ping::Ping;
+use super::http::Http;
+use super::ping::{self, Monitor};
+use super::sentry::{self, Dsn};
 use crate::ledger::outbox::backoff;
 use crate::ledger::EventState;
 use crate::ledger::{Ledger, NewEvent, Owed, Settled};
@@ -36,27 +39,51 @@ pub struct Swept {
     pub taken: u64,
 }
 
-/// The suffix of a Healthchecks ping for `event`.
-pub fn suffix(event: &NewEvent, payload: &Payload) -> &'static str {
+/// What a failure line calls an event's ping: Healthchecks' words.
+fn called(event: &NewEvent, payload: &Payload) -> &'static str {
     match event.kind.as_str() {
-        "start" => "/start",
-        "success" | "recovery" => "",
-        "failure" if payload.alert => "/fail",
-        _ => "/log",
+        "start" => "start",
+        "success" | "recovery" => "success",
+        "failure" if payload.alert => "fail",
+        _ => "log",
     }
 }
 
-/// Delivers `event` within `most`: its ping sent (see [`Ping::try_send`]),
-/// or its hook run to a zero exit; the failure's words, masked, if not.
+/// Delivers `event` within `most`: its ping sent to its monitor, or its
+/// hook run to a zero exit; else the line that says why, masked. An event
+/// its monitor has no word for (a `slow` to Sentry) is delivered as is.
 pub fn deliver(event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<(), String> {
     let payload = Payload::read(event);
     if is_hook(event) {
         return deliver_hook(event, &payload, reporter).1;
     }
-    let ping = Ping::new(&event.address);
-    let run_id = event.run_id.to_string();
-    ping.try_send(suffix(event, &payload), &run_id, &event.body, most)
-        .map_err(|failure| ping.failed(suffix(event, &payload), named(event, &payload), &failure))
+    let shown = ping::shown(&event.address);
+    let (http, request) = match ping::monitor(&event.address) {
+        Monitor::Healthchecks(url) => (
+            Http::new(url, shown, Vec::new()),
+            Some(ping::healthchecks(url, event, &payload)),
+        ),
+        Monitor::Sentry(dsn) => {
+            let parsed = Dsn::parse(dsn)?;
+            let request = sentry::request(&parsed, event, &payload);
+            (Http::new(dsn, shown, vec![parsed.key]), request)
+        }
+        Monitor::Cronitor(url) => (
+            Http::new(url, shown, Vec::new()),
+            cronitor::request(url, event, &payload),
+        ),
+    };
+    let Some(request) = request else {
+        return Ok(());
+    };
+    http.send(&request, most).map(|_| ()).map_err(|failure| {
+        format!(
+            "{}: could not send the {} ping to {}: {failure}; the run's outcome stands",
+            named(event, &payload),
+            called(event, &payload),
+            http.masked
+        )
+    })
 }
 
 /// What a line about `event` names: its key, or its job when the event

@@ -22,6 +22,22 @@ pub struct Payload {
     /// A failure at or past `--alert-after` (a ping to `URL/fail`, not
     /// `URL/log`).
     pub alert: bool,
+    /// `--alert-after`, for a monitor that counts failures itself.
+    #[serde(default)]
+    pub alert_after: u64,
+    /// From the claim to the outcome.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+    /// `SENTRY_ENVIRONMENT` when the event was made.
+    #[serde(default)]
+    pub environment: Option<String>,
+    /// The job's period as a crontab, its length and its time zone.
+    #[serde(default)]
+    pub crontab: Option<String>,
+    #[serde(default)]
+    pub period_secs: Option<u64>,
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 impl Payload {
@@ -54,6 +70,8 @@ pub struct Origin<'a> {
     pub run_id: Uuid,
     pub job: &'a str,
     pub key: &'a str,
+    /// From the claim to the outcome, for an outcome's events.
+    pub duration_ms: Option<u64>,
 }
 
 impl Origin<'_> {
@@ -71,16 +89,36 @@ impl Origin<'_> {
         }
     }
 
-    fn payload(&self) -> Payload {
+    fn payload(&self, settings: &Settings) -> Payload {
+        let schedule = settings.schedule.as_ref();
         Payload {
             key: self.key.to_owned(),
+            alert_after: settings.alert_after,
+            duration_ms: self.duration_ms,
+            environment: std::env::var("SENTRY_ENVIRONMENT")
+                .ok()
+                .filter(|name| !name.is_empty()),
+            crontab: schedule.map(|schedule| schedule.crontab.to_owned()),
+            period_secs: schedule.map(|schedule| schedule.period_secs),
+            zone: schedule.and_then(|schedule| schedule.zone.clone()),
             ..Payload::default()
         }
     }
 
+    /// Each ping's `slow` (not kept: a warning that comes late is no
+    /// warning), carrying the warning's line.
+    pub fn slow(&self, settings: &Settings, line: &[u8]) -> Vec<NewEvent> {
+        let mut events = self.start(settings);
+        for event in &mut events {
+            event.kind = "slow".to_owned();
+            event.body = line.to_vec();
+        }
+        events
+    }
+
     /// Each ping's `start`, owed by the claim.
     pub fn start(&self, settings: &Settings) -> Vec<NewEvent> {
-        let payload = self.payload();
+        let payload = self.payload(settings);
         settings
             .ping
             .iter()
@@ -127,7 +165,7 @@ impl Origin<'_> {
             exit_code: Some(exit_code),
             failures,
             alert,
-            ..self.payload()
+            ..self.payload(settings)
         };
         let mut events = Vec::new();
         if let Some((flag, command)) = hook {

@@ -7,10 +7,13 @@
 //! hosts and reboots). Everything here happens after the outcome is durable
 //! and changes neither the run's record nor idem's exit code.
 
+mod cronitor;
 mod deliver;
 mod events;
 mod hooks;
+mod http;
 mod ping;
+mod sentry;
 
 use std::ffi::OsString;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -29,12 +32,29 @@ pub use hooks::HOOK_LIMIT;
 /// How a URL is shown where it might be a secret, shared with `idem
 /// serve`, whose pages mask the URLs in commands so.
 pub use ping::mask as mask_url;
-use ping::Ping;
 
 /// Refuses a bad `--ping` before anything runs, without printing it.
-pub fn check_ping(url: &str) -> Result<()> {
-    ping::check(url).map_err(Failure::usage)?;
+pub fn check_ping(address: &str) -> Result<()> {
+    ping::check_address(address).map_err(Failure::usage)?;
     Ok(())
+}
+
+/// The schedule of a period (see [`Schedule`]).
+pub fn schedule(period: crate::key::Period, zone: Option<String>) -> Schedule {
+    use crate::key::Period;
+    let (crontab, period_secs) = match period {
+        Period::Minute => ("* * * * *", 60),
+        Period::Hour => ("0 * * * *", 3600),
+        Period::Day => ("0 0 * * *", 86_400),
+        Period::Week => ("0 0 * * 1", 7 * 86_400),
+        Period::Month => ("0 0 1 * *", 30 * 86_400),
+        Period::Year => ("0 0 1 1 *", 365 * 86_400),
+    };
+    Schedule {
+        crontab,
+        period_secs,
+        zone,
+    }
 }
 
 /// What a run was asked to tell, and when.
@@ -48,8 +68,20 @@ pub struct Settings {
     pub warn_after: Option<Duration>,
     /// `--warn-every`: the slow warning again, this often, after the first.
     pub warn_every: Option<Duration>,
-    /// `--ping`, checked (see [`check_ping`]).
-    pub ping: Option<String>,
+    /// `--ping`, each checked (see [`check_ping`]).
+    pub ping: Vec<String>,
+    /// The job's period, for monitors that keep a schedule.
+    pub schedule: Option<Schedule>,
+}
+
+/// A job's period as monitors take it.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Five-field crontab of the period's start: `0 * * * *` hourly.
+    pub crontab: &'static str,
+    pub period_secs: u64,
+    /// The IANA time zone of the job's keys.
+    pub zone: Option<String>,
 }
 
 impl Settings {
@@ -78,8 +110,43 @@ pub enum Verdict {
     Failure { alert: bool, failures: u64 },
 }
 
-/// A ping under way on a thread of its own, and how it went.
-type Sending = JoinHandle<Result<(), String>>;
+/// The start pings: under way on a thread of their own, then how each
+/// went, until their events are settled.
+enum Started {
+    None,
+    Sending(JoinHandle<Vec<(Owed, Result<(), String>)>>),
+    Sent(Vec<(Owed, Result<(), String>)>),
+}
+
+/// The time a run's own pings have taken, against [`ping::BUDGET`].
+#[derive(Default)]
+struct Budget(Mutex<Duration>);
+
+impl Budget {
+    fn left(&self) -> Duration {
+        ping::BUDGET.saturating_sub(
+            *self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    /// Delivers one ping event of the run within what is left, at most
+    /// `most`; a failure is one line on stderr.
+    fn deliver(&self, event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<(), String> {
+        let began = std::time::Instant::now();
+        let result = deliver::deliver(event, self.left().min(most), reporter);
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += began.elapsed();
+        if let Err(line) = &result {
+            reporter.notice(&mut std::io::stderr(), line);
+        }
+        result
+    }
+}
 
 /// The alerts of one claimed run.
 pub struct Alerts {
@@ -93,9 +160,11 @@ struct Inner {
     run_id: String,
     /// The job's failures in a row when the run was claimed.
     before: u64,
-    /// The start ping, sent beside the command, and its event.
-    started: Mutex<Option<(Owed, Sending)>>,
-    ping: Option<Ping>,
+    /// The start pings, sent beside the command, and their events.
+    started: Mutex<Started>,
+    /// When the claim was made, for a check-in's duration.
+    claimed_at: std::time::Instant,
+    budget: Arc<Budget>,
     reporter: Reporter,
     claimed: uuid::Uuid,
     /// The hooks that ran, to be recorded with the run.
@@ -113,15 +182,29 @@ impl Alerts {
         reporter: &Reporter,
     ) -> Alerts {
         let run_id = claim.run_id.to_string();
-        let ping = settings.ping.as_deref().map(Ping::new);
-        let held = match &ping {
-            Some(_) => ledger.take_held(claim.run_id).unwrap_or_default(),
-            None => Vec::new(),
+        let budget = Arc::new(Budget::default());
+        let held = match settings.ping.is_empty() {
+            false => ledger.take_held(claim.run_id).unwrap_or_default(),
+            true => Vec::new(),
         };
-        let started = ping
-            .as_ref()
-            .zip(held.into_iter().find(|owed| owed.event.kind == "start"))
-            .map(|(ping, owed)| (owed, ping.start(&run_id, &claim.key, reporter)));
+        let starts: Vec<Owed> = held
+            .into_iter()
+            .filter(|owed| owed.event.kind == "start")
+            .collect();
+        let started = if starts.is_empty() {
+            Started::None
+        } else {
+            let (budget, reporter) = (Arc::clone(&budget), reporter.clone());
+            Started::Sending(std::thread::spawn(move || {
+                starts
+                    .into_iter()
+                    .map(|owed| {
+                        let result = budget.deliver(&owed.event, ping::START_BUDGET, &reporter);
+                        (owed, result)
+                    })
+                    .collect()
+            }))
+        };
         let before = if settings.counts() {
             failures_in_a_row(ledger, job).unwrap_or(0)
         } else {
@@ -134,8 +217,9 @@ impl Alerts {
                 key: claim.key.clone(),
                 run_id,
                 before,
-                ping,
+                budget,
                 started: Mutex::new(started),
+                claimed_at: std::time::Instant::now(),
                 reporter: reporter.clone(),
                 claimed: claim.run_id,
                 ran: Mutex::default(),
@@ -186,7 +270,7 @@ impl Alerts {
         let verdict = self.judge(ledger, outcome);
         let inner = &*self.inner;
         let settings = &inner.settings;
-        let tells = settings.ping.is_some()
+        let tells = !settings.ping.is_empty()
             || settings.on_failure.is_some()
             || settings.on_recovery.is_some();
         if !tells {
@@ -200,6 +284,7 @@ impl Alerts {
             run_id: inner.claimed,
             job: &inner.job,
             key: &inner.key,
+            duration_ms: u64::try_from(inner.claimed_at.elapsed().as_millis()).ok(),
         };
         let owed = origin.outcome(settings, verdict, outcome.exit_code, inner.before, &output);
         (verdict, owed)
@@ -242,21 +327,22 @@ impl Alerts {
     /// sweep does not take them again).
     pub fn tell(&self, owed: &[NewEvent], ledger: &mut dyn Ledger) {
         let inner = &*self.inner;
-        let mut results = Vec::with_capacity(owed.len() + 1);
-        let start = inner.join_start();
-        if let Some((started, result)) = &start {
-            results.push((&started.event, started.attempts, result.clone()));
-        }
+        inner.join_start();
+        let started = inner.take_started();
+        let mut results: Vec<(&NewEvent, u32, Result<(), String>)> = started
+            .iter()
+            .map(|(owed, result)| (&owed.event, owed.attempts, result.clone()))
+            .collect();
         for event in owed {
             let result = if events::is_hook(event) {
                 inner.hook(event)
             } else {
-                inner.ping(event)
+                inner.budget.deliver(event, ping::BUDGET, &inner.reporter)
             };
             results.push((event, 0, result));
         }
         self.record_hooks(ledger);
-        let left = inner.ping.as_ref().map_or(ping::BUDGET, Ping::left);
+        let left = inner.budget.left();
         let _ = deliver::sweep(ledger, left, false, &inner.reporter);
         self.settle_all(ledger, &results);
     }
@@ -274,7 +360,8 @@ impl Alerts {
     /// Settles the start ping's event once it is sent (or not): a run
     /// that ends early (an error) calls it too.
     pub fn settle_start(&self, ledger: &mut dyn Ledger) {
-        if let Some((owed, result)) = self.inner.join_start() {
+        self.inner.join_start();
+        for (owed, result) in self.inner.take_started() {
             self.inner
                 .settle(ledger, &owed.event, owed.attempts, &result);
         }
@@ -309,7 +396,7 @@ impl Drop for Alerts {
     fn drop(&mut self) {
         // A run that ended early (an error) still lets its start ping go;
         // its event stays held, then owed.
-        let _ = self.inner.join_start();
+        self.inner.join_start();
     }
 }
 
@@ -325,19 +412,33 @@ impl Inner {
             });
     }
 
-    /// Waits for the start ping: the monitor sees the pings in order.
-    fn join_start(&self) -> Option<(Owed, Result<(), String>)> {
-        let started = self
+    /// Waits for the start pings: the monitor sees the pings in order.
+    fn join_start(&self) {
+        let mut started = self
             .started
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        started.map(|(owed, thread)| {
-            let result = thread
-                .join()
-                .unwrap_or_else(|_| Err("its thread ended early".to_owned()));
-            (owed, result)
-        })
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Started::Sending(_) = &*started {
+            let Started::Sending(thread) = std::mem::replace(&mut *started, Started::None) else {
+                return;
+            };
+            *started = Started::Sent(thread.join().unwrap_or_default());
+        }
+    }
+
+    /// How the start pings went, once they were joined.
+    fn take_started(&self) -> Vec<(Owed, Result<(), String>)> {
+        let mut started = self
+            .started
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match std::mem::replace(&mut *started, Started::None) {
+            Started::Sent(sent) => sent,
+            other => {
+                *started = other;
+                Vec::new()
+            }
+        }
     }
 
     /// Keeps how an event of this run went; a ledger that refuses is one
@@ -388,17 +489,17 @@ impl Inner {
             let code = hooks::run("--on-failure", command, &told, &self.reporter);
             self.ran("slow", code);
         }
-        if let Some(ping) = &self.ping {
-            let _ = self.join_start();
-            let body = crate::exit::line(&line);
-            let _ = ping.send(
-                "/log",
-                &self.run_id,
-                body.as_bytes(),
-                ping::BUDGET,
-                &self.key,
-                &self.reporter,
-            );
+        if !self.settings.ping.is_empty() {
+            self.join_start();
+            let origin = Origin {
+                run_id: self.claimed,
+                job: &self.job,
+                key: &self.key,
+                duration_ms: None,
+            };
+            for event in origin.slow(&self.settings, crate::exit::line(&line).as_bytes()) {
+                let _ = self.budget.deliver(&event, ping::BUDGET, &self.reporter);
+            }
         }
     }
 
@@ -416,24 +517,6 @@ impl Inner {
             code,
         );
         result
-    }
-
-    /// Sends a ping event of this run within the run's budget.
-    fn ping(&self, event: &NewEvent) -> Result<(), String> {
-        let Some(ping) = &self.ping else {
-            return Err("no --ping to send it to".to_owned());
-        };
-        let _ = self.join_start();
-        let payload = events::Payload::read(event);
-        let suffix = deliver::suffix(event, &payload);
-        ping.send(
-            suffix,
-            &self.run_id,
-            &event.body,
-            ping::BUDGET,
-            &self.key,
-            &self.reporter,
-        )
     }
 }
 

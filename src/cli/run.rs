@@ -358,8 +358,10 @@ pub struct RunArgs {
     )]
     pub warn_every: Option<humantime::Duration>,
 
-    /// Healthchecks-style pings: URL/start at the claim, URL on success,
-    /// URL/fail on an alert, URL/log otherwise; a secret, never printed whole
+    /// A monitor to ping (repeatable): a Healthchecks URL (URL/start at the
+    /// claim, URL on success, URL/fail on an alert, URL/log otherwise),
+    /// sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret,
+    /// never printed whole
     #[arg(
         long,
         env = "IDEM_PING_URL",
@@ -368,7 +370,7 @@ pub struct RunArgs {
         value_name = "URL",
         value_hint = clap::ValueHint::Url
     )]
-    pub ping: Option<String>,
+    pub ping: Vec<String>,
 
     /// The command and its arguments, after --
     #[arg(

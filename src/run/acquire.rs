@@ -264,6 +264,7 @@ impl Planner<'_> {
                 run_id: self.run_id,
                 job: &self.config.job.name,
                 key: "",
+                duration_ms: None,
             }
             .start(&self.config.alerts),
         }

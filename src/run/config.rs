@@ -80,8 +80,8 @@ impl Config {
         check(args)?;
         let locks = lock_names(&args.lock)?;
         let ping = args.ping.clone();
-        if let Some(url) = &ping {
-            alert::check_ping(url)?;
+        for address in &ping {
+            alert::check_ping(address)?;
         }
         if *args.lease < MIN_LEASE {
             return Err(Failure::usage(format!(
@@ -91,6 +91,9 @@ impl Config {
             .into());
         }
         let job = job_info(args, &template)?;
+        let schedule = template
+            .period()
+            .map(|period| alert::schedule(period, job.zone.clone()));
         let catch_up = match args.catch_up {
             Some(periods) => Some((catch_up_period(&template, &args.key)?, periods)),
             None => None,
@@ -129,6 +132,7 @@ impl Config {
                 warn_after: args.warn_after.map(Into::into),
                 warn_every: args.warn_every.map(Into::into),
                 ping,
+                schedule,
             },
             template,
         })
