@@ -1,7 +1,8 @@
-//! A Healthchecks monitor on a loopback port, strict about the protocol
-//! (a POST to `/ping/KEY`, `/start`, `/fail` or `/log` after it, `rid` a
-//! UUID, a body within Healthchecks' limit), behind a switch that makes it
-//! refuse (close at once), answer 500, or hang.
+//! A monitor on a loopback port, strict about its protocol as documented:
+//! Healthchecks (a POST to `/ping/KEY`, `/start`, `/fail` or `/log` after
+//! it, `rid` a UUID, a body within Healthchecks' limit), Sentry's cron
+//! check-in envelopes, or Cronitor's telemetry; behind a switch that makes
+//! it refuse (close at once), answer 500, or hang.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -25,11 +26,28 @@ pub enum Mode {
     Hang,
 }
 
+/// The protocol a monitor speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Healthchecks,
+    Sentry,
+    Cronitor,
+}
+
+/// The Sentry project's public key, in the DSN: never printed either.
+pub const SENTRY_KEY: &str = "5e27a1c0publickey";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ping {
-    /// `/start`, `/fail`, `/log` or `` (success).
+    /// Healthchecks: `/start`, `/fail`, `/log` or `` (success); Sentry:
+    /// the status; Cronitor: the state.
     pub suffix: String,
+    /// Healthchecks' `rid`, Sentry's `check_in_id`, Cronitor's `series`.
     pub rid: String,
+    /// The query, as sent.
+    pub query: String,
+    /// Healthchecks: the body; Sentry: the check-in's JSON; Cronitor: the
+    /// message, decoded.
     pub body: Vec<u8>,
     /// Answered 200 (not refused, failed or hung).
     pub answered: bool,
@@ -37,6 +55,7 @@ pub struct Ping {
 
 pub struct Monitor {
     port: u16,
+    protocol: Protocol,
     mode: Arc<Mutex<Mode>>,
     pings: Arc<Mutex<Vec<Ping>>>,
     /// Requests that broke the protocol, in words.
@@ -45,10 +64,15 @@ pub struct Monitor {
 
 impl Monitor {
     pub fn start(mode: Mode) -> Monitor {
+        Monitor::speaking(Protocol::Healthchecks, mode)
+    }
+
+    pub fn speaking(protocol: Protocol, mode: Mode) -> Monitor {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let monitor = Monitor {
             port,
+            protocol,
             mode: Arc::new(Mutex::new(mode)),
             pings: Arc::default(),
             wrong: Arc::default(),
@@ -60,16 +84,23 @@ impl Monitor {
         );
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
+                let protocol = protocol;
                 let (mode, pings, wrong) =
                     (Arc::clone(&mode), Arc::clone(&pings), Arc::clone(&wrong));
-                std::thread::spawn(move || serve(stream, &mode, &pings, &wrong));
+                std::thread::spawn(move || serve(protocol, stream, &mode, &pings, &wrong));
             }
         });
         monitor
     }
 
+    /// The `--ping` address of this monitor.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/ping/{SECRET}", self.port)
+        let port = self.port;
+        match self.protocol {
+            Protocol::Healthchecks => format!("http://127.0.0.1:{port}/ping/{SECRET}"),
+            Protocol::Sentry => format!("sentry:http://{SENTRY_KEY}@127.0.0.1:{port}/42"),
+            Protocol::Cronitor => format!("cronitor:http://127.0.0.1:{port}/p/{SECRET}/nightly"),
+        }
     }
 
     pub fn set(&self, mode: Mode) {
@@ -91,7 +122,7 @@ impl Monitor {
 }
 
 /// A request's headers, names in lower case.
-type Headers = Vec<(String, String)>;
+pub type Headers = Vec<(String, String)>;
 
 /// A request's line, headers and body.
 fn read_request(stream: &TcpStream) -> Option<(String, Headers, Vec<u8>)> {
@@ -118,8 +149,8 @@ fn read_request(stream: &TcpStream) -> Option<(String, Headers, Vec<u8>)> {
     Some((first.trim_end().to_owned(), headers, body))
 }
 
-/// The ping a request is, or what is wrong with it.
-fn judge(first: &str, body: Vec<u8>) -> Result<Ping, String> {
+/// The ping a Healthchecks request is, or what is wrong with it.
+fn healthchecks(first: &str, body: Vec<u8>) -> Result<Ping, String> {
     let mut words = first.split_whitespace();
     let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     if method != "POST" {
@@ -129,6 +160,14 @@ fn judge(first: &str, body: Vec<u8>) -> Result<Ping, String> {
     let suffix = path
         .strip_prefix(&format!("/ping/{SECRET}"))
         .ok_or_else(|| format!("{first}: not the check's path"))?;
+    // A check named by slug is made when missing, if asked to.
+    let suffix = match suffix.strip_prefix("/nightly-backup") {
+        Some(_) if !query.split('&').any(|pair| pair == "create=1") => {
+            return Err(format!("{first}: a slug without create=1"));
+        }
+        Some(rest) => rest,
+        None => suffix,
+    };
     if !["", "/start", "/fail", "/log"].contains(&suffix) {
         return Err(format!("{first}: no such ping"));
     }
@@ -145,12 +184,14 @@ fn judge(first: &str, body: Vec<u8>) -> Result<Ping, String> {
     Ok(Ping {
         suffix: suffix.to_owned(),
         rid: rid.to_owned(),
+        query: query.to_owned(),
         body,
         answered: false,
     })
 }
 
 fn serve(
+    protocol: Protocol,
     stream: TcpStream,
     mode: &Mutex<Mode>,
     pings: &Mutex<Vec<Ping>>,
@@ -160,10 +201,15 @@ fn serve(
     if mode == Mode::Refuse {
         return;
     }
-    let Some((first, _headers, body)) = read_request(&stream) else {
+    let Some((first, headers, body)) = read_request(&stream) else {
         return;
     };
-    let mut ping = match judge(&first, body) {
+    let judged = match protocol {
+        Protocol::Healthchecks => healthchecks(&first, body),
+        Protocol::Sentry => super::protocols::sentry(&first, &headers, &body),
+        Protocol::Cronitor => super::protocols::cronitor(&first, &body),
+    };
+    let mut ping = match judged {
         Ok(ping) => ping,
         Err(why) => {
             wrong.lock().unwrap().push(why);
