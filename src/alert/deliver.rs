@@ -137,11 +137,13 @@ pub fn settled(result: &Result<(), String>, attempts: u32) -> Settled {
 
 /// Delivers the ledger's due events, oldest first, for at most `within`;
 /// hooks too with `hooks` (a hook may run for its whole limit, so only
-/// `idem ledger deliver` runs them). Quiet: the events are other runs'.
+/// `idem ledger deliver` runs them). Never run `except`'s (the caller's
+/// own). Quiet: the events are other runs'.
 pub fn sweep(
     ledger: &mut dyn Ledger,
     within: Duration,
     hooks: bool,
+    except: Option<Uuid>,
     reporter: &Reporter,
 ) -> Result<Swept> {
     let until = Instant::now() + within;
@@ -149,7 +151,7 @@ pub fn sweep(
     let quiet = Reporter::new(true, false, false);
     let mut swept = Swept::default();
     while Instant::now() < until && ledger.any_due()? {
-        let batch = ledger.take_due(holder, BATCH, hooks)?;
+        let batch = ledger.take_due(holder, BATCH, hooks, except)?;
         if batch.is_empty() {
             break;
         }
@@ -199,7 +201,7 @@ fn settle(
 /// delivers nothing), then reads what is still owed, per job.
 pub fn deliver_owed(ledger: &mut dyn Ledger) -> HashMap<String, u64> {
     let quiet = Reporter::new(true, false, false);
-    let _ = sweep(ledger, super::ping::BUDGET, false, &quiet);
+    let _ = sweep(ledger, super::ping::BUDGET, false, None, &quiet);
     ledger.owed().unwrap_or_default().into_iter().collect()
 }
 

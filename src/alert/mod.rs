@@ -323,8 +323,7 @@ impl Alerts {
     /// Delivers the events the recorded outcome owes (`owed`, held by
     /// this run), within the run's budget: what is not delivered stays
     /// owed for the next idem. With the time left, delivers what other
-    /// runs owe, before settling its own (held until then, so that the
-    /// sweep does not take them again).
+    /// runs owe (never its own again).
     pub fn tell(&self, owed: &[NewEvent], ledger: &mut dyn Ledger) {
         let inner = &*self.inner;
         inner.join_start();
@@ -342,9 +341,9 @@ impl Alerts {
             results.push((event, 0, result));
         }
         self.record_hooks(ledger);
-        let left = inner.budget.left();
-        let _ = deliver::sweep(ledger, left, false, &inner.reporter);
         self.settle_all(ledger, &results);
+        let left = inner.budget.left();
+        let _ = deliver::sweep(ledger, left, false, Some(inner.claimed), &inner.reporter);
     }
 
     fn settle_all(

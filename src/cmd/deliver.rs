@@ -31,7 +31,7 @@ pub fn run(args: &DeliverArgs, location: &Location, quiet: bool) -> Result<u8> {
         return print(args, quiet, Swept::default(), 0, 0);
     };
     let reporter = Reporter::new(quiet, false, false);
-    let swept = sweep(ledger.as_mut(), args.within.into(), true, &reporter)?;
+    let swept = sweep(ledger.as_mut(), args.within.into(), true, None, &reporter)?;
     let owed = ledger.owed()?.iter().map(|(_, owed)| owed).sum();
     let lost = ledger.lost(u32::MAX)?.len() as u64;
     ledger.leave();

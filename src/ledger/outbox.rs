@@ -107,8 +107,16 @@ pub trait Outbox {
     /// In one transaction: gives up the events older than [`GIVE_UP`]
     /// (lost, never sent), then takes up to `limit` due events, oldest
     /// first, for `holder` until [`LEASE`] from now; hook events only
-    /// with `hooks`.
-    fn take_due(&mut self, holder: Uuid, limit: u32, hooks: bool) -> Result<Vec<Owed>>;
+    /// with `hooks`. Never the events of a run still running (they are
+    /// its own to deliver, however long it runs), nor those of run
+    /// `except` (the caller's own, settled by it).
+    fn take_due(
+        &mut self,
+        holder: Uuid,
+        limit: u32,
+        hooks: bool,
+        except: Option<Uuid>,
+    ) -> Result<Vec<Owed>>;
 
     /// The run's own events, written held by it: handed over as taken.
     fn take_held(&mut self, run_id: Uuid) -> Result<Vec<Owed>>;

@@ -99,7 +99,13 @@ impl Outbox for PostgresLedger {
             .map_err(|error| self.fail("read", &error))
     }
 
-    fn take_due(&mut self, holder: Uuid, limit: u32, hooks: bool) -> Result<Vec<Owed>> {
+    fn take_due(
+        &mut self,
+        holder: Uuid,
+        limit: u32,
+        hooks: bool,
+        except: Option<Uuid>,
+    ) -> Result<Vec<Owed>> {
         let give_up = format!(
             "UPDATE idem.outbox SET lost = true WHERE {DUE}
              AND created_at < now() - $1::text::interval"
@@ -107,6 +113,9 @@ impl Outbox for PostgresLedger {
         let take = format!(
             "WITH due AS (SELECT id FROM idem.outbox WHERE {DUE}
                      AND ($4 OR target NOT LIKE '--on-%')
+                     AND run_id IS DISTINCT FROM $5
+                     AND NOT EXISTS (SELECT 1 FROM idem.runs r
+                         WHERE r.run_id = idem.outbox.run_id AND r.status = 'running')
                  ORDER BY next_try_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
              UPDATE idem.outbox o SET holder = $1, held_until = now() + $3::text::interval
              FROM due WHERE o.id = due.id RETURNING o.*"
@@ -121,6 +130,7 @@ impl Outbox for PostgresLedger {
                     &i64::from(limit) => INT8,
                     &interval(LEASE) => TEXT,
                     &hooks => BOOL,
+                    &except => UUID,
                 ],
             )?;
             tx.commit()?;

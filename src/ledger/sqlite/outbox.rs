@@ -118,7 +118,14 @@ impl Outbox for SqliteLedger {
             .map_err(|error| self.fail("read", &error))
     }
 
-    fn take_due(&mut self, holder: Uuid, limit: u32, hooks: bool) -> Result<Vec<Owed>> {
+    fn take_due(
+        &mut self,
+        holder: Uuid,
+        limit: u32,
+        hooks: bool,
+        except: Option<Uuid>,
+    ) -> Result<Vec<Owed>> {
+        let except = except.map(|run| run.as_bytes().to_vec());
         let now = millis(Timestamp::now());
         let until = now + i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
         let given_up = given_up();
@@ -132,9 +139,12 @@ impl Outbox for SqliteLedger {
                 .prepare(&format!(
                     "SELECT {OWED_COLUMNS} FROM outbox WHERE {DUE}
                          AND (?3 OR target NOT LIKE '--on-%')
+                         AND run_id IS NOT ?4
+                         AND NOT EXISTS (SELECT 1 FROM runs r
+                             WHERE r.run_id = outbox.run_id AND r.status = 0)
                      ORDER BY next_try_at, id LIMIT ?2"
                 ))?
-                .query_map(params![now, limit, hooks], owed_from_row)?
+                .query_map(params![now, limit, hooks, except], owed_from_row)?
                 .collect::<rusqlite::Result<Vec<Owed>>>()?;
             let mut hold = tx
                 .conn
