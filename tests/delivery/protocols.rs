@@ -164,38 +164,8 @@ fn every_monitor_hears_the_run_in_its_own_protocol() {
         [("/start", query.as_str()), ("/fail", query.as_str())]
     );
 
-    let check_ins = sentry.delivered();
-    let statuses: Vec<&str> = check_ins.iter().map(|p| p.suffix.as_str()).collect();
-    assert_eq!(statuses, ["in_progress", "error"]);
-    let simple = run_id.replace('-', "");
-    assert!(check_ins.iter().all(|p| p.rid == simple), "{check_ins:?}");
-    let error: serde_json::Value = serde_json::from_slice(&check_ins[1].body).unwrap();
-    assert_eq!(error["monitor_slug"], "nightly-date");
-    assert_eq!(error["environment"], "staging");
-    assert_eq!(error["monitor_config"]["schedule"]["type"], "crontab");
-    assert_eq!(error["monitor_config"]["schedule"]["value"], "0 0 * * *");
-    assert_eq!(error["monitor_config"]["failure_issue_threshold"], 1);
-
-    let telemetry = cronitor.delivered();
-    let states: Vec<(&str, &str)> = telemetry
-        .iter()
-        .map(|p| (p.suffix.as_str(), p.rid.as_str()))
-        .collect();
-    assert_eq!(
-        states,
-        [("run", run_id.as_str()), ("fail", run_id.as_str())]
-    );
-    assert!(
-        telemetry[1].query.contains("status_code=3"),
-        "{}",
-        telemetry[1].query
-    );
-    let message = String::from_utf8_lossy(&telemetry[1].body);
-    assert!(
-        message.ends_with("the-end\n") && message.chars().count() == 2000,
-        "{}",
-        message.len()
-    );
+    sentry_heard(&sentry, &run_id);
+    cronitor_heard(&cronitor, &run_id);
 }
 
 #[test]
@@ -240,5 +210,43 @@ fn check_ins_owed_to_a_sentry_that_was_down_keep_their_check_in_id() {
             ("in_progress".to_owned(), run_id.clone()),
             ("ok".to_owned(), run_id)
         ]
+    );
+}
+
+/// Sentry's check-ins of the failed run: in progress, then an error with
+/// the same id and the monitor's config.
+fn sentry_heard(sentry: &Monitor, run_id: &str) {
+    let check_ins = sentry.delivered();
+    let statuses: Vec<&str> = check_ins.iter().map(|p| p.suffix.as_str()).collect();
+    assert_eq!(statuses, ["in_progress", "error"]);
+    let simple = run_id.replace('-', "");
+    assert!(check_ins.iter().all(|p| p.rid == simple), "{check_ins:?}");
+    let error: serde_json::Value = serde_json::from_slice(&check_ins[1].body).unwrap();
+    assert_eq!(error["monitor_slug"], "nightly-date");
+    assert_eq!(error["environment"], "staging");
+    assert_eq!(error["monitor_config"]["schedule"]["type"], "crontab");
+    assert_eq!(error["monitor_config"]["schedule"]["value"], "0 0 * * *");
+    assert_eq!(error["monitor_config"]["failure_issue_threshold"], 1);
+}
+
+/// Cronitor's telemetry of the failed run: run, then fail with its exit
+/// code and the output's last 2,000 characters.
+fn cronitor_heard(cronitor: &Monitor, run_id: &str) {
+    let telemetry = cronitor.delivered();
+    let states: Vec<(&str, &str)> = telemetry
+        .iter()
+        .map(|p| (p.suffix.as_str(), p.rid.as_str()))
+        .collect();
+    assert_eq!(states, [("run", run_id), ("fail", run_id)]);
+    assert!(
+        telemetry[1].query.contains("status_code=3"),
+        "{}",
+        telemetry[1].query
+    );
+    let message = String::from_utf8_lossy(&telemetry[1].body);
+    assert!(
+        message.ends_with("the-end\n") && message.chars().count() == 2000,
+        "{}",
+        message.len()
     );
 }
