@@ -183,11 +183,8 @@ fn settle(
     result: Result<(), String>,
     swept: &mut Swept,
 ) -> Result<()> {
-    let ours = ledger.settle(
-        owed.event.event_id,
-        owed.holder,
-        &settled(&result, owed.attempts),
-    )?;
+    let settled = [(owed.event.event_id, settled(&result, owed.attempts))];
+    let ours = ledger.settle(owed.holder, &settled)? == 1;
     match (ours, result) {
         (false, _) => swept.taken += 1,
         (true, Ok(())) => swept.delivered += 1,

@@ -346,13 +346,27 @@ impl Alerts {
         let _ = deliver::sweep(ledger, left, false, Some(inner.claimed), &inner.reporter);
     }
 
+    /// Settles the run's own events in one transaction.
     fn settle_all(
         &self,
         ledger: &mut dyn Ledger,
         results: &[(&NewEvent, u32, Result<(), String>)],
     ) {
-        for (event, attempts, result) in results {
-            self.inner.settle(ledger, event, *attempts, result);
+        let settled: Vec<(uuid::Uuid, crate::ledger::Settled)> = results
+            .iter()
+            .map(|(event, attempts, result)| (event.event_id, deliver::settled(result, *attempts)))
+            .collect();
+        if settled.is_empty() {
+            return;
+        }
+        if let Err(error) = ledger.settle(self.inner.claimed, &settled) {
+            self.inner.reporter.notice(
+                &mut std::io::stderr(),
+                &format!(
+                    "{}: could not record the delivery of its pings and hooks ({error:#}); they may be sent again",
+                    self.inner.key
+                ),
+            );
         }
     }
 
@@ -360,10 +374,12 @@ impl Alerts {
     /// that ends early (an error) calls it too.
     pub fn settle_start(&self, ledger: &mut dyn Ledger) {
         self.inner.join_start();
-        for (owed, result) in self.inner.take_started() {
-            self.inner
-                .settle(ledger, &owed.event, owed.attempts, &result);
-        }
+        let started = self.inner.take_started();
+        let results: Vec<_> = started
+            .iter()
+            .map(|(owed, result)| (&owed.event, owed.attempts, result.clone()))
+            .collect();
+        self.settle_all(ledger, &results);
     }
 
     /// Records with the run the hooks that ran (`slow` ones included). A
@@ -437,27 +453,6 @@ impl Inner {
                 *started = other;
                 Vec::new()
             }
-        }
-    }
-
-    /// Keeps how an event of this run went; a ledger that refuses is one
-    /// line (the event stays held, then owed, and may be sent again).
-    fn settle(
-        &self,
-        ledger: &mut dyn Ledger,
-        event: &NewEvent,
-        attempts: u32,
-        result: &Result<(), String>,
-    ) {
-        let settled = deliver::settled(result, attempts);
-        if let Err(error) = ledger.settle(event.event_id, event.run_id, &settled) {
-            self.reporter.notice(
-                &mut std::io::stderr(),
-                &format!(
-                    "{}: could not record the delivery of its {} event ({error:#}); it may be sent again",
-                    self.key, event.kind
-                ),
-            );
         }
     }
 

@@ -121,9 +121,10 @@ pub trait Outbox {
     /// The run's own events, written held by it: handed over as taken.
     fn take_held(&mut self, run_id: Uuid) -> Result<Vec<Owed>>;
 
-    /// Settles event `event_id` when `holder` still holds it; false when
-    /// it does not (its lease passed and another took it).
-    fn settle(&mut self, event_id: Uuid, holder: Uuid, settled: &Settled) -> Result<bool>;
+    /// Settles each event (by its id) that `holder` still holds, in one
+    /// transaction; how many it held (one whose lease passed may have
+    /// been taken by another).
+    fn settle(&mut self, holder: Uuid, settled: &[(Uuid, Settled)]) -> Result<u64>;
 
     /// The events still owed (neither delivered nor lost), per job, in
     /// job order.

@@ -159,28 +159,37 @@ impl Outbox for PostgresLedger {
         .map_err(|error| self.fail("read", &error))
     }
 
-    fn settle(&mut self, event_id: Uuid, holder: Uuid, settled: &Settled) -> Result<bool> {
-        let (delivered, error, retry_in) = match settled {
-            Settled::Delivered => (true, None, std::time::Duration::ZERO),
-            Settled::Failed { error, retry_in } => (false, Some(error.clone()), *retry_in),
-        };
+    fn settle(&mut self, holder: Uuid, settled: &[(Uuid, Settled)]) -> Result<u64> {
+        let ids: Vec<Uuid> = settled.iter().map(|(id, _)| *id).collect();
+        let delivered: Vec<bool> = settled
+            .iter()
+            .map(|(_, settled)| *settled == Settled::Delivered)
+            .collect();
+        let (errors, waits): (Vec<Option<String>>, Vec<String>) = settled
+            .iter()
+            .map(|(_, settled)| match settled {
+                Settled::Delivered => (None, interval(std::time::Duration::ZERO)),
+                Settled::Failed { error, retry_in } => (Some(error.clone()), interval(*retry_in)),
+            })
+            .unzip();
+        // One statement: the events settle together or not at all.
         self.retrying(|client| {
             client.execute_typed(
-                "UPDATE idem.outbox SET delivered_at = CASE WHEN $3 THEN now() END,
-                     error = $4, next_try_at = now() + $5::text::interval,
-                     attempts = attempts + 1, holder = NULL, held_until = NULL
-                 WHERE event_id = $1 AND holder = $2 AND delivered_at IS NULL",
+                "UPDATE idem.outbox o SET delivered_at = CASE WHEN s.d THEN now() END,
+                     error = s.e, next_try_at = now() + s.w::interval,
+                     attempts = o.attempts + 1, holder = NULL, held_until = NULL
+                 FROM unnest($2::uuid[], $3::bool[], $4::text[], $5::text[]) AS s (id, d, e, w)
+                 WHERE o.event_id = s.id AND o.holder = $1 AND o.delivered_at IS NULL",
                 typed![
-                    &event_id => UUID,
                     &holder => UUID,
-                    &delivered => BOOL,
-                    &error => TEXT,
-                    &interval(retry_in) => TEXT,
+                    &ids => UUID_ARRAY,
+                    &delivered => BOOL_ARRAY,
+                    &errors => TEXT_ARRAY,
+                    &waits => TEXT_ARRAY,
                 ],
             )
         })
-        .map(|changed| changed == 1)
-        .map_err(|error| self.fail("settle an event in", &error))
+        .map_err(|error| self.fail("settle events in", &error))
     }
 
     fn owed(&mut self) -> Result<Vec<(String, u64)>> {

@@ -174,33 +174,33 @@ impl Outbox for SqliteLedger {
         read().map_err(|error| self.fail("read", &error))
     }
 
-    fn settle(&mut self, event_id: Uuid, holder: Uuid, settled: &Settled) -> Result<bool> {
+    fn settle(&mut self, holder: Uuid, settled: &[(Uuid, Settled)]) -> Result<u64> {
         let now = Timestamp::now();
-        let (delivered, error, next) = match settled {
-            Settled::Delivered => (Some(millis(now)), None, millis(now)),
-            Settled::Failed { error, retry_in } => {
-                let next = now
-                    .checked_add(jiff::SignedDuration::try_from(*retry_in).unwrap_or_default())
-                    .unwrap_or(now);
-                (None, Some(error.as_str()), millis(next))
-            }
-        };
-        self.write("settle an event in", Sync::InCommit, &[], |tx| {
-            let changed = tx
-                .conn
-                .prepare_cached(
-                    "UPDATE outbox SET delivered_at = ?3, error = ?4, next_try_at = ?5,
+        self.write("settle events in", Sync::InCommit, &[], |tx| {
+            let mut update = tx.conn.prepare_cached(
+                "UPDATE outbox SET delivered_at = ?3, error = ?4, next_try_at = ?5,
                      attempts = attempts + 1, holder = NULL, held_until = NULL
                  WHERE event_id = ?1 AND holder = ?2 AND delivered_at IS NULL",
-                )?
-                .execute(params![
+            )?;
+            let mut changed = 0;
+            for (event_id, settled) in settled {
+                let (delivered, error, next) = match settled {
+                    Settled::Delivered => (Some(millis(now)), None, millis(now)),
+                    Settled::Failed { error, retry_in } => {
+                        let wait = jiff::SignedDuration::try_from(*retry_in).unwrap_or_default();
+                        let next = now.checked_add(wait).unwrap_or(now);
+                        (None, Some(error.as_str()), millis(next))
+                    }
+                };
+                changed += update.execute(params![
                     event_id.as_bytes().as_slice(),
                     holder.as_bytes().as_slice(),
                     delivered,
                     error,
                     next
-                ])?;
-            Ok(changed == 1)
+                ])? as u64;
+            }
+            Ok(changed)
         })
     }
 
