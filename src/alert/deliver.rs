@@ -219,13 +219,25 @@ pub fn owed_line(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {
     Ok(())
 }
 
-/// What `doctor` says of the outbox: the events given up, a day old and
-/// never delivered (a warning: a person was not told), named by job, kind
-/// and target, never by address.
-pub fn doctor_lost(
+/// What `doctor` says of the outbox: the events still owed (a note), and
+/// those given up, a day old and never delivered (a warning: a person was
+/// not told), named by job, kind and target, never by address. A ledger
+/// with neither says nothing.
+pub fn doctor_outbox(
+    owed: Result<u64, String>,
     lost: Result<Vec<EventState>, String>,
     push: &mut dyn FnMut(Level, String, Option<String>),
 ) {
+    if let Ok(owed @ 1..) = owed {
+        push(
+            Level::Ok,
+            format!(
+                "{} owed, not yet delivered (retried by the next idem)",
+                crate::render::count(owed, "event")
+            ),
+            Some("`idem ledger deliver` sends them now".to_owned()),
+        );
+    }
     let lost = match lost {
         Ok(lost) => lost,
         Err(why) => {
@@ -237,7 +249,6 @@ pub fn doctor_lost(
             return;
         }
     };
-    // Said only when some are lost: a ledger without pings says nothing.
     let Some(newest) = lost.first() else {
         return;
     };

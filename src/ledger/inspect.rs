@@ -41,4 +41,10 @@ pub trait Inspect {
     fn lost_events(&mut self) -> Result<Vec<super::EventState>, String> {
         Ok(Vec::new())
     }
+
+    /// How many events of the outbox are still owed (neither delivered
+    /// nor lost); none in a ledger without an outbox.
+    fn owed_events(&mut self) -> Result<u64, String> {
+        Ok(0)
+    }
 }

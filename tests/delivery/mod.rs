@@ -77,6 +77,10 @@ fn a_failure_while_the_monitor_is_down_arrives_once_at_the_next_idem(backend: &B
     assert_eq!(events.as_array().unwrap().len(), 2, "{events}");
     assert!(events[1]["delivered_at"].is_null(), "{events}");
     assert!(!events.to_string().contains(SECRET), "{events}");
+    env.cmd(["doctor"])
+        .run()
+        .stdout_has("notifications: 2 events owed, not yet delivered")
+        .stdout_lacks(SECRET);
     // The monitor back up: the next idem on the ledger (a run of another
     // key, with no ping of its own) delivers them, once each, in order.
     monitor.set(Mode::Ok);
@@ -266,4 +270,53 @@ fn warn_every_repeats_the_slow_warning_while_the_attempt_runs() {
         .run()
         .expect_code(2)
         .stderr_has("--warn-after");
+}
+
+#[test]
+fn a_hook_that_failed_is_run_again_by_ledger_deliver_alone() {
+    let env = Env::new();
+    let ready = env.path("ready");
+    let told = env.path("told");
+    // The hook fails until the file `ready` is there.
+    let hook = format!(
+        "test -e '{}' && echo \"$IDEM_EVENT $IDEM_RUN_ID $IDEM_EXIT_CODE\" >> '{}'",
+        ready.display(),
+        told.display()
+    );
+    let args = [
+        "run",
+        "-k",
+        "k",
+        "--retries",
+        "0",
+        "--on-failure",
+        &hook,
+        "--",
+        "sh",
+        "-c",
+        "exit 6",
+    ];
+    env.cmd(args)
+        .run()
+        .expect_code(6)
+        .stderr_has("the --on-failure hook exited 1");
+    let run_id = env.show_json("k")["run_id"].as_str().unwrap().to_owned();
+    std::fs::write(&ready, "").unwrap();
+    // A run and a status deliver pings, never another run's hook.
+    env.cmd(["run", "-k", "other", "--", "true"])
+        .run()
+        .succeeds();
+    assert_eq!(owed(&env, "k"), 1);
+    assert!(!told.exists());
+    env.cmd(["ledger", "deliver"])
+        .run()
+        .succeeds()
+        .stdout_has("delivered 1, failed 0; 0 still owed");
+    let lines = std::fs::read_to_string(&told).unwrap();
+    assert_eq!(lines, format!("failure {run_id} 6\n"));
+    env.cmd(["ledger", "deliver"])
+        .run()
+        .succeeds()
+        .stdout_has("delivered 0");
+    assert_eq!(std::fs::read_to_string(&told).unwrap(), lines);
 }

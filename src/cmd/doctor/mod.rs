@@ -192,7 +192,8 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
             None::<String>,
         ),
     }
-    crate::alert::doctor_lost(ledger.lost_events(), &mut |level, message, fix| {
+    let owed = ledger.owed_events();
+    crate::alert::doctor_outbox(owed, ledger.lost_events(), &mut |level, message, fix| {
         report.push("notifications", level, message, fix);
     });
 }

@@ -38,6 +38,10 @@ impl Inspect for PostgresInspector {
         super::outbox::lost_in(&mut self.client, 20).map_err(|error| connect::describe(&error))
     }
 
+    fn owed_events(&mut self) -> Result<u64, String> {
+        super::outbox::owed_in(&mut self.client).map_err(|error| connect::describe(&error))
+    }
+
     fn schema(&mut self) -> Result<Schema, String> {
         match PostgresLedger::version(&mut self.client) {
             Ok(0) => Ok(Schema::None),

@@ -229,6 +229,31 @@ impl Outbox for PostgresLedger {
     }
 }
 
+/// How many events are still owed; none when the schema has no outbox.
+pub(super) fn owed_in(client: &mut Client) -> Result<u64, tokio_postgres::Error> {
+    if !has_outbox(client)? {
+        return Ok(0);
+    }
+    let owed: i64 = client
+        .query_typed_one(
+            "SELECT count(*) AS owed FROM idem.outbox
+             WHERE delivered_at IS NULL AND NOT lost
+                 AND created_at >= now() - $1::text::interval",
+            typed![&interval(GIVE_UP) => TEXT],
+        )?
+        .try_get("owed")?;
+    Ok(u64::try_from(owed).unwrap_or(0))
+}
+
+fn has_outbox(client: &mut Client) -> Result<bool, tokio_postgres::Error> {
+    client
+        .query_typed_one(
+            "SELECT to_regclass('idem.outbox') IS NOT NULL AS exists",
+            &[],
+        )?
+        .try_get("exists")
+}
+
 /// The events given up, newest first, at most `limit`; none when the
 /// schema has no outbox yet (an older idem's, read by `doctor`).
 pub(super) fn lost_in(

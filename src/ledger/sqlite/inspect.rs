@@ -146,6 +146,10 @@ impl Inspect for SqliteInspector {
         super::outbox::lost_in(&self.conn, LOST_SHOWN).map_err(|error| error.to_string())
     }
 
+    fn owed_events(&mut self) -> Result<u64, String> {
+        super::outbox::owed_in(&self.conn).map_err(|error| error.to_string())
+    }
+
     fn schema(&mut self) -> Result<Schema, String> {
         match versions(&self.conn) {
             Ok(versions) => Ok(schema_state(versions)),

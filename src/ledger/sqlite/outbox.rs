@@ -233,15 +233,31 @@ impl Outbox for SqliteLedger {
     }
 }
 
-/// The events given up, newest first, at most `limit`; none when the
-/// ledger has no outbox yet (an older idem's, read by `doctor`).
-pub(super) fn lost_in(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<EventState>> {
-    let exists: bool = conn.query_row(
+/// How many events are still owed; none when the ledger has no outbox.
+pub(super) fn owed_in(conn: &Connection) -> rusqlite::Result<u64> {
+    if !has_outbox(conn)? {
+        return Ok(0);
+    }
+    conn.query_row(
+        "SELECT count(*) FROM outbox
+         WHERE delivered_at IS NULL AND lost = 0 AND created_at >= ?1",
+        [given_up()],
+        |row| get(row, 0),
+    )
+}
+
+fn has_outbox(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'outbox')",
         [],
         |row| row.get(0),
-    )?;
-    if !exists {
+    )
+}
+
+/// The events given up, newest first, at most `limit`; none when the
+/// ledger has no outbox yet (an older idem's, read by `doctor`).
+pub(super) fn lost_in(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<EventState>> {
+    if !has_outbox(conn)? {
         return Ok(Vec::new());
     }
     let mut lost = conn.prepare_cached(&format!(
