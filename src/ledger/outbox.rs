@@ -11,7 +11,9 @@
 //! An event keeps the address it goes to (a ping URL, a hook's command):
 //! a later idem must be able to deliver it. That address lives only here,
 //! in the ledger, and is never printed; people see its `target`, an index
-//! and a hash.
+//! and a hash. Once delivered or given up, an event keeps neither its
+//! address nor its body: only the record of its delivery, which `ledger
+//! prune` drops with the runs of its age.
 
 use std::time::Duration;
 
@@ -135,4 +137,8 @@ pub trait Outbox {
 
     /// The events given up, newest first, at most `limit`.
     fn lost(&mut self, limit: u32) -> Result<Vec<EventState>>;
+
+    /// Drops the events made before `before` that are settled (delivered
+    /// or lost); how many (counted only, with `dry_run`).
+    fn prune_events(&mut self, before: Timestamp, dry_run: bool) -> Result<u64>;
 }

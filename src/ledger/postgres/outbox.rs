@@ -4,6 +4,7 @@
 //! their holder alone. Every time is the database's.
 
 use anyhow::Result;
+use jiff::Timestamp;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -107,8 +108,8 @@ impl Outbox for PostgresLedger {
         except: Option<Uuid>,
     ) -> Result<Vec<Owed>> {
         let give_up = format!(
-            "UPDATE idem.outbox SET lost = true WHERE {DUE}
-             AND created_at < now() - $1::text::interval"
+            "UPDATE idem.outbox SET lost = true, address = '', body = ''::bytea
+             WHERE {DUE} AND created_at < now() - $1::text::interval"
         );
         let take = format!(
             "WITH due AS (SELECT id FROM idem.outbox WHERE {DUE}
@@ -177,7 +178,9 @@ impl Outbox for PostgresLedger {
             client.execute_typed(
                 "UPDATE idem.outbox o SET delivered_at = CASE WHEN s.d THEN now() END,
                      error = s.e, next_try_at = now() + s.w::interval,
-                     attempts = o.attempts + 1, holder = NULL, held_until = NULL
+                     attempts = o.attempts + 1, holder = NULL, held_until = NULL,
+                     address = CASE WHEN s.d THEN '' ELSE o.address END,
+                     body = CASE WHEN s.d THEN ''::bytea ELSE o.body END
                  FROM unnest($2::uuid[], $3::bool[], $4::text[], $5::text[]) AS s (id, d, e, w)
                  WHERE o.event_id = s.id AND o.holder = $1 AND o.delivered_at IS NULL",
                 typed![
@@ -226,6 +229,22 @@ impl Outbox for PostgresLedger {
     fn lost(&mut self, limit: u32) -> Result<Vec<EventState>> {
         self.retrying(|client| lost_in(client, limit))
             .map_err(|error| self.fail("read", &error))
+    }
+
+    fn prune_events(&mut self, before: Timestamp, dry_run: bool) -> Result<u64> {
+        let settled = "created_at < $1 AND (delivered_at IS NOT NULL OR lost)";
+        let sql = if dry_run {
+            format!("SELECT count(*) AS n FROM idem.outbox WHERE {settled}")
+        } else {
+            format!("WITH d AS (DELETE FROM idem.outbox WHERE {settled} RETURNING 1) SELECT count(*) AS n FROM d")
+        };
+        self.retrying(|client| {
+            client
+                .query_typed_one(&sql, typed![&before => TIMESTAMPTZ])?
+                .try_get::<_, i64>("n")
+        })
+        .map(|n| u64::try_from(n).unwrap_or(0))
+        .map_err(|error| self.fail("prune events in", &error))
     }
 }
 

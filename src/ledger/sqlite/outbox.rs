@@ -131,7 +131,10 @@ impl Outbox for SqliteLedger {
         let given_up = given_up();
         self.write("take events owed in", Sync::InCommit, &[], |tx| {
             tx.conn.execute(
-                &format!("UPDATE outbox SET lost = 1 WHERE {DUE} AND created_at < ?2"),
+                &format!(
+                    "UPDATE outbox SET lost = 1, address = '', body = x''
+                     WHERE {DUE} AND created_at < ?2"
+                ),
                 params![now, given_up],
             )?;
             let mut taken = tx
@@ -179,7 +182,9 @@ impl Outbox for SqliteLedger {
         self.write("settle events in", Sync::InCommit, &[], |tx| {
             let mut update = tx.conn.prepare_cached(
                 "UPDATE outbox SET delivered_at = ?3, error = ?4, next_try_at = ?5,
-                     attempts = attempts + 1, holder = NULL, held_until = NULL
+                     attempts = attempts + 1, holder = NULL, held_until = NULL,
+                     address = CASE WHEN ?3 IS NULL THEN address ELSE '' END,
+                     body = CASE WHEN ?3 IS NULL THEN body ELSE x'' END
                  WHERE event_id = ?1 AND holder = ?2 AND delivered_at IS NULL",
             )?;
             let mut changed = 0;
@@ -230,6 +235,27 @@ impl Outbox for SqliteLedger {
 
     fn lost(&mut self, limit: u32) -> Result<Vec<EventState>> {
         lost_in(&self.conn, limit).map_err(|error| self.fail("read", &error))
+    }
+
+    fn prune_events(&mut self, before: Timestamp, dry_run: bool) -> Result<u64> {
+        let settled = "created_at < ?1 AND (delivered_at IS NOT NULL OR lost = 1)";
+        if dry_run {
+            return self
+                .conn
+                .query_row(
+                    &format!("SELECT count(*) FROM outbox WHERE {settled}"),
+                    [millis(before)],
+                    |row| get(row, 0),
+                )
+                .map_err(|error| self.fail("read", &error));
+        }
+        self.write("prune events in", Sync::InCommit, &[], |tx| {
+            let dropped = tx.conn.execute(
+                &format!("DELETE FROM outbox WHERE {settled}"),
+                [millis(before)],
+            )?;
+            Ok(dropped as u64)
+        })
     }
 }
 
