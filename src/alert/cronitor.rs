@@ -57,3 +57,16 @@ fn message(output: &[u8]) -> String {
         .skip(chars.saturating_sub(MESSAGE_LIMIT))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_the_outputs_last_characters_cut_at_a_character() {
+        let output = "é".repeat(MESSAGE_LIMIT + 5) + "end";
+        let kept = message(output.as_bytes());
+        assert_eq!(kept.chars().count(), MESSAGE_LIMIT);
+        assert!(kept.ends_with("éend"));
+    }
+}

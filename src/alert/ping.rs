@@ -201,6 +201,60 @@ pub fn body(output: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
+    fn event(kind: &str) -> NewEvent {
+        NewEvent {
+            event_id: uuid::Uuid::nil(),
+            run_id: uuid::Uuid::from_u128(1),
+            job: "j".into(),
+            kind: kind.into(),
+            target: "ping 1 00000000".into(),
+            address: String::new(),
+            payload: String::new(),
+            body: b"out".to_vec(),
+            held: false,
+        }
+    }
+
+    #[test]
+    fn a_healthchecks_ping_by_its_event_and_a_slug_url_asks_for_its_check() {
+        let rid = "rid=00000000-0000-0000-0000-000000000001";
+        let quiet = Payload::default();
+        let alert = Payload {
+            alert: true,
+            ..Payload::default()
+        };
+        let url = "https://hc-ping.com/5d1f";
+        let sent = |kind: &str, payload: &Payload| healthchecks(url, &event(kind), payload).url;
+        assert_eq!(sent("start", &quiet), format!("{url}/start?{rid}"));
+        assert_eq!(sent("recovery", &quiet), format!("{url}?{rid}"));
+        assert_eq!(sent("failure", &alert), format!("{url}/fail?{rid}"));
+        assert_eq!(sent("failure", &quiet), format!("{url}/log?{rid}"));
+        let slug = "https://hc-ping.com/ping/KEY/backup/?x=1";
+        assert_eq!(
+            healthchecks(slug, &event("success"), &quiet).url,
+            format!("https://hc-ping.com/ping/KEY/backup?x=1&create=1&{rid}")
+        );
+        assert!(!slug_url("https://hc.example/ping/5d1f"));
+    }
+
+    #[test]
+    fn each_monitor_by_its_prefix_and_masked_with_it() {
+        assert_eq!(
+            monitor("sentry:https://k@h/1"),
+            Monitor::Sentry("https://k@h/1")
+        );
+        assert_eq!(
+            monitor("cronitor:https://c/p/k/j"),
+            Monitor::Cronitor("https://c/p/k/j")
+        );
+        assert_eq!(
+            shown("sentry:https://key@o1.ingest.sentry.io/42"),
+            "sentry:https://o1.ingest.sentry.io/***"
+        );
+        assert!(check_address("sentry:https://o1.ingest.sentry.io/42").is_err());
+        assert!(check_address("cronitor:ftp://x/y").is_err());
+    }
+
     #[test]
     fn masks_all_after_the_host() {
         assert_eq!(

@@ -142,3 +142,16 @@ pub trait Outbox {
     /// or lost); how many (counted only, with `dry_run`).
     fn prune_events(&mut self, before: Timestamp, dry_run: bool) -> Result<u64>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_idem_tries_at_once_then_backs_off_to_an_hour() {
+        assert_eq!(backoff(1), Duration::ZERO);
+        assert_eq!(backoff(2), Duration::from_secs(30));
+        assert_eq!(backoff(3), Duration::from_secs(60));
+        assert_eq!(backoff(40), Duration::from_secs(3600));
+    }
+}
