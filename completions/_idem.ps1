@@ -72,7 +72,8 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--on-recovery', '--on-recovery', [CompletionResultType]::ParameterName, 'Run `sh -c CMD` after the first success that follows an alerted failure')
             [CompletionResult]::new('--alert-after', '--alert-after', [CompletionResultType]::ParameterName, 'A failure is an alert only when it is the job''s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)')
             [CompletionResult]::new('--warn-after', '--warn-after', [CompletionResultType]::ParameterName, 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running')
-            [CompletionResult]::new('--ping', '--ping', [CompletionResultType]::ParameterName, 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole')
+            [CompletionResult]::new('--warn-every', '--warn-every', [CompletionResultType]::ParameterName, 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)')
+            [CompletionResult]::new('--ping', '--ping', [CompletionResultType]::ParameterName, 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole')
             [CompletionResult]::new('--after', '--after', [CompletionResultType]::ParameterName, 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)')
             [CompletionResult]::new('--after-wait', '--after-wait', [CompletionResultType]::ParameterName, 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have')
             [CompletionResult]::new('--blocked-exit-code', '--blocked-exit-code', [CompletionResultType]::ParameterName, 'Exit code when blocked by --after (nothing ran)')
@@ -113,6 +114,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
+            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -251,6 +253,21 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'idem;ledger;deliver' {
+            [CompletionResult]::new('--for', '--for', [CompletionResultType]::ParameterName, 'Stop taking events after DUR (an event under way finishes)')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print the counts as JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'idem;ledger;help' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Runs, newest first')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'A key''s state, its runs and attempts, with captured output')
@@ -261,6 +278,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
+            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -289,6 +307,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;ledger;help;metrics' {
+            break
+        }
+        'idem;ledger;help;deliver' {
             break
         }
         'idem;ledger;help;help' {
@@ -423,6 +444,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
+            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered')
             break
         }
         'idem;help;ledger;list' {
@@ -450,6 +472,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;help;ledger;metrics' {
+            break
+        }
+        'idem;help;ledger;deliver' {
             break
         }
         'idem;help;status' {

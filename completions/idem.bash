@@ -76,6 +76,9 @@ _idem_clap() {
             idem__subcmd__help,stop)
                 cmd="idem__subcmd__help__subcmd__stop"
                 ;;
+            idem__subcmd__help__subcmd__ledger,deliver)
+                cmd="idem__subcmd__help__subcmd__ledger__subcmd__deliver"
+                ;;
             idem__subcmd__help__subcmd__ledger,export)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__export"
                 ;;
@@ -102,6 +105,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__help__subcmd__ledger,show)
                 cmd="idem__subcmd__help__subcmd__ledger__subcmd__show"
+                ;;
+            idem__subcmd__ledger,deliver)
+                cmd="idem__subcmd__ledger__subcmd__deliver"
                 ;;
             idem__subcmd__ledger,export)
                 cmd="idem__subcmd__ledger__subcmd__export"
@@ -132,6 +138,9 @@ _idem_clap() {
                 ;;
             idem__subcmd__ledger,show)
                 cmd="idem__subcmd__ledger__subcmd__show"
+                ;;
+            idem__subcmd__ledger__subcmd__help,deliver)
+                cmd="idem__subcmd__ledger__subcmd__help__subcmd__deliver"
                 ;;
             idem__subcmd__ledger__subcmd__help,export)
                 cmd="idem__subcmd__ledger__subcmd__help__subcmd__export"
@@ -292,8 +301,22 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__help__subcmd__ledger)
-            opts="list show forget prune export import mark path metrics"
+            opts="list show forget prune export import mark path metrics deliver"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__help__subcmd__ledger__subcmd__deliver)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -516,12 +539,38 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import mark path metrics help"
+            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import mark path metrics deliver help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__deliver)
+            opts="-q -v -h -V --for --json --db --quiet --verbose --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --for)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -582,8 +631,22 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__help)
-            opts="list show forget prune export import mark path metrics help"
+            opts="list show forget prune export import mark path metrics deliver help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        idem__subcmd__ledger__subcmd__help__subcmd__deliver)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -982,7 +1045,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --ping --after --after-wait --blocked-exit-code --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1097,6 +1160,10 @@ _idem_clap() {
                     return 0
                     ;;
                 --warn-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warn-every)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -68,7 +68,8 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --on-recovery 'Run `sh -c CMD` after the first success that follows an alerted failure'
             cand --alert-after 'A failure is an alert only when it is the job''s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)'
             cand --warn-after 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running'
-            cand --ping 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole'
+            cand --warn-every 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)'
+            cand --ping 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole'
             cand --after 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)'
             cand --after-wait 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have'
             cand --blocked-exit-code 'Exit code when blocked by --after (nothing ran)'
@@ -108,6 +109,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;list'= {
@@ -236,6 +238,20 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'idem;ledger;deliver'= {
+            cand --for 'Stop taking events after DUR (an event under way finishes)'
+            cand --db 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]'
+            cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
+            cand --json 'Print the counts as JSON'
+            cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
+            cand -v 'Also print the lines idem keeps quiet under cron (skips)'
+            cand --verbose 'Also print the lines idem keeps quiet under cron (skips)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'idem;ledger;help'= {
             cand list 'Runs, newest first'
             cand show 'A key''s state, its runs and attempts, with captured output'
@@ -246,6 +262,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;help;list'= {
@@ -265,6 +282,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;ledger;help;path'= {
         }
         &'idem;ledger;help;metrics'= {
+        }
+        &'idem;ledger;help;deliver'= {
         }
         &'idem;ledger;help;help'= {
         }
@@ -388,6 +407,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
         }
         &'idem;help;ledger;list'= {
         }
@@ -406,6 +426,8 @@ set edit:completion:arg-completer[idem] = {|@words|
         &'idem;help;ledger;path'= {
         }
         &'idem;help;ledger;metrics'= {
+        }
+        &'idem;help;ledger;deliver'= {
         }
         &'idem;help;status'= {
         }

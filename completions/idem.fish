@@ -71,7 +71,8 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l on-failure -d 'Run `sh
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-recovery -d 'Run `sh -c CMD` after the first success that follows an alerted failure' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l alert-after -d 'A failure is an alert only when it is the job\'s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l warn-after -d 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running' -r
-complete -c idem -n "__fish_idem_using_subcommand run" -l ping -d 'Healthchecks-style pings: URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise; a secret, never printed whole' -r -f
+complete -c idem -n "__fish_idem_using_subcommand run" -l warn-every -d 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l ping -d 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole' -r -f
 complete -c idem -n "__fish_idem_using_subcommand run" -l after -d 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l after-wait -d 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l blocked-exit-code -d 'Exit code when blocked by --after (nothing ran)' -r
@@ -88,24 +89,25 @@ complete -c idem -n "__fish_idem_using_subcommand run" -s q -l quiet -d 'Print n
 complete -c idem -n "__fish_idem_using_subcommand run" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand run" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "list" -d 'Runs, newest first'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "path" -d 'Print the resolved ledger location'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "list" -d 'Runs, newest first'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "prune" -d 'Drop old history and output; never changes what `run` decides'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "export" -d 'Every run with its attempts, as JSON Lines'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "import" -d 'Read an export stream from stdin into this ledger (idempotent)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "path" -d 'Print the resolved ledger location'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l key -d 'Only keys matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l job -d 'Only runs of jobs matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l status -d 'Only runs with this status (repeatable)' -r -f -a "running\t''
@@ -199,6 +201,16 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l for -d 'Stop taking events after DUR (an event under way finishes)' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l json -d 'Print the counts as JSON'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "list" -d 'Runs, newest first'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'
@@ -208,6 +220,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand status" -l job -d 'Only jobs matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand status" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
@@ -296,6 +309,7 @@ complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcomma
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
 
 # After `run ... --`, the command's own completion; keys from the ledger
 # after `run --key` and for `ledger show` and `ledger forget`.

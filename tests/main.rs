@@ -11,6 +11,7 @@ mod completions;
 mod concurrency;
 mod containment;
 mod control;
+mod delivery;
 mod env_defaults;
 mod examples;
 mod failures;

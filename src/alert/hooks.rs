@@ -22,7 +22,7 @@ const POLL: Duration = Duration::from_millis(20);
 /// What a hook is told, in its environment.
 pub struct Event<'a> {
     /// `IDEM_EVENT`: `failure`, `recovery` or `slow`.
-    pub name: &'static str,
+    pub name: &'a str,
     pub job: &'a str,
     pub key: &'a str,
     pub run_id: &'a str,

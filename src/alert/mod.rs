@@ -7,8 +7,13 @@
 //! hosts and reboots). Everything here happens after the outcome is durable
 //! and changes neither the run's record nor idem's exit code.
 
+mod cronitor;
+mod deliver;
+mod events;
 mod hooks;
+mod http;
 mod ping;
+mod sentry;
 
 use std::ffi::OsString;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -19,18 +24,37 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::exit::Failure;
-use crate::ledger::{Attempt, Claim, HookRun, Ledger, Outcome, Status};
+use crate::ledger::{Attempt, Claim, HookRun, Ledger, NewEvent, Outcome, Owed, Status};
 use crate::report::Reporter;
+pub use deliver::{deliver_owed, doctor_outbox, owed_line, sweep, Swept};
+pub use events::{event_text, pausing, EventJson, Origin};
 pub use hooks::HOOK_LIMIT;
 /// How a URL is shown where it might be a secret, shared with `idem
 /// serve`, whose pages mask the URLs in commands so.
 pub use ping::mask as mask_url;
-use ping::Ping;
 
 /// Refuses a bad `--ping` before anything runs, without printing it.
-pub fn check_ping(url: &str) -> Result<()> {
-    ping::check(url).map_err(Failure::usage)?;
+pub fn check_ping(address: &str) -> Result<()> {
+    ping::check_address(address).map_err(Failure::usage)?;
     Ok(())
+}
+
+/// The schedule of a period (see [`Schedule`]).
+pub fn schedule(period: crate::key::Period, zone: Option<String>) -> Schedule {
+    use crate::key::Period;
+    let (crontab, period_secs) = match period {
+        Period::Minute => ("* * * * *", 60),
+        Period::Hour => ("0 * * * *", 3600),
+        Period::Day => ("0 0 * * *", 86_400),
+        Period::Week => ("0 0 * * 1", 7 * 86_400),
+        Period::Month => ("0 0 1 * *", 30 * 86_400),
+        Period::Year => ("0 0 1 1 *", 365 * 86_400),
+    };
+    Schedule {
+        crontab,
+        period_secs,
+        zone,
+    }
 }
 
 /// What a run was asked to tell, and when.
@@ -42,8 +66,22 @@ pub struct Settings {
     pub on_failure: Option<OsString>,
     pub on_recovery: Option<OsString>,
     pub warn_after: Option<Duration>,
-    /// `--ping`, checked (see [`check_ping`]).
-    pub ping: Option<String>,
+    /// `--warn-every`: the slow warning again, this often, after the first.
+    pub warn_every: Option<Duration>,
+    /// `--ping`, each checked (see [`check_ping`]).
+    pub ping: Vec<String>,
+    /// The job's period, for monitors that keep a schedule.
+    pub schedule: Option<Schedule>,
+}
+
+/// A job's period as monitors take it.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Five-field crontab of the period's start: `0 * * * *` hourly.
+    pub crontab: &'static str,
+    pub period_secs: u64,
+    /// The IANA time zone of the job's keys.
+    pub zone: Option<String>,
 }
 
 impl Settings {
@@ -75,6 +113,44 @@ pub enum Verdict {
     Paused { failures: u64 },
 }
 
+/// The start pings: under way on a thread of their own, then how each
+/// went, until their events are settled.
+enum Started {
+    None,
+    Sending(JoinHandle<Vec<(Owed, Result<(), String>)>>),
+    Sent(Vec<(Owed, Result<(), String>)>),
+}
+
+/// The time a run's own pings have taken, against [`ping::BUDGET`].
+#[derive(Default)]
+struct Budget(Mutex<Duration>);
+
+impl Budget {
+    fn left(&self) -> Duration {
+        ping::BUDGET.saturating_sub(
+            *self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    /// Delivers one ping event of the run within what is left, at most
+    /// `most`; a failure is one line on stderr.
+    fn deliver(&self, event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<(), String> {
+        let began = std::time::Instant::now();
+        let result = deliver::deliver(event, self.left().min(most), reporter);
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += began.elapsed();
+        if let Err(line) = &result {
+            reporter.notice(&mut std::io::stderr(), line);
+        }
+        result
+    }
+}
+
 /// The alerts of one claimed run.
 pub struct Alerts {
     inner: Arc<Inner>,
@@ -87,9 +163,11 @@ struct Inner {
     run_id: String,
     /// The job's failures in a row when the run was claimed.
     before: u64,
-    /// The start ping, sent beside the command.
-    started: Mutex<Option<JoinHandle<()>>>,
-    ping: Option<Ping>,
+    /// The start pings, sent beside the command, and their events.
+    started: Mutex<Started>,
+    /// When the claim was made, for a check-in's duration.
+    claimed_at: std::time::Instant,
+    budget: Arc<Budget>,
     reporter: Reporter,
     claimed: uuid::Uuid,
     /// The hooks that ran, to be recorded with the run.
@@ -98,7 +176,7 @@ struct Inner {
 
 impl Alerts {
     /// Called once the claim has committed: reads the job's failures in a
-    /// row and sends `URL/start`.
+    /// row and sends `URL/start`, the event the claim owes.
     pub fn start(
         settings: &Settings,
         claim: &Claim,
@@ -107,10 +185,29 @@ impl Alerts {
         reporter: &Reporter,
     ) -> Alerts {
         let run_id = claim.run_id.to_string();
-        let ping = settings.ping.as_deref().map(Ping::new);
-        let started = ping
-            .as_ref()
-            .map(|ping| ping.start(&run_id, &claim.key, reporter));
+        let budget = Arc::new(Budget::default());
+        let held = match settings.ping.is_empty() {
+            false => ledger.take_held(claim.run_id).unwrap_or_default(),
+            true => Vec::new(),
+        };
+        let starts: Vec<Owed> = held
+            .into_iter()
+            .filter(|owed| owed.event.kind == "start")
+            .collect();
+        let started = if starts.is_empty() {
+            Started::None
+        } else {
+            let (budget, reporter) = (Arc::clone(&budget), reporter.clone());
+            Started::Sending(std::thread::spawn(move || {
+                starts
+                    .into_iter()
+                    .map(|owed| {
+                        let result = budget.deliver(&owed.event, ping::START_BUDGET, &reporter);
+                        (owed, result)
+                    })
+                    .collect()
+            }))
+        };
         let before = if settings.counts() {
             failures_in_a_row(ledger, job).unwrap_or(0)
         } else {
@@ -123,8 +220,9 @@ impl Alerts {
                 key: claim.key.clone(),
                 run_id,
                 before,
-                ping,
+                budget,
                 started: Mutex::new(started),
+                claimed_at: std::time::Instant::now(),
                 reporter: reporter.clone(),
                 claimed: claim.run_id,
                 ran: Mutex::default(),
@@ -132,15 +230,28 @@ impl Alerts {
         }
     }
 
-    /// Watches attempt `number` for `--warn-after`: reports it once if it is
-    /// still running then. Dropping the watch ends it.
+    /// Watches attempt `number` for `--warn-after`: reports it if it is
+    /// still running then, and again every `--warn-every` while it runs.
+    /// Dropping the watch ends it.
     pub fn watch(&self, number: u32) -> Option<Watch> {
         let after = self.inner.settings.warn_after?;
+        let every = self.inner.settings.warn_every;
         let (ended, wait) = mpsc::channel::<()>();
         let inner = Arc::clone(&self.inner);
         let thread = std::thread::spawn(move || {
-            if let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
-                inner.slow(number, after);
+            let began = std::time::Instant::now();
+            // The time of the warning due, said as scheduled: measured
+            // from the start, so that a slow hook or ping does not push
+            // the later warnings back.
+            let mut due = after;
+            while let Err(RecvTimeoutError::Timeout) =
+                wait.recv_timeout(due.saturating_sub(began.elapsed()))
+            {
+                inner.slow(number, due, every.is_some() && due > after);
+                let Some(every) = every else { break };
+                while due <= began.elapsed() {
+                    due += every;
+                }
             }
         });
         Some(Watch {
@@ -149,9 +260,40 @@ impl Alerts {
         })
     }
 
-    /// Judges a recorded outcome, reading the job's failures in a row
-    /// again (another key of the job may have failed meanwhile).
-    pub fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
+    /// Judges an outcome about to be recorded, and makes the events it
+    /// owes, to be written with it. The job's failures in a row are read
+    /// again (another key of the job may have failed meanwhile), and this
+    /// failure counted on them.
+    pub fn owe(
+        &self,
+        ledger: &mut dyn Ledger,
+        outcome: &Outcome,
+        last: Option<&Attempt>,
+    ) -> (Verdict, Vec<NewEvent>) {
+        let verdict = self.judge(ledger, outcome);
+        let inner = &*self.inner;
+        let settings = &inner.settings;
+        let tells = !settings.ping.is_empty()
+            || settings.on_failure.is_some()
+            || settings.on_recovery.is_some();
+        if !tells {
+            return (verdict, Vec::new());
+        }
+        // Made only when told: the tails may be megabytes each.
+        let output = last
+            .map(|attempt| [&attempt.stdout_tail[..], &attempt.stderr_tail[..]].concat())
+            .unwrap_or_default();
+        let origin = Origin {
+            run_id: inner.claimed,
+            job: &inner.job,
+            key: &inner.key,
+            duration_ms: u64::try_from(inner.claimed_at.elapsed().as_millis()).ok(),
+        };
+        let owed = origin.outcome(settings, verdict, outcome.exit_code, inner.before, &output);
+        (verdict, owed)
+    }
+
+    fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
         let inner = &self.inner;
         let alert_after = inner.settings.alert_after;
         if outcome.status == Status::Succeeded {
@@ -164,8 +306,7 @@ impl Alerts {
             .counts()
             .then(|| failures_in_a_row(ledger, &inner.job))
             .flatten()
-            .filter(|failures| *failures > 0)
-            .unwrap_or(inner.before + 1);
+            .map_or(inner.before + 1, |failures| failures + 1);
         Verdict::Failure {
             alert: failures >= alert_after,
             failures,
@@ -183,16 +324,66 @@ impl Alerts {
         }
     }
 
-    /// Runs the hooks and sends the ping that `verdict` calls for.
-    pub fn tell(
-        &self,
-        verdict: Verdict,
-        outcome: &Outcome,
-        last: Option<&Attempt>,
-        ledger: &mut dyn Ledger,
-    ) {
-        self.tell_now(verdict, outcome, last);
+    /// Delivers the events the recorded outcome owes (`owed`, held by
+    /// this run), within the run's budget: what is not delivered stays
+    /// owed for the next idem. With the time left, delivers what other
+    /// runs owe (never its own again).
+    pub fn tell(&self, owed: &[NewEvent], ledger: &mut dyn Ledger) {
+        let inner = &*self.inner;
+        inner.join_start();
+        let started = inner.take_started();
+        let mut results: Vec<(&NewEvent, u32, Result<(), String>)> = started
+            .iter()
+            .map(|(owed, result)| (&owed.event, owed.attempts, result.clone()))
+            .collect();
+        for event in owed {
+            let result = if events::is_hook(event) {
+                inner.hook(event)
+            } else {
+                inner.budget.deliver(event, ping::BUDGET, &inner.reporter)
+            };
+            results.push((event, 0, result));
+        }
         self.record_hooks(ledger);
+        self.settle_all(ledger, &results);
+        let left = inner.budget.left();
+        let _ = deliver::sweep(ledger, left, false, Some(inner.claimed), &inner.reporter);
+    }
+
+    /// Settles the run's own events in one transaction.
+    fn settle_all(
+        &self,
+        ledger: &mut dyn Ledger,
+        results: &[(&NewEvent, u32, Result<(), String>)],
+    ) {
+        let settled: Vec<(uuid::Uuid, crate::ledger::Settled)> = results
+            .iter()
+            .map(|(event, attempts, result)| (event.event_id, deliver::settled(result, *attempts)))
+            .collect();
+        if settled.is_empty() {
+            return;
+        }
+        if let Err(error) = ledger.settle(self.inner.claimed, &settled) {
+            self.inner.reporter.notice(
+                &mut std::io::stderr(),
+                &format!(
+                    "{}: could not record the delivery of its pings and hooks ({error:#}); they may be sent again",
+                    self.inner.key
+                ),
+            );
+        }
+    }
+
+    /// Settles the start ping's event once it is sent (or not): a run
+    /// that ends early (an error) calls it too.
+    pub fn settle_start(&self, ledger: &mut dyn Ledger) {
+        self.inner.join_start();
+        let started = self.inner.take_started();
+        let results: Vec<_> = started
+            .iter()
+            .map(|(owed, result)| (&owed.event, owed.attempts, result.clone()))
+            .collect();
+        self.settle_all(ledger, &results);
     }
 
     /// Records with the run the hooks that ran (`slow` ones included). A
@@ -218,64 +409,13 @@ impl Alerts {
             );
         }
     }
-
-    fn tell_now(&self, verdict: Verdict, outcome: &Outcome, last: Option<&Attempt>) {
-        let inner = &*self.inner;
-        let settings = &inner.settings;
-        let (hook, event, failures, suffix) = match verdict {
-            Verdict::Success { recovery } => (
-                recovery
-                    .then_some(settings.on_recovery.as_ref())
-                    .flatten()
-                    .map(|hook| ("--on-recovery", hook)),
-                "recovery",
-                inner.before,
-                "",
-            ),
-            Verdict::Failure { alert, failures } => (
-                alert
-                    .then_some(settings.on_failure.as_ref())
-                    .flatten()
-                    .map(|hook| ("--on-failure", hook)),
-                "failure",
-                failures,
-                if alert { "/fail" } else { "/log" },
-            ),
-            Verdict::Paused { failures } => (
-                settings
-                    .on_failure
-                    .as_ref()
-                    .map(|hook| ("--on-failure", hook)),
-                "paused",
-                failures,
-                "/fail",
-            ),
-        };
-        if hook.is_none() && inner.ping.is_none() {
-            return;
-        }
-        // Made only when told: the tails may be megabytes each.
-        let output = last
-            .map(|attempt| [&attempt.stdout_tail[..], &attempt.stderr_tail[..]].concat())
-            .unwrap_or_default();
-        if let Some((flag, command)) = hook {
-            inner.hook(
-                flag,
-                command,
-                event,
-                Some(outcome.exit_code),
-                failures,
-                &output,
-            );
-        }
-        inner.ping(suffix, ping::body(&output));
-    }
 }
 
 impl Drop for Alerts {
     fn drop(&mut self) {
-        // A run that ended early (an error) still lets its start ping go.
-        self.inner.after_start();
+        // A run that ended early (an error) still lets its start ping go;
+        // its event stays held, then owed.
+        self.inner.join_start();
     }
 }
 
@@ -291,68 +431,90 @@ impl Inner {
             });
     }
 
-    fn after_start(&self) {
-        let started = self
+    /// Waits for the start pings: the monitor sees the pings in order.
+    fn join_start(&self) {
+        let mut started = self
             .started
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        if let Some(started) = started {
-            let _ = started.join();
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Started::Sending(_) = &*started {
+            let Started::Sending(thread) = std::mem::replace(&mut *started, Started::None) else {
+                return;
+            };
+            *started = Started::Sent(thread.join().unwrap_or_default());
         }
     }
 
-    /// `--warn-after`: attempt `number` has run `after` and still runs.
-    fn slow(&self, number: u32, after: Duration) {
+    /// How the start pings went, once they were joined.
+    fn take_started(&self) -> Vec<(Owed, Result<(), String>)> {
+        let mut started = self
+            .started
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match std::mem::replace(&mut *started, Started::None) {
+            Started::Sent(sent) => sent,
+            other => {
+                *started = other;
+                Vec::new()
+            }
+        }
+    }
+
+    /// `--warn-after`: attempt `number` has run `after` and still runs;
+    /// `repeats` when `--warn-every` said it again.
+    fn slow(&self, number: u32, after: Duration, repeats: bool) {
+        let flag = if repeats {
+            "--warn-every"
+        } else {
+            "--warn-after"
+        };
         let line = format!(
-            "{}: attempt {number} is still running after {}; it keeps running (--warn-after)",
+            "{}: attempt {number} is still running after {}; it keeps running ({flag})",
             self.key,
             humantime::format_duration(after)
         );
         self.reporter.notice(&mut std::io::stderr(), &line);
         if let Some(command) = &self.settings.on_failure {
-            self.hook("--on-failure", command, "slow", None, self.before, &[]);
+            let told = hooks::Event {
+                name: "slow",
+                job: &self.job,
+                key: &self.key,
+                run_id: &self.run_id,
+                exit_code: None,
+                failures: self.before,
+                output: &[],
+            };
+            let code = hooks::run("--on-failure", command, &told, &self.reporter);
+            self.ran("slow", code);
         }
-        self.ping("/log", crate::exit::line(&line).as_bytes());
+        if !self.settings.ping.is_empty() {
+            self.join_start();
+            let origin = Origin {
+                run_id: self.claimed,
+                job: &self.job,
+                key: &self.key,
+                duration_ms: None,
+            };
+            for event in origin.slow(&self.settings, crate::exit::line(&line).as_bytes()) {
+                let _ = self.budget.deliver(&event, ping::BUDGET, &self.reporter);
+            }
+        }
     }
 
-    /// Runs hook `command` (given as `flag`) for `event`, and keeps what it
-    /// did for the ledger.
-    fn hook(
-        &self,
-        flag: &str,
-        command: &OsString,
-        event: &'static str,
-        exit_code: Option<i32>,
-        failures: u64,
-        output: &[u8],
-    ) {
-        let event = hooks::Event {
-            name: event,
-            job: &self.job,
-            key: &self.key,
-            run_id: &self.run_id,
-            exit_code,
-            failures,
-            output,
-        };
-        let code = hooks::run(flag, command, &event, &self.reporter);
-        self.ran(event.name, code);
-    }
-
-    /// Sends `URL{suffix}` with `body`, after the start ping, if `--ping`.
-    fn ping(&self, suffix: &str, body: &[u8]) {
-        if let Some(ping) = &self.ping {
-            self.after_start();
-            ping.send(
-                suffix,
-                &self.run_id,
-                body,
-                ping::BUDGET,
-                &self.key,
-                &self.reporter,
-            );
-        }
+    /// Runs a hook event of this run, and keeps what it did for the run's
+    /// record.
+    fn hook(&self, event: &NewEvent) -> Result<(), String> {
+        let payload = events::Payload::read(event);
+        let (code, result) = deliver::deliver_hook(event, &payload, &self.reporter);
+        self.ran(
+            if event.kind == "recovery" {
+                "recovery"
+            } else {
+                "failure"
+            },
+            code,
+        );
+        result
     }
 }
 

@@ -1,43 +1,109 @@
-//! `--ping URL`: the Healthchecks protocol (`URL/start`, `URL`, `URL/fail`,
+//! `--ping`: which monitor an address names (a plain URL is Healthchecks,
+//! `sentry:DSN` Sentry, `cronitor:URL` Cronitor), how it is checked and
+//! masked, and the Healthchecks protocol (`URL/start`, `URL`, `URL/fail`,
 //! `URL/log`, each with `?rid=RUN_ID` and the output tail as the body).
 //!
 //! A monitor that is down or hangs must never hold a cron job for long: each
 //! try has a short timeout, a ping is tried three times with backoff, and
-//! all the pings of a run share one budget of [`BUDGET`]. The URL holds the
+//! all the pings of a run share one budget of [`BUDGET`]; what is not
+//! delivered then stays owed in the ledger's outbox. The URL holds the
 //! check's secret, so every line idem prints shows only its scheme and host.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::report::Reporter;
+use super::events::Payload;
+use super::http::Request;
+use crate::ledger::NewEvent;
 
-/// The most time all of a run's pings may take, tries and backoff included.
-pub const BUDGET: Duration = Duration::from_secs(12);
+/// The most time all of a run's pings may take, tries and backoff
+/// included: what a monitor that is down costs a run at most. What is not
+/// delivered then is owed, and the next idem on the ledger delivers it.
+pub const BUDGET: Duration = Duration::from_secs(5);
 
-/// The start ping's share: it runs beside the command, and the outcome's
-/// ping must still have time for its tries.
-const START_BUDGET: Duration = Duration::from_secs(5);
-
-/// One try's timeout: connect, send, and read the answer.
-const TRY_FOR: Duration = Duration::from_secs(3);
-
-/// The waits before the second and third try.
-const BACKOFF: [Duration; 2] = [Duration::from_millis(250), Duration::from_millis(500)];
+/// The start pings' share: they run beside the command, and the
+/// outcome's must still have time for their tries.
+pub const START_BUDGET: Duration = Duration::from_secs(3);
 
 /// The most output a ping carries: Healthchecks keeps 10 KB of a body.
 pub const BODY_LIMIT: usize = 10_000;
 
-#[derive(Clone)]
-pub struct Ping {
-    /// The URL without its query, and with no trailing `/`.
-    base: String,
-    /// Its query, kept after the path a ping adds.
-    query: Option<String>,
-    /// What idem prints of it: `https://hc-ping.com/***`.
-    masked: String,
-    agent: ureq::Agent,
-    /// Time the run's pings have taken so far.
-    spent: Arc<Mutex<Duration>>,
+/// The monitor an address names, by its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Monitor<'a> {
+    Healthchecks(&'a str),
+    /// A DSN: `https://KEY@HOST/PROJECT`.
+    Sentry(&'a str),
+    Cronitor(&'a str),
+}
+
+pub fn monitor(address: &str) -> Monitor<'_> {
+    if let Some(dsn) = address.strip_prefix("sentry:") {
+        Monitor::Sentry(dsn)
+    } else if let Some(url) = address.strip_prefix("cronitor:") {
+        Monitor::Cronitor(url)
+    } else {
+        Monitor::Healthchecks(address)
+    }
+}
+
+/// Checks a `--ping` address of any monitor without printing it.
+pub fn check_address(address: &str) -> Result<(), String> {
+    match monitor(address) {
+        Monitor::Healthchecks(url) | Monitor::Cronitor(url) => check(url),
+        Monitor::Sentry(dsn) => {
+            check(dsn)?;
+            super::sentry::Dsn::parse(dsn).map(|_| ())
+        }
+    }
+}
+
+/// What lines say of an address: its prefix and its masked URL.
+pub fn shown(address: &str) -> String {
+    match monitor(address) {
+        Monitor::Healthchecks(url) => mask(url),
+        Monitor::Sentry(dsn) => format!("sentry:{}", mask(dsn)),
+        Monitor::Cronitor(url) => format!("cronitor:{}", mask(url)),
+    }
+}
+
+/// The Healthchecks ping for `event` to `url`: `rid` is the run id, the
+/// body the output tail. A URL that ends in a slug (`/ping/KEY/SLUG`)
+/// asks for its check to be made when missing (`create=1`); Healthchecks
+/// takes no period or grace with a ping, so the check gets its project's
+/// defaults.
+pub fn healthchecks<'a>(url: &str, event: &'a NewEvent, payload: &Payload) -> Request<'a> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let base = base.trim_end_matches('/');
+    let suffix = match event.kind.as_str() {
+        "start" => "/start",
+        "success" | "recovery" => "",
+        "failure" if payload.alert => "/fail",
+        _ => "/log",
+    };
+    let mut query: Vec<String> = query.map(str::to_owned).into_iter().collect();
+    if slug_url(base) {
+        query.push("create=1".to_owned());
+    }
+    query.push(format!("rid={}", event.run_id));
+    Request {
+        post: true,
+        url: format!("{base}{suffix}?{}", query.join("&")),
+        headers: Vec::new(),
+        body: event.body.as_slice().into(),
+    }
+}
+
+/// Whether a Healthchecks URL names its check by slug: `/ping/KEY/SLUG`.
+fn slug_url(base: &str) -> bool {
+    let path = base
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..]))
+        .unwrap_or("");
+    let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+    matches!(parts.as_slice(), ["ping", _, _])
 }
 
 /// Checks a `--ping` URL without printing it: a typo (a `\\` for a `/`, a
@@ -126,156 +192,6 @@ fn hex_run(text: &str, n: usize) -> bool {
         .any(|run| run.len() >= n && run.iter().any(u8::is_ascii_alphabetic))
 }
 
-impl Ping {
-    pub fn new(url: &str) -> Ping {
-        let (base, query) = match url.split_once('?') {
-            Some((base, query)) => (base, Some(query.to_owned())),
-            None => (url, None),
-        };
-        // A status of 500 is an error to retry; proxies come from
-        // HTTPS_PROXY, HTTP_PROXY and NO_PROXY, as with curl.
-        let agent = ureq::Agent::config_builder()
-            .tls_config(tls(url))
-            .http_status_as_error(true)
-            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
-        Ping {
-            base: base.trim_end_matches('/').to_owned(),
-            query,
-            masked: mask(url),
-            agent,
-            spent: Arc::new(Mutex::new(Duration::ZERO)),
-        }
-    }
-
-    /// `URL/start`, beside the command: the handle is joined before the
-    /// next ping, so the monitor sees them in order.
-    pub fn start(
-        &self,
-        run_id: &str,
-        key: &str,
-        reporter: &Reporter,
-    ) -> std::thread::JoinHandle<()> {
-        let ping = self.clone();
-        let run_id = run_id.to_owned();
-        let key = key.to_owned();
-        let reporter = reporter.clone();
-        std::thread::spawn(move || ping.send("/start", &run_id, &[], START_BUDGET, &key, &reporter))
-    }
-
-    /// Sends one ping (`suffix` is `""`, `/fail`, `/log` or `/start`),
-    /// within what is left of the run's budget, and at most `most` of it.
-    pub fn send(
-        &self,
-        suffix: &str,
-        run_id: &str,
-        body: &[u8],
-        most: Duration,
-        key: &str,
-        reporter: &Reporter,
-    ) {
-        let url = match &self.query {
-            Some(query) => format!("{}{suffix}?{query}&rid={run_id}", self.base),
-            None => format!("{}{suffix}?rid={run_id}", self.base),
-        };
-        let began = Instant::now();
-        let mut failure = String::new();
-        for try_number in 0..=BACKOFF.len() {
-            let left = self.left().min(most.saturating_sub(began.elapsed()));
-            if left.is_zero() {
-                if failure.is_empty() {
-                    failure = "no time left of its budget".to_owned();
-                }
-                break;
-            }
-            let tried = Instant::now();
-            let sent = self
-                .agent
-                .post(&url)
-                .config()
-                .timeout_global(Some(TRY_FOR.min(left)))
-                .build()
-                .send(body);
-            self.spend(tried.elapsed());
-            match sent {
-                Ok(_) => return,
-                Err(error) => failure = self.words(&error),
-            }
-            if let Some(wait) = BACKOFF.get(try_number) {
-                let wait = (*wait).min(self.left());
-                std::thread::sleep(wait);
-                self.spend(wait);
-            }
-        }
-        reporter.notice(
-            &mut std::io::stderr(),
-            &format!(
-                "{key}: could not send the {} ping to {}: {failure}; the run's outcome stands",
-                match suffix {
-                    "" => "success",
-                    other => other.trim_start_matches('/'),
-                },
-                self.masked,
-            ),
-        );
-    }
-
-    fn left(&self) -> Duration {
-        let spent = *self
-            .spent
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        BUDGET.saturating_sub(spent)
-    }
-
-    fn spend(&self, time: Duration) {
-        let mut spent = self
-            .spent
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *spent += time;
-    }
-
-    /// An error's words, with the secret taken out wherever it appears.
-    fn words(&self, error: &ureq::Error) -> String {
-        let text = error.to_string();
-        let secret = self
-            .base
-            .split_once("://")
-            .and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..]))
-            .filter(|path| path.len() > 1);
-        let text = text.replace(&self.base, &self.masked);
-        match secret {
-            Some(path) => text.replace(path, "/***"),
-            None => text,
-        }
-    }
-}
-
-/// The TLS of an `https://` URL: rustls with ring and the system's roots,
-/// as for PostgreSQL (an operator's own CA there is trusted here too). Read
-/// only for https, since reading the roots takes a while.
-fn tls(url: &str) -> ureq::tls::TlsConfig {
-    let builder = ureq::tls::TlsConfig::builder()
-        .provider(ureq::tls::TlsProvider::Rustls)
-        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()));
-    if !url
-        .get(..8)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
-    {
-        return builder.build();
-    }
-    let roots: Vec<ureq::tls::Certificate<'static>> = rustls_native_certs::load_native_certs()
-        .certs
-        .iter()
-        .map(|der| ureq::tls::Certificate::from_der(der).to_owned())
-        .collect();
-    builder
-        .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
-        .build()
-}
-
 /// The last [`BODY_LIMIT`] bytes of `output`.
 pub fn body(output: &[u8]) -> &[u8] {
     &output[output.len().saturating_sub(BODY_LIMIT)..]
@@ -284,6 +200,60 @@ pub fn body(output: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(kind: &str) -> NewEvent {
+        NewEvent {
+            event_id: uuid::Uuid::nil(),
+            run_id: uuid::Uuid::from_u128(1),
+            job: "j".into(),
+            kind: kind.into(),
+            target: "ping 1 00000000".into(),
+            address: String::new(),
+            payload: String::new(),
+            body: b"out".to_vec(),
+            held: false,
+        }
+    }
+
+    #[test]
+    fn a_healthchecks_ping_by_its_event_and_a_slug_url_asks_for_its_check() {
+        let rid = "rid=00000000-0000-0000-0000-000000000001";
+        let quiet = Payload::default();
+        let alert = Payload {
+            alert: true,
+            ..Payload::default()
+        };
+        let url = "https://hc-ping.com/5d1f";
+        let sent = |kind: &str, payload: &Payload| healthchecks(url, &event(kind), payload).url;
+        assert_eq!(sent("start", &quiet), format!("{url}/start?{rid}"));
+        assert_eq!(sent("recovery", &quiet), format!("{url}?{rid}"));
+        assert_eq!(sent("failure", &alert), format!("{url}/fail?{rid}"));
+        assert_eq!(sent("failure", &quiet), format!("{url}/log?{rid}"));
+        let slug = "https://hc-ping.com/ping/KEY/backup/?x=1";
+        assert_eq!(
+            healthchecks(slug, &event("success"), &quiet).url,
+            format!("https://hc-ping.com/ping/KEY/backup?x=1&create=1&{rid}")
+        );
+        assert!(!slug_url("https://hc.example/ping/5d1f"));
+    }
+
+    #[test]
+    fn each_monitor_by_its_prefix_and_masked_with_it() {
+        assert_eq!(
+            monitor("sentry:https://k@h/1"),
+            Monitor::Sentry("https://k@h/1")
+        );
+        assert_eq!(
+            monitor("cronitor:https://c/p/k/j"),
+            Monitor::Cronitor("https://c/p/k/j")
+        );
+        assert_eq!(
+            shown("sentry:https://key@o1.ingest.sentry.io/42"),
+            "sentry:https://o1.ingest.sentry.io/***"
+        );
+        assert!(check_address("sentry:https://o1.ingest.sentry.io/42").is_err());
+        assert!(check_address("cronitor:ftp://x/y").is_err());
+    }
 
     #[test]
     fn masks_all_after_the_host() {

@@ -88,6 +88,20 @@ pub enum LedgerCommand {
         #[arg(long)]
         per_key: bool,
     },
+    /// Deliver the pings and hooks still owed (run it from a timer); exit 1
+    /// when one could not be delivered
+    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
+    Deliver(DeliverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeliverArgs {
+    /// Stop taking events after DUR (an event under way finishes)
+    #[arg(long = "for", value_name = "DUR", default_value = "5m", value_parser = duration)]
+    pub within: humantime::Duration,
+    /// Print the counts as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -22,7 +22,7 @@ pub use help::{
     EXIT_CODES_HELP, FILES_HELP, LEDGER_EXIT_CODES_HELP, RUN_NOTES, SEE_ALSO_HELP,
     SERVE_EXIT_CODES_HELP, STATUS_EXIT_CODES_HELP,
 };
-pub use ledger::{DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
+pub use ledger::{DeliverArgs, DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
 pub use pause::{PauseArgs, ResumeArgs, PAUSE_EXIT_CODES_HELP};
 pub use run::{OnAbandoned, Progress, RunArgs};
 pub use serve::{listen_address, ServeArgs};

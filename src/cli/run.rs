@@ -383,8 +383,23 @@ pub struct RunArgs {
     )]
     pub warn_after: Option<humantime::Duration>,
 
-    /// Healthchecks-style pings: URL/start at the claim, URL on success,
-    /// URL/fail on an alert, URL/log otherwise; a secret, never printed whole
+    /// With --warn-after: report the attempt again every DUR while it
+    /// runs (each a line, a slow event, a ping)
+    #[arg(
+        long,
+        env = "IDEM_WARN_EVERY",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "DUR",
+        value_parser = duration,
+        requires = "warn_after"
+    )]
+    pub warn_every: Option<humantime::Duration>,
+
+    /// A monitor to ping (repeatable): a Healthchecks URL (URL/start at the
+    /// claim, URL on success, URL/fail on an alert, URL/log otherwise),
+    /// sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret,
+    /// never printed whole
     #[arg(
         long,
         env = "IDEM_PING_URL",
@@ -393,7 +408,7 @@ pub struct RunArgs {
         value_name = "URL",
         value_hint = clap::ValueHint::Url
     )]
-    pub ping: Option<String>,
+    pub ping: Vec<String>,
 
     /// Start only once the upstream key TEMPLATE has succeeded (expanded
     /// now, or at IDEM_SLOT under --catch-up); until then the run is

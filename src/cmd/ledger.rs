@@ -49,6 +49,7 @@ pub fn run(
         LedgerCommand::Mark {
             key, reason, job, ..
         } => super::mark::mark(key, reason, job.as_deref(), location, quiet),
+        LedgerCommand::Deliver(args) => super::deliver::run(args, location, quiet),
     }
 }
 
@@ -343,12 +344,22 @@ fn prune(
         Some(mut ledger) => {
             // Older than DUR by the clock that stamped the runs.
             before = When::Ago(age).at(ledger.now()?);
-            ledger.prune(before, dry_run)?
+            let report = ledger.prune(before, dry_run)?;
+            (report, ledger.prune_events(before, dry_run)?)
         }
-        None => ledger::PruneReport::default(),
+        None => (ledger::PruneReport::default(), 0),
     };
+    let (report, events) = report;
     let line = render::summary::pruned(&report, before, dry_run);
     writeln!(summary(quiet), "{line}")?;
+    if events > 0 {
+        let verb = if dry_run { "would drop" } else { "dropped" };
+        writeln!(
+            summary(quiet),
+            "{verb} {} delivered or lost",
+            render::count(events, "notification event")
+        )?;
+    }
     Ok(exit::SUCCESS)
 }
 

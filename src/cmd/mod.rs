@@ -2,6 +2,7 @@
 
 pub mod complete;
 pub mod completions;
+pub mod deliver;
 pub mod doctor;
 pub mod ledger;
 pub mod mark;

@@ -25,6 +25,7 @@ const WINDOW: i64 = 10;
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
     let mut ledger = super::ledger::open_to_read(location)?;
+    let owed = crate::alert::deliver_owed(ledger.as_mut());
     let jobs = ledger.jobs(args.job.as_deref())?;
     let pauses = ledger.pauses(args.job.as_deref())?;
     if let (true, Some(glob)) = (jobs.is_empty(), &args.job) {
@@ -41,6 +42,9 @@ pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoi
     let now = Timestamp::now();
     let mut statuses = judged(&jobs, &pauses, now);
     super::upstreams::apply(ledger.as_mut(), args.job.as_deref(), &mut statuses)?;
+    for status in &mut statuses {
+        status.owed = owed.get(&status.job).copied().unwrap_or(0);
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         render::status::json(&mut out, &statuses)?;
@@ -155,6 +159,7 @@ pub fn judge(
         strip,
         command: render::lossy_words(&job.command),
         shell: job.shell,
+        owed: 0,
         argv: job.command.clone(),
         paused: pause.map(super::pause::shown),
         after: Vec::new(),

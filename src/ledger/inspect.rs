@@ -49,4 +49,16 @@ pub trait Inspect {
     /// Each job that waits for others (`--after`): its template and the
     /// upstream templates it waits for.
     fn upstreams(&mut self) -> Result<Vec<(String, Vec<String>)>, String>;
+
+    /// The events of the outbox given up (a day old and never
+    /// delivered), newest first; none in a ledger without an outbox.
+    fn lost_events(&mut self) -> Result<Vec<super::EventState>, String> {
+        Ok(Vec::new())
+    }
+
+    /// How many events of the outbox are still owed (neither delivered
+    /// nor lost); none in a ledger without an outbox.
+    fn owed_events(&mut self) -> Result<u64, String> {
+        Ok(0)
+    }
 }

@@ -63,6 +63,7 @@ pub mod line;
 mod location;
 mod marks;
 mod pauses;
+pub mod outbox;
 mod postgres;
 mod rules;
 pub mod runlock;
@@ -80,6 +81,7 @@ pub use job::*;
 pub use location::*;
 pub use marks::*;
 pub use pauses::{is_glob, who, Pause, PauseRequest};
+pub use outbox::{EventState, NewEvent, Outbox, Owed, Settled};
 pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the
 /// errors of its own questions to the server (the role's rights) as the
@@ -131,7 +133,19 @@ pub trait RunLedger {
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()>;
 
     /// The last attempt ended and the run with it. Durable before it returns.
-    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()>;
+    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
+        self.finish_owing(claim, last, outcome, &[])
+    }
+
+    /// [`RunLedger::finish`], writing the events the outcome owes (see
+    /// [`outbox`]) in its transaction.
+    fn finish_owing(
+        &mut self,
+        claim: &Claim,
+        last: Option<&Attempt>,
+        outcome: &Outcome,
+        owed: &[NewEvent],
+    ) -> Result<()>;
 
     /// Renews a shared ledger's lease; `false` when the claim was lost.
     fn heartbeat(&mut self, _claim: &Claim) -> Result<Renewal> {
@@ -269,6 +283,6 @@ pub trait Records {
 
 /// A whole ledger, as opened: both faces, so that one handle serves a run
 /// and the tools.
-pub trait Ledger: RunLedger + Records + Stops + Dependencies {}
+pub trait Ledger: RunLedger + Records + Stops + Dependencies + Outbox {}
 
-impl<T: RunLedger + Records + Stops + Dependencies + ?Sized> Ledger for T {}
+impl<T: RunLedger + Records + Stops + Dependencies + Outbox + ?Sized> Ledger for T {}

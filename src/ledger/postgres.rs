@@ -38,6 +38,7 @@ mod glob;
 mod inspect;
 mod lease;
 mod migrate;
+mod outbox;
 mod outcome;
 mod pauses;
 mod reads;
@@ -57,7 +58,7 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, NamedLock, Outcome, Plan, PruneReport, Records, Renewal, Run,
+    KeyMetrics, ListFilter, Locks, NamedLock, NewEvent, Outcome, Plan, PruneReport, Records, Renewal, Run,
     RunAttempts, RunLedger, Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
@@ -161,8 +162,14 @@ impl RunLedger for PostgresLedger {
         }
     }
 
-    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
-        let result = self.retrying(|client| outcome::finish(client, claim, last, outcome));
+    fn finish_owing(
+        &mut self,
+        claim: &Claim,
+        last: Option<&Attempt>,
+        outcome: &Outcome,
+        owed: &[NewEvent],
+    ) -> Result<()> {
+        let result = self.retrying(|client| outcome::finish(client, claim, last, outcome, owed));
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(LedgerError::OutcomeLost {

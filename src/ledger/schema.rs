@@ -208,7 +208,7 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_start ON runs (started_at);
     CREATE INDEX runs_not_succeeded ON runs (status, started_at) WHERE status <> 1;
     ",
-    // pauses: a job paused (`idem pause`, `--pause-after`) by whom, since
+    // 9: pauses: a job paused (`idem pause`, `--pause-after`) by whom, since
     // when, why, until when; the failed run that paused it. Kept by job
     // name, not job row, so that a job may be paused before its first run.
     "
@@ -221,7 +221,7 @@ pub const MIGRATIONS: &[&str] = &[
         run_id BLOB
     ) WITHOUT ROWID;
     ",
-    // stop requests (`idem stop`, `run --replace`): who asked to stop
+    // 10: stop requests (`idem stop`, `run --replace`): who asked to stop
     // which running run, with which signal, and when its owner saw it;
     // kept as the run's history (`ledger show`).
     "
@@ -236,7 +236,7 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX stops_by_run ON stops (run_id);
     ",
-    // jobs that wait for each other (`--after`). A job keeps its
+    // 11: jobs that wait for each other (`--after`). A job keeps its
     // upstream templates, newline-separated, and the upstream keys its
     // latest call was blocked on, with when: a blocked call claims nothing,
     // so this row is all it writes, and a later claim (`last_run`) outdates
@@ -247,6 +247,33 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN blocked_on TEXT;
     ALTER TABLE jobs ADD COLUMN blocked_at INTEGER;
     ALTER TABLE runs ADD COLUMN note TEXT;
+    ",
+    // 12: the outbox (see `ledger::outbox`): each ping and hook a run owes,
+    // written with the claim or outcome that causes it, until delivered or
+    // given up. `address` (a ping URL holds its check's secret) is read
+    // only to deliver. Owed events are found by the partial index alone.
+    "
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY,
+        event_id BLOB NOT NULL UNIQUE,
+        run_id BLOB NOT NULL,
+        job TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        address TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        body BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_try_at INTEGER NOT NULL,
+        holder BLOB,
+        held_until INTEGER,
+        delivered_at INTEGER,
+        lost INTEGER NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    CREATE INDEX outbox_owed ON outbox (next_try_at) WHERE delivered_at IS NULL AND lost = 0;
+    CREATE INDEX outbox_by_run ON outbox (run_id);
     ",
 ];
 

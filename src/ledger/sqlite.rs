@@ -16,6 +16,7 @@ mod deps;
 mod durability;
 mod inspect;
 mod open;
+mod outbox;
 pub(super) mod path;
 mod pauses;
 mod rows;
@@ -39,7 +40,7 @@ use super::rules;
 use super::runlock::{Hold, RunLocks};
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, NamedLock, Outcome, Plan, PruneReport, Records, Run,
+    KeyMetrics, ListFilter, Locks, NamedLock, NewEvent, Outcome, Plan, PruneReport, Records, Run,
     RunAttempts, RunLedger, Status, Tails,
 };
 use durability::{Sync, LOCK_WAIT};
@@ -189,6 +190,7 @@ impl RunLedger for SqliteLedger {
                 return Ok(None);
             };
             let (run, fence) = start_run(tx.conn, key_id, &new, (hold.stamp(), boot))?;
+            outbox::owe(tx.conn, &new.owed)?;
             Ok(Some(Claim {
                 key: key.to_owned(),
                 run_id: new.run_id,
@@ -231,7 +233,13 @@ impl RunLedger for SqliteLedger {
         )
     }
 
-    fn finish(&mut self, claim: &Claim, last: Option<&Attempt>, outcome: &Outcome) -> Result<()> {
+    fn finish_owing(
+        &mut self,
+        claim: &Claim,
+        last: Option<&Attempt>,
+        outcome: &Outcome,
+        owed: &[NewEvent],
+    ) -> Result<()> {
         let ahead = Ahead::outcome();
         let recorded = self.write("record the outcome in", Sync::InCommit, &ahead, |tx| {
             if let Some(attempt) = last {
@@ -265,6 +273,9 @@ impl RunLedger for SqliteLedger {
                 if let (Some(after), Status::Failed) = (claim.pause_after, outcome.status) {
                     pauses::after_failure(tx, job_id, after, claim.run_id)?;
                 }
+            }
+            if ended.is_some() {
+                outbox::owe(tx.conn, owed)?;
             }
             Ok(ended.is_some())
         })?;

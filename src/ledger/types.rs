@@ -163,6 +163,8 @@ pub struct NewRun {
     pub lease: std::time::Duration,
     /// The job the run belongs to.
     pub job: JobInfo,
+    /// The events the claim owes (`start` pings), written with it.
+    pub owed: Vec<super::NewEvent>,
 }
 
 /// What a run tells the ledger about its job.

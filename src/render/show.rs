@@ -49,6 +49,10 @@ pub fn text(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
         if let Some(stop) = ledger.stop_of(run.run_id)? {
             writeln!(out, "  {}", stop.words(run.status, &zone))?;
         }
+        // A ledger an older idem made has no outbox: no events to show.
+        for event in ledger.events(run.run_id).unwrap_or_default() {
+            writeln!(out, "  {}", crate::alert::event_text(&event, &zone))?;
+        }
     }
     let shown_runs = 1 + shown.earlier.len() as u64;
     let hidden = shown.total.saturating_sub(shown_runs);
@@ -156,6 +160,7 @@ pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
     let (latest, attempts) = shown.latest;
     let hooks = ledger.hooks(latest.run_id)?;
     let stop = ledger.stop_of(latest.run_id)?;
+    let events = ledger.events(latest.run_id).unwrap_or_default();
     let object = ShowJson {
         run: RunJson::from(latest),
         attempts_detail: AttemptsDetail {
@@ -170,6 +175,7 @@ pub fn json(out: &mut dyn Write, shown: &Shown, ledger: &mut dyn Ledger) -> Resu
             signal: stop.signal,
             seen_at: stop.seen_at.map(rfc3339),
         }),
+        events: events.iter().map(crate::alert::EventJson::from).collect(),
         history: shown.earlier.iter().map(|(run, _)| run.into()).collect(),
     };
     serde_json::to_writer_pretty(&mut *out, &object)?;
@@ -190,6 +196,8 @@ struct ShowJson<'a> {
     hooks: Vec<HookJson<'a>>,
     /// Who asked to stop the latest run (`idem stop`), if anyone did.
     stop: Option<StopJson<'a>>,
+    /// The latest run's pings and hooks, each with its deliveries.
+    events: Vec<crate::alert::EventJson>,
     /// The earlier runs, newest first, as many as `--limit` lets through.
     history: Vec<RunJson<'a>>,
 }

@@ -87,6 +87,8 @@ pub struct JobStatus {
     /// While it is blocked: the upstream keys its latest call waited for;
     /// null otherwise.
     pub blocked_on: Option<Vec<String>>,
+    /// Its pings and hooks not yet delivered (the outbox).
+    pub owed: u64,
     /// The argv as bytes, for the table.
     #[serde(skip)]
     pub argv: Vec<OsString>,
@@ -129,7 +131,7 @@ pub fn text(
             writeln!(out, "{}", paused_line(&job.job, paused, now))?;
         }
     }
-    Ok(())
+    crate::alert::owed_line(out, statuses)
 }
 
 /// `JOB paused by u@h 5m ago[ until T][: REASON]`, under the table.

@@ -278,6 +278,13 @@ impl Planner<'_> {
             pid: std::process::id(),
             recovered,
             lease: self.config.lease,
+            owed: crate::alert::Origin {
+                run_id: self.run_id,
+                job: &self.config.job.name,
+                key: "",
+                duration_ms: None,
+            }
+            .start(&self.config.alerts),
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::ledger::{JobInfo, NamedLock};
 /// its own (it does not wait for the outer run's lock, nor ping and alert
 /// as the outer job). The twins that are defaults (`IDEM_DB`, retries,
 /// backoff, timeouts, output) pass on, as a crontab's header means them.
-pub const NOT_INHERITED: [&str; 8] = [
+pub const NOT_INHERITED: [&str; 9] = [
     "IDEM_LOCK",
     "IDEM_AFTER",
     "IDEM_PING_URL",
@@ -30,6 +30,7 @@ pub const NOT_INHERITED: [&str; 8] = [
     "IDEM_ON_RECOVERY",
     "IDEM_ALERT_AFTER",
     "IDEM_WARN_AFTER",
+    "IDEM_WARN_EVERY",
     "IDEM_CATCH_UP",
 ];
 
@@ -87,8 +88,8 @@ impl Config {
         check(args)?;
         let locks = super::locks::parse(&args.lock)?;
         let ping = args.ping.clone();
-        if let Some(url) = &ping {
-            alert::check_ping(url)?;
+        for address in &ping {
+            alert::check_ping(address)?;
         }
         if *args.lease < MIN_LEASE {
             return Err(Failure::usage(format!(
@@ -99,6 +100,9 @@ impl Config {
         }
         let job = job_info(args, &template)?;
         let after = super::after::After::from_args(args)?;
+        let schedule = template
+            .period()
+            .map(|period| alert::schedule(period, job.zone.clone()));
         let catch_up = match args.catch_up {
             Some(periods) => Some((catch_up_period(&template, &args.key)?, periods)),
             None => None,
@@ -138,7 +142,9 @@ impl Config {
                 on_failure: args.on_failure.clone(),
                 on_recovery: args.on_recovery.clone(),
                 warn_after: args.warn_after.map(Into::into),
+                warn_every: args.warn_every.map(Into::into),
                 ping,
+                schedule,
             },
             template,
             after,

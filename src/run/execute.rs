@@ -9,7 +9,7 @@ use super::config::{Config, Retry, RetryPolicy, NOT_INHERITED};
 use super::streams::Output;
 use crate::alert::Alerts;
 use crate::exit::{self, Failure};
-use crate::ledger::{Attempt, Claim, Ledger, Outcome, Status};
+use crate::ledger::{Attempt, Claim, Ledger, NewEvent, Outcome, Status};
 use crate::process::{AttemptEnd, AttemptError, End, Notice, Spec, Supervisor};
 use crate::report;
 use crate::report::Reporter;
@@ -356,6 +356,7 @@ impl Run<'_> {
             } => {
                 // Held output is shown, as after any run that did not succeed.
                 output.show_held();
+                alerts.settle_start(ledger);
                 if never_ran {
                     let _ = ledger.finish(self.claim, None, &failed(exit::IDEM_FAILED, None));
                 }
@@ -363,6 +364,7 @@ impl Run<'_> {
             }
             Ending::SetUpFailed { error, attempt } => {
                 output.show_held();
+                alerts.settle_start(ledger);
                 let outcome = failed(exit::IDEM_FAILED, None);
                 let _ = ledger.finish(self.claim, Some(&attempt), &outcome);
                 return Err(error);
@@ -371,10 +373,14 @@ impl Run<'_> {
         // A run stopped because its lease could not be kept has lost its
         // claim by now: one try says so.
         let patience = if lost { Duration::ZERO } else { RECORD_FOR };
-        let recorded = self.record(ledger, last.as_ref(), &outcome, patience);
+        let (verdict, mut owed) = alerts.owe(ledger, &outcome, last.as_ref());
+        let recorded = self.record(ledger, last.as_ref(), &outcome, &owed, patience);
         let verdict = recorded.is_ok().then(|| {
-            let verdict = alerts.judge(ledger, &outcome);
-            super::paused::judge(self.config, self.claim, ledger, self.reporter, verdict)
+            let judged = super::paused::judge(self.config, self.claim, ledger, self.reporter, verdict);
+            if judged != verdict {
+                crate::alert::pausing(&mut owed);
+            }
+            judged
         });
         let shown = match verdict {
             Some(verdict) => alerts.shows_output(verdict),
@@ -389,9 +395,7 @@ impl Run<'_> {
                 outcome.exit_code
             ))
         })?;
-        if let Some(verdict) = verdict {
-            alerts.tell(verdict, &outcome, last.as_ref(), ledger);
-        }
+        alerts.tell(&owed, ledger);
         Ok(code)
     }
 
@@ -403,13 +407,14 @@ impl Run<'_> {
         ledger: &mut dyn Ledger,
         last: Option<&Attempt>,
         outcome: &Outcome,
+        owed: &[NewEvent],
         patience: Duration,
     ) -> Result<()> {
         let until = Instant::now() + patience;
         let mut delay = Duration::from_millis(100);
         let mut said = false;
         loop {
-            let error = match ledger.finish(self.claim, last, outcome) {
+            let error = match ledger.finish_owing(self.claim, last, outcome, owed) {
                 Ok(()) => return Ok(()),
                 Err(error) => error,
             };

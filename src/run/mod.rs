@@ -105,7 +105,10 @@ fn run_key(
         .and_then(|output| Ok((output, Supervisor::new()?)));
     let (mut output, supervisor) = match set_up {
         Ok(set_up) => set_up,
-        Err(error) => return Err(not_started(ledger, &claim, error)),
+        Err(error) => {
+            alerts.settle_start(ledger.as_mut());
+            return Err(not_started(ledger, &claim, error));
+        }
     };
     let run = Run {
         config,

@@ -204,6 +204,14 @@ fn no_ledger_page_is_written_from_frames_not_yet_on_disk() {
     env.cmd(["run", "--key", "first", "--", "true"]).succeeds();
     let mut in_the_attempts_start = false;
     for index in 0..24 {
+        // Every run writes as many frames, so the checkpoints would fall
+        // in the same transaction of every fourth run, wherever the
+        // schema's migrations left the WAL: a purge now and then (a write
+        // of another size) moves them through each of a run's.
+        if index % 3 == 2 {
+            let key = format!("k{}", index - 1);
+            env.cmd(["ledger", "forget", "--purge", &key]).succeeds();
+        }
         let calls = "pwrite64,fsync,fdatasync,flock";
         let Some(trace) = traced(&env, calls, &format!("k{index}")) else {
             return;

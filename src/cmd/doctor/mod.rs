@@ -196,6 +196,10 @@ fn running(ledger: &mut dyn Inspect, report: &mut Report) {
     }
     super::pause::doctor_line(ledger.pauses(), &mut report.checks, &mut report.facts);
     stops::pending(ledger, report);
+    let owed = ledger.owed_events();
+    crate::alert::doctor_outbox(owed, ledger.lost_events(), &mut |level, message, fix| {
+        report.push("notifications", level, message, fix);
+    });
 }
 
 /// A running key and who holds it: its run's processes that still live

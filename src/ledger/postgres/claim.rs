@@ -3,7 +3,7 @@
 //! run started under a new epoch and lease; then the record of each
 //! attempt's start, fenced by that epoch.
 
-use futures_util::future::{try_join, try_join3};
+use futures_util::future::try_join3;
 
 use super::super::rules;
 use super::super::{encode_command, Claim, Head, NewRun, Plan};
@@ -49,7 +49,12 @@ pub(super) fn claim(
     };
     // The run and the commit: one round trip.
     let epoch = tx.pipeline(async |db| {
-        let (epoch, ()) = try_join(start_run(db, key, &new), db.batch_execute("COMMIT")).await?;
+        let (epoch, (), ()) = try_join3(
+            start_run(db, key, &new),
+            super::outbox::owe(db, &new.owed),
+            db.batch_execute("COMMIT"),
+        )
+        .await?;
         Ok(epoch)
     })?;
     tx.committed();

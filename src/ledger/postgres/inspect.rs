@@ -35,6 +35,14 @@ impl PostgresInspector {
 }
 
 impl Inspect for PostgresInspector {
+    fn lost_events(&mut self) -> Result<Vec<crate::ledger::EventState>, String> {
+        super::outbox::lost_in(&mut self.client, 20).map_err(|error| connect::describe(&error))
+    }
+
+    fn owed_events(&mut self) -> Result<u64, String> {
+        super::outbox::owed_in(&mut self.client).map_err(|error| connect::describe(&error))
+    }
+
     fn schema(&mut self) -> Result<Schema, String> {
         match PostgresLedger::version(&mut self.client) {
             Ok(0) => Ok(Schema::None),

@@ -4,11 +4,11 @@
 //! epoch, so a repeat on a new connection, or a run that lost its claim,
 //! never writes over a newer claim. Then the hooks that ran for it.
 
-use futures_util::future::{try_join, try_join3};
+use futures_util::future::{try_join, try_join4};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::super::{Attempt, Claim, HookRun, Outcome, Status};
+use super::super::{Attempt, Claim, HookRun, NewEvent, Outcome, Status};
 use super::begin;
 use super::client::{Client, Transaction, READ_COMMITTED};
 use super::tx::{job_after, job_of_run, release_locks, save_job, RELEASE_OWNER};
@@ -36,6 +36,7 @@ pub(super) fn finish(
     claim: &Claim,
     last: Option<&Attempt>,
     outcome: &Outcome,
+    owed: &[NewEvent],
 ) -> Result<bool, tokio_postgres::Error> {
     // Begins and records: one round trip.
     let mut tx = Transaction::pipelined(client);
@@ -62,8 +63,9 @@ pub(super) fn finish(
     let locks = recorded.ended && !claim.locks.is_empty();
     // The job's figures, the run's named locks (most runs take
     // none) and the commit: one round trip.
+    let owed = if recorded.ended { owed } else { &[] };
     tx.pipeline(async |db| {
-        try_join3(
+        try_join4(
             async {
                 match &job {
                     Some(job) => save_job(db, job).await,
@@ -77,6 +79,7 @@ pub(super) fn finish(
                     Ok(())
                 }
             },
+            super::outbox::owe(db, owed),
             db.batch_execute("COMMIT"),
         )
         .await?;

@@ -130,7 +130,7 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX hooks_by_run ON idem.hooks (run);
 ",
     "
-    -- pauses: a job paused by whom, since when, why, until when, and the
+    -- 6: pauses: a job paused by whom, since when, why, until when, and the
     -- failed run that paused it (`--pause-after`); by job name, so that a
     -- job may be paused before its first run.
     CREATE TABLE idem.pauses (
@@ -143,7 +143,7 @@ pub const MIGRATIONS: &[&str] = &[
     );
     ",
     "
-    -- stop requests (`idem stop`, `run --replace`): who asked to stop
+    -- 7: stop requests (`idem stop`, `run --replace`): who asked to stop
     -- which running run, with which signal, and when its owner saw it.
     -- No serial id: a role granted rights on the tables alone may write it.
     CREATE TABLE idem.stops (
@@ -157,13 +157,13 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX stops_by_run ON idem.stops (run_id);
 ",
     "
-    -- a named lock's slots (`--lock NAME:N`): a row for each slot.
+    -- 8: a named lock's slots (`--lock NAME:N`): a row for each slot.
     ALTER TABLE idem.locks ADD COLUMN slot integer NOT NULL DEFAULT 0;
     ALTER TABLE idem.locks DROP CONSTRAINT locks_pkey;
     ALTER TABLE idem.locks ADD PRIMARY KEY (name, slot);
 ",
     "
-    -- jobs that wait for each other (`--after`): a job's upstream
+    -- 9: jobs that wait for each other (`--after`): a job's upstream
     -- templates and the keys its latest call was blocked on (a later claim,
     -- `last_run`, outdates them); a run's note, set only on a success
     -- marked by hand (`ledger mark`).
@@ -171,6 +171,33 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE idem.jobs ADD COLUMN blocked_on text;
     ALTER TABLE idem.jobs ADD COLUMN blocked_at timestamptz;
     ALTER TABLE idem.runs ADD COLUMN note text;
+",
+    "
+    -- 10: the outbox: each ping and hook a run owes, written with the claim
+    -- or outcome that causes it, until delivered or given up. `address`
+    -- (a ping URL holds its check's secret) is read only to deliver.
+    CREATE TABLE idem.outbox (
+        id bigserial PRIMARY KEY,
+        event_id uuid NOT NULL UNIQUE,
+        run_id uuid NOT NULL,
+        job text NOT NULL,
+        kind text NOT NULL,
+        target text NOT NULL,
+        address text NOT NULL,
+        payload text NOT NULL,
+        body bytea NOT NULL,
+        created_at timestamptz NOT NULL,
+        attempts integer NOT NULL DEFAULT 0,
+        next_try_at timestamptz NOT NULL,
+        holder uuid,
+        held_until timestamptz,
+        delivered_at timestamptz,
+        lost boolean NOT NULL DEFAULT false,
+        error text
+    );
+    CREATE INDEX outbox_owed ON idem.outbox (next_try_at)
+        WHERE delivered_at IS NULL AND NOT lost;
+    CREATE INDEX outbox_by_run ON idem.outbox (run_id);
 ",
 ];
 

@@ -20,6 +20,9 @@ use super::rows::{get, running_heads, RUNNING, SUCCEEDED};
 use super::stops::pending;
 use crate::exit::io_words;
 
+/// The most lost events `doctor` names.
+const LOST_SHOWN: u32 = 20;
+
 pub struct SqliteInspector {
     // Field order matters: the connection closes before the copy it may
     // read is deleted.
@@ -140,6 +143,14 @@ fn copy_with_log(path: &Path) -> Result<tempfile::TempDir, String> {
 }
 
 impl Inspect for SqliteInspector {
+    fn lost_events(&mut self) -> Result<Vec<crate::ledger::EventState>, String> {
+        super::outbox::lost_in(&self.conn, LOST_SHOWN).map_err(|error| error.to_string())
+    }
+
+    fn owed_events(&mut self) -> Result<u64, String> {
+        super::outbox::owed_in(&self.conn).map_err(|error| error.to_string())
+    }
+
     fn schema(&mut self) -> Result<Schema, String> {
         match versions(&self.conn) {
             Ok(versions) => Ok(schema_state(versions)),

@@ -155,6 +155,7 @@ fn a_runs_writes_prepare_nothing_beyond_what_they_prepare_ahead() {
                         template: "backup".into(),
                         zone: None,
                     },
+                    owed: Vec::new(),
                 }),
             })
             .unwrap()

@@ -1,0 +1,277 @@
+//! Delivering the events owed: one event to its ping or hook, and a sweep
+//! of a ledger's outbox by any idem (`run`, `status`, `ledger deliver`).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use uuid::Uuid;
+
+use super::cronitor;
+use super::events::{hook_flag, is_hook, Payload};
+use super::hooks;
+use super::http::Http;
+use super::ping::{self, Monitor};
+use super::sentry::{self, Dsn};
+use crate::ledger::outbox::backoff;
+use crate::ledger::EventState;
+use crate::ledger::{Ledger, NewEvent, Owed, Settled};
+use crate::render::doctor::Level;
+use crate::render::status::JobStatus;
+use crate::report::Reporter;
+
+/// The most one ping event may take in a sweep: a monitor that hangs
+/// costs each event this, not the sweep's whole time.
+const PER_EVENT: Duration = Duration::from_secs(3);
+
+/// How many events a sweep takes at once: few enough that a sweep that
+/// runs out of time leaves few held until their lease passes.
+const BATCH: u32 = 32;
+
+/// What a sweep did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Swept {
+    pub delivered: u64,
+    pub failed: u64,
+    /// Events another took meanwhile (their lease had passed): not ours.
+    pub taken: u64,
+}
+
+/// What a failure line calls an event's ping: Healthchecks' words.
+fn called(event: &NewEvent, payload: &Payload) -> &'static str {
+    match event.kind.as_str() {
+        "start" => "start",
+        "success" | "recovery" => "success",
+        "failure" if payload.alert => "fail",
+        _ => "log",
+    }
+}
+
+/// Delivers `event` within `most`: its ping sent to its monitor, or its
+/// hook run to a zero exit; else the line that says why, masked. An event
+/// its monitor has no word for (a `slow` to Sentry) is delivered as is.
+pub fn deliver(event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<(), String> {
+    let payload = Payload::read(event);
+    if is_hook(event) {
+        return deliver_hook(event, &payload, reporter).1;
+    }
+    let shown = ping::shown(&event.address);
+    let (http, request) = match ping::monitor(&event.address) {
+        Monitor::Healthchecks(url) => (
+            Http::new(url, shown, Vec::new()),
+            Some(ping::healthchecks(url, event, &payload)),
+        ),
+        Monitor::Sentry(dsn) => {
+            let parsed = Dsn::parse(dsn)?;
+            let request = sentry::request(&parsed, event, &payload);
+            (Http::new(dsn, shown, vec![parsed.key]), request)
+        }
+        Monitor::Cronitor(url) => (
+            Http::new(url, shown, Vec::new()),
+            cronitor::request(url, event, &payload),
+        ),
+    };
+    let Some(request) = request else {
+        return Ok(());
+    };
+    http.send(&request, most).map(|_| ()).map_err(|failure| {
+        format!(
+            "{}: could not send the {} ping to {}: {failure}; the run's outcome stands",
+            named(event, &payload),
+            called(event, &payload),
+            http.masked
+        )
+    })
+}
+
+/// What a line about `event` names: its key, or its job when the event
+/// was made before the key was known to it (a claim's).
+fn named<'a>(event: &'a NewEvent, payload: &'a Payload) -> &'a str {
+    if payload.key.is_empty() {
+        &event.job
+    } else {
+        &payload.key
+    }
+}
+
+/// Runs a hook event's command as `--on-failure` or `--on-recovery` runs
+/// it; its exit code, for the run's record, and whether it exited 0.
+pub fn deliver_hook(
+    event: &NewEvent,
+    payload: &Payload,
+    reporter: &Reporter,
+) -> (Option<i32>, Result<(), String>) {
+    let run_id = event.run_id.to_string();
+    let told = hooks::Event {
+        name: if payload.paused { "paused" } else { &event.kind },
+        job: &event.job,
+        key: named(event, payload),
+        run_id: &run_id,
+        exit_code: payload.exit_code,
+        failures: payload.failures,
+        output: &event.body,
+    };
+    let flag = hook_flag(event);
+    let code = hooks::run(flag, OsStr::new(&event.address), &told, reporter);
+    let result = match code {
+        Some(0) => Ok(()),
+        Some(code) => Err(format!("the {flag} hook exited {code}")),
+        None => Err(format!("the {flag} hook could not start")),
+    };
+    (code, result)
+}
+
+/// How a delivery's result is kept: delivered, or owed again after its
+/// backoff.
+pub fn settled(result: &Result<(), String>, attempts: u32) -> Settled {
+    match result {
+        Ok(()) => Settled::Delivered,
+        Err(error) => Settled::Failed {
+            error: error.clone(),
+            retry_in: backoff(attempts + 1),
+        },
+    }
+}
+
+/// Delivers the ledger's due events, oldest first, for at most `within`;
+/// hooks too with `hooks` (a hook may run for its whole limit, so only
+/// `idem ledger deliver` runs them). Never run `except`'s (the caller's
+/// own). Quiet: the events are other runs'.
+pub fn sweep(
+    ledger: &mut dyn Ledger,
+    within: Duration,
+    hooks: bool,
+    except: Option<Uuid>,
+    reporter: &Reporter,
+) -> Result<Swept> {
+    let until = Instant::now() + within;
+    let holder = Uuid::now_v7();
+    let quiet = Reporter::new(true, false, false);
+    let mut swept = Swept::default();
+    while Instant::now() < until && ledger.any_due()? {
+        let batch = ledger.take_due(holder, BATCH, hooks, except)?;
+        if batch.is_empty() {
+            break;
+        }
+        for owed in batch {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // Held until its lease passes, then due again.
+                break;
+            }
+            let told = if is_hook(&owed.event) {
+                reporter
+            } else {
+                &quiet
+            };
+            settle(
+                ledger,
+                &owed,
+                deliver(&owed.event, left.min(PER_EVENT), told),
+                &mut swept,
+            )?;
+        }
+    }
+    Ok(swept)
+}
+
+fn settle(
+    ledger: &mut dyn Ledger,
+    owed: &Owed,
+    result: Result<(), String>,
+    swept: &mut Swept,
+) -> Result<()> {
+    let settled = [(owed.event.event_id, settled(&result, owed.attempts))];
+    let ours = ledger.settle(owed.holder, &settled)? == 1;
+    match (ours, result) {
+        (false, _) => swept.taken += 1,
+        (true, Ok(())) => swept.delivered += 1,
+        (true, Err(_)) => swept.failed += 1,
+    }
+    Ok(())
+}
+
+/// What `status` does with the outbox: delivers the due pings for at most
+/// a run's budget (quietly: a ledger that refuses, read-only or older,
+/// delivers nothing), then reads what is still owed, per job.
+pub fn deliver_owed(ledger: &mut dyn Ledger) -> HashMap<String, u64> {
+    let quiet = Reporter::new(true, false, false);
+    let _ = sweep(ledger, super::ping::BUDGET, false, None, &quiet);
+    ledger.owed().unwrap_or_default().into_iter().collect()
+}
+
+/// The line under `status`'s table naming the jobs with events owed.
+pub fn owed_line(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {
+    let owed: Vec<String> = statuses
+        .iter()
+        .filter(|status| status.owed > 0)
+        .map(|status| format!("{} {}", crate::render::printable(&status.job), status.owed))
+        .collect();
+    if !owed.is_empty() {
+        writeln!(
+            out,
+            "owed (pings and hooks not yet delivered): {}; `idem ledger deliver` sends them",
+            owed.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// What `doctor` says of the outbox: the events still owed (a note), and
+/// those given up, a day old and never delivered (a warning: a person was
+/// not told), named by job, kind and target, never by address. A ledger
+/// with neither says nothing.
+pub fn doctor_outbox(
+    owed: Result<u64, String>,
+    lost: Result<Vec<EventState>, String>,
+    push: &mut dyn FnMut(Level, String, Option<String>),
+) {
+    if let Ok(owed @ 1..) = owed {
+        push(
+            Level::Ok,
+            format!(
+                "{} owed, not yet delivered (retried by the next idem)",
+                crate::render::count(owed, "event")
+            ),
+            Some("`idem ledger deliver` sends them now".to_owned()),
+        );
+    }
+    let lost = match lost {
+        Ok(lost) => lost,
+        Err(why) => {
+            push(
+                Level::Warn,
+                format!("the outbox cannot be read: {why}"),
+                None,
+            );
+            return;
+        }
+    };
+    let Some(newest) = lost.first() else {
+        return;
+    };
+    let named: Vec<String> = lost
+        .iter()
+        .map(|event| {
+            format!(
+                "{} {} to {} at {}",
+                crate::render::printable(&event.job),
+                event.kind,
+                event.target,
+                crate::render::json::rfc3339(event.created_at)
+            )
+        })
+        .collect();
+    push(
+        Level::Warn,
+        format!(
+            "{} lost, never delivered within a day (newest of job {}): {}",
+            crate::render::count(lost.len() as u64, "event"),
+            crate::render::printable(&newest.job),
+            named.join("; ")
+        ),
+        Some("check the monitor's URL or the hook the events went to; `idem ledger show KEY` shows each event's tries".to_owned()),
+    );
+}
