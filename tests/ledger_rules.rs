@@ -93,9 +93,9 @@ fn import_of_a_16_mib_line_stays_within_16_mib() {
     // may add its kept tail (1 MiB and a third as read) and the copy
     // SQLite binds, and nothing that grows with the line.
     let small = env.path("small.jsonl");
-    let short = head
-        .replacen("\"long\"", "\"short\"", 1)
-        .replacen("-000000000001", "-000000000002", 1);
+    let short =
+        head.replacen("\"long\"", "\"short\"", 1)
+            .replacen("-000000000001", "-000000000002", 1);
     let short = format!("{short}x{end}\n");
     std::fs::write(&small, short).unwrap();
     let (output, start) = import_peak_kib(&env, &small);

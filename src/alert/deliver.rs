@@ -105,7 +105,11 @@ pub fn deliver_hook(
 ) -> (Option<i32>, Result<(), String>) {
     let run_id = event.run_id.to_string();
     let told = hooks::Event {
-        name: if payload.paused { "paused" } else { &event.kind },
+        name: if payload.paused {
+            "paused"
+        } else {
+            &event.kind
+        },
         job: &event.job,
         key: named(event, payload),
         run_id: &run_id,

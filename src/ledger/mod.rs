@@ -62,8 +62,8 @@ mod job;
 pub mod line;
 mod location;
 mod marks;
-mod pauses;
 pub mod outbox;
+mod pauses;
 mod postgres;
 mod rules;
 pub mod runlock;
@@ -80,8 +80,8 @@ pub(crate) use inspect::{Inspect, Schema};
 pub use job::*;
 pub use location::*;
 pub use marks::*;
-pub use pauses::{is_glob, who, Pause, PauseRequest};
 pub use outbox::{EventState, NewEvent, Outbox, Owed, Settled};
+pub use pauses::{is_glob, who, Pause, PauseRequest};
 pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the
 /// errors of its own questions to the server (the role's rights) as the

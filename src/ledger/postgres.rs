@@ -58,8 +58,8 @@ use super::error::{LedgerError, Taker};
 use super::rules;
 use super::{
     Attempt, Claim, ExportedRun, Feed, ForgetReport, Head, HookRun, ImportReport, JobState,
-    KeyMetrics, ListFilter, Locks, NamedLock, NewEvent, Outcome, Plan, PruneReport, Records, Renewal, Run,
-    RunAttempts, RunLedger, Tails,
+    KeyMetrics, ListFilter, Locks, NamedLock, NewEvent, Outcome, Plan, PruneReport, Records,
+    Renewal, Run, RunAttempts, RunLedger, Tails,
 };
 use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;

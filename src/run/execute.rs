@@ -376,7 +376,8 @@ impl Run<'_> {
         let (verdict, mut owed) = alerts.owe(ledger, &outcome, last.as_ref());
         let recorded = self.record(ledger, last.as_ref(), &outcome, &owed, patience);
         let verdict = recorded.is_ok().then(|| {
-            let judged = super::paused::judge(self.config, self.claim, ledger, self.reporter, verdict);
+            let judged =
+                super::paused::judge(self.config, self.claim, ledger, self.reporter, verdict);
             if judged != verdict {
                 crate::alert::pausing(&mut owed);
             }
