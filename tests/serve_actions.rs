@@ -193,7 +193,8 @@ fn pause_and_resume_from_the_page_are_recorded_under_the_users_name() {
         ("Authorization", auth.as_str()),
         ("Origin", origin.as_str()),
     ];
-    let form = format!("token={token}&back=job&reason=disk+%3Cswap%3E&until=");
+    let reason = "disk+%3Cswap%3E+https%3A%2F%2Ft.example%2Fx%3Fk%3Ds3cret";
+    let form = format!("token={token}&back=job&reason={reason}&until=");
     let paused = post(&format!("{url}/job/backup/pause"), &headers, &form);
     assert_eq!(paused.status, 303, "{}", paused.body);
     assert_eq!(paused.location, "/job/backup?done=paused");
@@ -202,7 +203,10 @@ fn pause_and_resume_from_the_page_are_recorded_under_the_users_name() {
     assert_eq!(status["state"], "paused", "{status}");
     let by = status["paused"]["by"].as_str().unwrap_or_default();
     assert!(by.starts_with("ana@"), "{status}");
-    assert_eq!(status["paused"]["reason"], "disk <swap>");
+    assert_eq!(
+        status["paused"]["reason"],
+        "disk <swap> https://t.example/x?k=s3cret"
+    );
     env.cmd(counted(
         &env,
         "backup",
@@ -217,6 +221,7 @@ fn pause_and_resume_from_the_page_are_recorded_under_the_users_name() {
         "{page}"
     );
     assert!(page.contains("disk &lt;swap&gt;") && !page.contains("<swap>"));
+    assert!(page.contains("https://t.example/***") && !page.contains("s3cret"));
     assert!(page.contains(">Resume</button>") && !page.contains(">Pause</button>"));
 
     let form = format!("token={token}&back=board");

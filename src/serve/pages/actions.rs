@@ -115,3 +115,31 @@ pub fn buttons(buttons: &Buttons) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_reads_back_as_what_was_done_and_nothing_else() {
+        for done in Done::ALL {
+            assert_eq!(Done::from_flag(done.flag()), Some(done));
+        }
+        assert_eq!(Done::from_flag("<b>owned</b>"), None);
+    }
+
+    #[test]
+    fn a_jobs_name_is_text_in_its_buttons() {
+        let markup = buttons(&Buttons {
+            job: "a\"><script>x</script>",
+            token: "t",
+            paused: false,
+            running: true,
+            back: "job",
+        })
+        .into_string();
+        assert!(!markup.contains("<script>"), "{markup}");
+        assert!(markup.contains("action=\"/job/a%22%3E%3Cscript%3Ex%3C%2Fscript%3E/pause\""));
+        assert!(markup.contains(">Stop</button>"));
+    }
+}

@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 use maud::{html, Markup};
 
-use super::{actions, command_text, frame, local, mark, strip, when, Controls};
+use super::{actions, command_text, frame, local, mark, mask_urls, strip, when, Controls};
 use crate::ledger::{Attempt, Status};
 use crate::render;
 use crate::serve::read::{AttemptShown, JobPage, RunShown, Tail, RUNS_SHOWN};
@@ -69,7 +69,9 @@ fn pause_words(paused: &render::status::Paused) -> String {
     };
     let mut words = format!("by {} since {}", paused.by, time(&paused.since));
     if let Some(reason) = &paused.reason {
-        words.push_str(&format!(" ({reason})"));
+        // A reason is free text: a URL in it (a ticket with a token) is
+        // masked as one in a command is.
+        words.push_str(&format!(" ({})", mask_urls(reason)));
     }
     match &paused.until {
         Some(until) => words.push_str(&format!(", until {}", time(until))),
