@@ -35,7 +35,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand resume 'Resume a paused job: its next run runs'
             cand stop 'Stop the running runs of keys, wherever they run'
             cand doctor 'Check a ledger for problems without changing anything'
-            cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
+            cand serve 'Serve the ledger over HTTP: a status board, each job''s runs, metrics, and buttons that pause, resume and stop'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -391,7 +391,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand resume 'Resume a paused job: its next run runs'
             cand stop 'Stop the running runs of keys, wherever they run'
             cand doctor 'Check a ledger for problems without changing anything'
-            cand serve 'Serve the ledger read-only over HTTP: a status board, each job''s runs, metrics'
+            cand serve 'Serve the ledger over HTTP: a status board, each job''s runs, metrics, and buttons that pause, resume and stop'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }

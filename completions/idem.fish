@@ -39,7 +39,7 @@ complete -c idem -n "__fish_idem_needs_command" -f -a "pause" -d 'Pause a job: i
 complete -c idem -n "__fish_idem_needs_command" -f -a "resume" -d 'Resume a paused job: its next run runs'
 complete -c idem -n "__fish_idem_needs_command" -f -a "stop" -d 'Stop the running runs of keys, wherever they run'
 complete -c idem -n "__fish_idem_needs_command" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
-complete -c idem -n "__fish_idem_needs_command" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
+complete -c idem -n "__fish_idem_needs_command" -f -a "serve" -d 'Serve the ledger over HTTP: a status board, each job\'s runs, metrics, and buttons that pause, resume and stop'
 complete -c idem -n "__fish_idem_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c idem -n "__fish_idem_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand run" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces' -r
@@ -297,7 +297,7 @@ complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subc
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "resume" -d 'Resume a paused job: its next run runs'
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "stop" -d 'Stop the running runs of keys, wherever they run'
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "serve" -d 'Serve the ledger read-only over HTTP: a status board, each job\'s runs, metrics'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "serve" -d 'Serve the ledger over HTTP: a status board, each job\'s runs, metrics, and buttons that pause, resume and stop'
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "completions" -d 'Print a shell completion script'
 complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "list" -d 'Runs, newest first'

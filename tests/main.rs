@@ -31,6 +31,7 @@ mod recipes;
 mod run;
 mod run_engine;
 mod serve;
+mod serve_actions;
 mod truth;
 mod wrapper;
 mod wrapper_ux;

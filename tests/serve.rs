@@ -13,20 +13,20 @@ use base64::Engine;
 use crate::util::{on_every_backend, require, Backend, Env};
 
 /// A running `idem serve`, stopped by SIGTERM when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     /// `http://127.0.0.1:PORT`, without a trailing slash.
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Server {
     /// `idem serve --listen 127.0.0.1:0 ARGS`: the kernel picks the port,
     /// and the server's first line says which.
-    fn start(env: &Env, args: &[&str]) -> Server {
+    pub(crate) fn start(env: &Env, args: &[&str]) -> Server {
         Server::start_with(env.idem(["serve", "--listen", "127.0.0.1:0"]), args)
     }
 
-    fn start_with(mut command: Command, args: &[&str]) -> Server {
+    pub(crate) fn start_with(mut command: Command, args: &[&str]) -> Server {
         let mut child = command
             .args(args)
             .stderr(Stdio::piped())
@@ -70,15 +70,15 @@ fn terminate(child: &Child) {
 }
 
 /// An HTTP answer: its status, content type, `WWW-Authenticate` and body.
-struct Reply {
-    status: u16,
-    content_type: String,
-    challenge: Vec<String>,
-    body: String,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) content_type: String,
+    pub(crate) challenge: Vec<String>,
+    pub(crate) body: String,
 }
 
 /// GET `url` with an `Authorization` header when given.
-fn get(url: &str, authorization: Option<&str>) -> Reply {
+pub(crate) fn get(url: &str, authorization: Option<&str>) -> Reply {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(30)))
@@ -110,7 +110,7 @@ fn get(url: &str, authorization: Option<&str>) -> Reply {
 }
 
 /// Debian's chromium, headless; the tests fail (not skip) without it.
-fn chromium(env: &Env) -> Command {
+pub(crate) fn chromium(env: &Env) -> Command {
     let found = Command::new("sh")
         .args(["-c", "command -v chromium"])
         .output()
@@ -130,7 +130,7 @@ fn chromium(env: &Env) -> Command {
 }
 
 /// The page at `url` as the browser built it (`--dump-dom`).
-fn dom(env: &Env, url: &str) -> String {
+pub(crate) fn dom(env: &Env, url: &str) -> String {
     let output = chromium(env)
         .arg("--dump-dom")
         .arg(url)

@@ -111,6 +111,9 @@ Pages:
   /metrics      what `idem ledger metrics` prints (Prometheus text format)
   /api/status   what `idem status --json` prints
   /healthz      200 \"ok\" when the ledger can be read, 503 and why otherwise
+  POST /job/JOB/pause, /resume, /stop
+                the buttons, with --auth-file or IDEM_SERVE_TOKEN alone; 403 without
+                credentials, without the page's form token, or from another site
 
 Examples:
   idem serve                                         the board on http://127.0.0.1:8417/

@@ -152,8 +152,8 @@ pub enum Command {
     /// read-only; the database session is read-only). Exit 0 when healthy,
     /// 1 when not.
     Doctor(DoctorArgs),
-    /// Serve the ledger read-only over HTTP: a status board, each job's
-    /// runs, metrics
+    /// Serve the ledger over HTTP: a status board, each job's runs,
+    /// metrics, and buttons that pause, resume and stop
     ///
     /// Pages: / the status board (what `idem status` shows), /job/JOB a
     /// job's runs, newest first, with their attempts and output tails,
@@ -164,8 +164,11 @@ pub enum Command {
     /// read-only, and nothing holds it between requests. Listens on the
     /// loopback address unless told otherwise; any other address needs
     /// --auth-file or IDEM_SERVE_TOKEN, and then every request must carry
-    /// the credentials. Stops on SIGTERM or SIGINT once the requests under
-    /// way are answered.
+    /// the credentials. With credentials, the board and a job's page also
+    /// show Pause, Resume and Stop buttons, recorded in the ledger as
+    /// USER@host (token@host for the token); without, the pages are
+    /// read-only. Stops on SIGTERM or SIGINT once the requests under way
+    /// are answered.
     #[command(after_long_help = SERVE_EXIT_CODES_HELP)]
     Serve(ServeArgs),
     /// Print a shell completion script

@@ -74,8 +74,9 @@ pub fn shown(pause: &Pause) -> Paused {
     }
 }
 
-/// `--until`: a duration from now, or a time to come.
-fn until(text: &str) -> Result<Timestamp> {
+/// `--until`: a duration from now, or a time to come (`idem serve`'s
+/// pause button reads its field so too).
+pub fn until(text: &str) -> Result<Timestamp> {
     let now = Timestamp::now();
     let at = match parse_time("--until", text, false)? {
         When::Ago(after) => now.checked_add(after).unwrap_or(Timestamp::MAX),

@@ -56,6 +56,18 @@ pub fn stop_head(
     signal: i32,
     grace: Duration,
 ) -> Result<Found> {
+    stop_head_by(ledger, head, signal, grace, ledger::stops::requester())
+}
+
+/// As [`stop_head`], asked by `by` (`user@host`): `idem serve` asks for
+/// the user who pressed its button, not for the user it runs as.
+pub fn stop_head_by(
+    ledger: &mut dyn Ledger,
+    head: Head,
+    signal: i32,
+    grace: Duration,
+    by: String,
+) -> Result<Found> {
     if head.run.status != Status::Running {
         return Ok(Found::NotRunning);
     }
@@ -66,7 +78,7 @@ pub fn stop_head(
     ledger.request_stop(&StopRequest {
         run_id: head.run.run_id,
         key: key.clone(),
-        by: ledger::stops::requester(),
+        by,
         requested_at: jiff::Timestamp::now(),
         signal,
         seen_at: None,

@@ -1,6 +1,8 @@
 //! Who may read the pages: anyone (loopback, no credentials given), or a
 //! request that carries a user and password of the auth file (HTTP basic
-//! authentication) or the bearer token of `IDEM_SERVE_TOKEN`.
+//! authentication) or the bearer token of `IDEM_SERVE_TOKEN`. Who got in
+//! is kept with the request: the buttons are theirs to press, and the
+//! ledger records their name.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -26,6 +28,32 @@ impl User {
     }
 }
 
+/// Who a request came from, as its credentials say.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Who {
+    /// No credentials are asked for (loopback): anyone may read, nobody
+    /// may press a button.
+    Anyone,
+    /// A user of the auth file, by name.
+    User(String),
+    /// A holder of the bearer token, who has no name of their own.
+    Token,
+}
+
+impl Who {
+    /// As the ledger records who pressed a button: `USER@host` (`token@host`
+    /// for the bearer token), the host being the server's; `None` for
+    /// anyone, who may not.
+    pub fn by(&self) -> Option<String> {
+        let name = match self {
+            Who::Anyone => return None,
+            Who::User(name) => name.as_str(),
+            Who::Token => "token",
+        };
+        Some(format!("{name}@{}", crate::host::name()))
+    }
+}
+
 /// The credentials every request must carry, if any.
 pub struct Guard {
     users: Vec<User>,
@@ -47,49 +75,50 @@ impl Guard {
         }
     }
 
+    /// Everyone who may get in by name (or by the token).
+    pub fn everyone(&self) -> Vec<Who> {
+        let users = self.users.iter().map(|user| Who::User(user.name.clone()));
+        let token = self.token.map(|_| Who::Token);
+        users.chain(token).collect()
+    }
+
     /// No credentials are asked for.
     pub fn is_open(&self) -> bool {
         self.users.is_empty() && self.token.is_none()
     }
 
-    /// Whether the request's `Authorization` admits it. Slow (bcrypt) the
-    /// first time a user's password is seen: call it off the runtime's
+    /// Who the request's `Authorization` admits, if anyone. Slow (bcrypt)
+    /// the first time a user's password is seen: call it off the runtime's
     /// thread.
-    pub fn admits(&self, headers: &HeaderMap) -> bool {
+    pub fn admits(&self, headers: &HeaderMap) -> Option<Who> {
         if self.is_open() {
-            return true;
+            return Some(Who::Anyone);
         }
-        let Some(given) = headers
+        let given = headers
             .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-        else {
-            return false;
-        };
+            .and_then(|value| value.to_str().ok())?;
         let (scheme, credentials) = given.trim().split_once(' ').unwrap_or((given, ""));
         let credentials = credentials.trim();
         if scheme.eq_ignore_ascii_case("bearer") {
-            return self
+            let right = self
                 .token
                 .is_some_and(|token| token == <[u8; 32]>::from(Sha256::digest(credentials)));
+            return right.then_some(Who::Token);
         }
         if !scheme.eq_ignore_ascii_case("basic") || self.users.is_empty() {
-            return false;
+            return None;
         }
-        let Some((name, password)) = base64::engine::general_purpose::STANDARD
+        let (name, password) = base64::engine::general_purpose::STANDARD
             .decode(credentials)
             .ok()
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .and_then(|pair| {
                 pair.split_once(':')
                     .map(|(name, password)| (name.to_owned(), password.to_owned()))
-            })
-        else {
-            return false;
-        };
-        let Some(user) = self.users.iter().find(|user| user.name == name) else {
-            return false;
-        };
+            })?;
+        let user = self.users.iter().find(|user| user.name == name)?;
         self.password_matches(user, &password)
+            .then_some(Who::User(name))
     }
 
     fn password_matches(&self, user: &User, password: &str) -> bool {
@@ -157,12 +186,13 @@ mod tests {
         let hash = bcrypt::hash("right", 4).unwrap_or_default();
         let guard = Guard::new(vec![User::new("ana", &hash)], None);
         assert!(!guard.is_open());
-        assert!(guard.admits(&basic("ana", "right")));
+        let ana = Some(Who::User("ana".to_owned()));
+        assert_eq!(guard.admits(&basic("ana", "right")), ana);
         // Again, from what was admitted.
-        assert!(guard.admits(&basic("ana", "right")));
-        assert!(!guard.admits(&basic("ana", "wrong")));
-        assert!(!guard.admits(&basic("bob", "right")));
-        assert!(!guard.admits(&HeaderMap::new()));
+        assert_eq!(guard.admits(&basic("ana", "right")), ana);
+        assert_eq!(guard.admits(&basic("ana", "wrong")), None);
+        assert_eq!(guard.admits(&basic("bob", "right")), None);
+        assert_eq!(guard.admits(&HeaderMap::new()), None);
     }
 
     #[test]
@@ -177,8 +207,8 @@ mod tests {
             );
             headers
         };
-        assert!(guard.admits(&bearer("s3cret")));
-        assert!(!guard.admits(&bearer("s3cre")));
-        assert!(!guard.admits(&basic("s3cret", "s3cret")));
+        assert_eq!(guard.admits(&bearer("s3cret")), Some(Who::Token));
+        assert_eq!(guard.admits(&bearer("s3cre")), None);
+        assert_eq!(guard.admits(&basic("s3cret", "s3cret")), None);
     }
 }

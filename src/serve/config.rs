@@ -9,6 +9,7 @@ use std::str::FromStr;
 use anyhow::Result;
 
 use super::auth::{Guard, User};
+use super::forms::Forms;
 use crate::cli::ServeArgs;
 use crate::exit::{self, Failure};
 use crate::ledger::Location;
@@ -22,6 +23,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub location: Location,
     pub guard: Guard,
+    /// The form tokens of those who may press the buttons.
+    pub forms: Forms,
 }
 
 impl Config {
@@ -57,6 +60,7 @@ impl Config {
         Ok(Config {
             listen: args.listen,
             location: location.clone(),
+            forms: Forms::new(guard.everyone())?,
             guard,
         })
     }

@@ -1,17 +1,20 @@
-//! `idem serve`: the ledger, read-only, over HTTP. A status board, each
-//! job's runs, the metrics and `status --json` for scripts, and a health
-//! check.
+//! `idem serve`: the ledger over HTTP. A status board, each job's runs,
+//! the metrics and `status --json` for scripts, and a health check; for a
+//! user who signed in, buttons that pause, resume and stop a job.
 //!
 //! `config` turns the command line into what the server needs (and refuses
 //! an open address without credentials), `auth` checks every request's
-//! credentials, `read` asks the ledger, `pages` writes the HTML and
-//! `routes` ties paths to them. The server is axum on a single-threaded
+//! credentials, `forms` guards the buttons against other sites, `read`
+//! asks the ledger, `press` does what a button asks, `pages` writes the
+//! HTML and `routes` ties paths to them. The server is axum on a single-threaded
 //! tokio runtime; every read of the ledger runs on a blocking thread, one
 //! at a time.
 
 mod auth;
 mod config;
+mod forms;
 mod pages;
+mod press;
 mod read;
 mod routes;
 
@@ -58,8 +61,13 @@ async fn serve(config: Config, quiet: bool) -> Result<u8> {
         .local_addr()
         .map_err(|error| bind_error(listen, &error))?;
     if !quiet {
+        let mode = if config.guard.is_open() {
+            "read-only"
+        } else {
+            "its users may pause, resume and stop"
+        };
         exit::say(&format!(
-            "serving ledger {} on http://{bound}/ (read-only; SIGTERM or Ctrl-C stops)",
+            "serving ledger {} on http://{bound}/ ({mode}; SIGTERM or Ctrl-C stops)",
             config.ledger_name()
         ));
     }

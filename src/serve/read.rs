@@ -54,6 +54,25 @@ impl Reader {
     }
 }
 
+impl Reader {
+    /// `write` with the ledger opened as `idem pause` opens it, under the
+    /// same one-at-a-time lock as the reads; a button's press is one short
+    /// transaction, and no page is rendered while it holds the ledger.
+    pub fn write<T>(&self, write: impl FnOnce(&mut dyn Ledger) -> Result<T>) -> Result<T> {
+        let _one = self
+            .one
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match ledger::open_existing(&self.location)? {
+            Some(mut ledger) => write(ledger.as_mut()),
+            None => Err(anyhow::anyhow!(
+                "no ledger at {} yet: nothing has run under it (check --db or IDEM_DB)",
+                self.location.display()
+            )),
+        }
+    }
+}
+
 /// Every job as `idem status` judges it, the jobs that need a person
 /// first, as `status` orders them.
 pub fn statuses(ledger: Option<&mut dyn Ledger>, now: Timestamp) -> Result<Vec<JobStatus>> {

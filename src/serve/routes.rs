@@ -3,29 +3,32 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::header::{self, HeaderValue};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 use jiff::Timestamp;
 
+use super::auth::Who;
 use super::config::Config;
-use super::pages;
+use super::forms::{field, fields};
+use super::pages::{self, Controls, Done};
+use super::press;
 use super::read::{self, Reader};
 use crate::render;
 
 /// What every request shares.
-struct Shared {
-    config: Arc<Config>,
-    reader: Reader,
+pub(super) struct Shared {
+    pub config: Arc<Config>,
+    pub reader: Reader,
     /// The ledger's name on pages, masked.
-    ledger: String,
+    pub ledger: String,
 }
 
-type Handle = Arc<Shared>;
+pub(super) type Handle = Arc<Shared>;
 
 /// The content type Prometheus asks of a text exposition.
 const METRICS_TYPE: &str = "text/plain; version=0.0.4";
@@ -43,7 +46,7 @@ pub fn router(config: Arc<Config>) -> Router {
     });
     Router::new()
         .route("/", get(board))
-        .route("/job/{*job}", get(job))
+        .route("/job/{*job}", get(job).post(press::press))
         .route("/metrics", get(metrics))
         .route("/api/status", get(api_status))
         .route("/healthz", get(healthz))
@@ -56,6 +59,8 @@ pub fn router(config: Arc<Config>) -> Router {
 /// Lets a request through only with the credentials the server asks for.
 async fn guard(State(shared): State<Handle>, request: Request, next: Next) -> Response {
     if shared.config.guard.is_open() {
+        let mut request = request;
+        request.extensions_mut().insert(Who::Anyone);
         return next.run(request).await;
     }
     let headers = request.headers().clone();
@@ -63,11 +68,14 @@ async fn guard(State(shared): State<Handle>, request: Request, next: Next) -> Re
     // bcrypt is slow by design: off the thread that answers HTTP.
     let admitted = tokio::task::spawn_blocking(move || checked.config.guard.admits(&headers))
         .await
-        .unwrap_or(false);
-    if admitted {
-        next.run(request).await
-    } else {
-        shared.config.guard.challenge()
+        .unwrap_or(None);
+    match admitted {
+        Some(who) => {
+            let mut request = request;
+            request.extensions_mut().insert(who);
+            next.run(request).await
+        }
+        None => shared.config.guard.challenge(),
     }
 }
 
@@ -76,7 +84,10 @@ async fn secure(mut response: Response) -> Response {
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, POLICY),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: with it a browser sends `Origin: null` with
+        // a form's POST, and the buttons could not tell their own page
+        // from another site's. Other sites still learn no path.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
@@ -87,7 +98,7 @@ async fn secure(mut response: Response) -> Response {
 
 /// Runs `work` on a blocking thread (the ledger's reads block), with the
 /// time the request is answered at; an error is a 503 in `fail`'s words.
-async fn blocking(
+pub(super) async fn blocking(
     shared: Handle,
     fail: fn(&Shared, Timestamp, &str) -> Response,
     work: impl FnOnce(&Shared, Timestamp) -> anyhow::Result<Response> + Send + 'static,
@@ -109,11 +120,11 @@ async fn blocking(
     })
 }
 
-fn html(status: StatusCode, body: String) -> Response {
+pub(super) fn html(status: StatusCode, body: String) -> Response {
     text(status, "text/html; charset=utf-8", body)
 }
 
-fn text(status: StatusCode, content_type: &'static str, body: String) -> Response {
+pub(super) fn text(status: StatusCode, content_type: &'static str, body: String) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
@@ -123,7 +134,7 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 }
 
 /// A page that could not read the ledger.
-fn page_failed(shared: &Shared, now: Timestamp, line: &str) -> Response {
+pub(super) fn page_failed(shared: &Shared, now: Timestamp, line: &str) -> Response {
     let page = pages::message("The ledger cannot be read", &shared.ledger, now, line);
     html(StatusCode::SERVICE_UNAVAILABLE, page)
 }
@@ -137,32 +148,63 @@ fn line_failed(_: &Shared, _: Timestamp, line: &str) -> Response {
     )
 }
 
-async fn board(State(shared): State<Handle>) -> Response {
-    blocking(shared, page_failed, |shared, now| {
+async fn board(
+    State(shared): State<Handle>,
+    Extension(who): Extension<Who>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    blocking(shared, page_failed, move |shared, now| {
         let statuses = shared.reader.with(|ledger| read::statuses(ledger, now))?;
+        let query = fields(query.as_deref().unwrap_or_default());
+        // The notice names a job of the board's alone: a link cannot make
+        // the board speak of anything else.
+        let done = field(&query, "done")
+            .and_then(Done::from_flag)
+            .zip(field(&query, "job"))
+            .filter(|(_, job)| statuses.iter().any(|status| status.job == *job))
+            .map(|(done, job)| (done, job.to_owned()));
+        let controls = Controls {
+            token: shared.config.forms.token(&who),
+            done,
+        };
         Ok(html(
             StatusCode::OK,
-            pages::board(&statuses, &shared.ledger, now),
+            pages::board(&statuses, &shared.ledger, now, &controls),
         ))
     })
     .await
 }
 
-async fn job(State(shared): State<Handle>, Path(job): Path<String>) -> Response {
+async fn job(
+    State(shared): State<Handle>,
+    Extension(who): Extension<Who>,
+    Path(job): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
     blocking(shared, page_failed, move |shared, now| {
         let page = shared.reader.with(|ledger| match ledger {
             Some(ledger) => read::job_page(ledger, &job, now),
             None => Ok(None),
         })?;
+        let query = fields(query.as_deref().unwrap_or_default());
+        let controls = Controls {
+            token: shared.config.forms.token(&who),
+            done: field(&query, "done")
+                .and_then(Done::from_flag)
+                .map(|done| (done, job.clone())),
+        };
         Ok(match page {
-            Some(page) => html(StatusCode::OK, pages::job(&page, &shared.ledger, now)),
+            Some(page) => html(
+                StatusCode::OK,
+                pages::job(&page, &shared.ledger, now, &controls),
+            ),
             None => unknown_job(shared, now, &job),
         })
     })
     .await
 }
 
-fn unknown_job(shared: &Shared, now: Timestamp, job: &str) -> Response {
+pub(super) fn unknown_job(shared: &Shared, now: Timestamp, job: &str) -> Response {
     let line = format!("The ledger holds no job named {job}.");
     let page = pages::message("No such job", &shared.ledger, now, &line);
     html(StatusCode::NOT_FOUND, page)

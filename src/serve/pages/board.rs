@@ -4,13 +4,15 @@
 use jiff::Timestamp;
 use maud::{html, Markup};
 
-use super::{command_text, frame, job_href, strip, when};
+use super::{actions, command_text, frame, job_href, strip, when, Controls};
 use crate::render::status::{JobStatus, State};
 
 /// The board's HTML; `ledger` is the ledger's name, masked.
-pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp) -> String {
+pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp, controls: &Controls) -> String {
+    let buttons = controls.token.is_some();
     let body = html! {
         h1 { "Jobs" }
+        (controls.notice())
         p.summary { (summary(statuses)) }
         @if statuses.is_empty() {
             p.message { "No jobs yet: nothing has run under this ledger." }
@@ -22,10 +24,11 @@ pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp) -> String {
                             th { "Job" } th { "State" } th { "Last run" }
                             th { "Last success" } th.num { "Fails" } th.num { "Missed" }
                             th { "Recent" } th { "Command" }
+                            @if buttons { th { "Actions" } }
                         }
                     }
                     tbody {
-                        @for job in statuses { (row(job, now)) }
+                        @for job in statuses { (row(job, now, controls)) }
                     }
                 }
             }
@@ -64,7 +67,7 @@ fn summary(statuses: &[JobStatus]) -> String {
 
 /// A job's row; each cell names its column for the narrow layout, where
 /// a row is a card.
-fn row(job: &JobStatus, now: Timestamp) -> Markup {
+fn row(job: &JobStatus, now: Timestamp, controls: &Controls) -> Markup {
     let state = job.state.as_str();
     let command = command_text(&job.argv, job.shell);
     html! {
@@ -79,6 +82,11 @@ fn row(job: &JobStatus, now: Timestamp) -> Markup {
             }
             td data-label="Recent" { (strip(&job.strip)) }
             td.command data-label="Command" title=(command) { code { (command) } }
+            @if controls.token.is_some() {
+                td data-label="Actions" {
+                    (actions(controls, job, job.strip.contains(&"running"), "board"))
+                }
+            }
         }
     }
 }

@@ -4,19 +4,24 @@
 use jiff::Timestamp;
 use maud::{html, Markup};
 
-use super::{actions, command_text, frame, local, mark, strip, when};
+use super::{actions, command_text, frame, local, mark, mask_urls, strip, when, Controls};
 use crate::ledger::{Attempt, Status};
 use crate::render;
 use crate::serve::read::{AttemptShown, JobPage, RunShown, Tail, RUNS_SHOWN};
 
 /// The job's page HTML; `ledger` is the ledger's name, masked.
-pub fn job(page: &JobPage, ledger: &str, now: Timestamp) -> String {
+pub fn job(page: &JobPage, ledger: &str, now: Timestamp, controls: &Controls) -> String {
     let status = &page.status;
+    let running = page
+        .runs
+        .iter()
+        .any(|shown| shown.run.status == Status::Running);
     let body = html! {
         p.back { a href="/" { "All jobs" } }
         h1 { (status.job) }
+        (controls.notice())
         (figures(page, now))
-        (actions(&status.job))
+        (actions(controls, status, running, "job"))
         h2 { "Latest runs" }
         @if page.runs.is_empty() {
             p.message { "No runs of this job are left in the ledger." }
@@ -49,10 +54,30 @@ fn figures(page: &JobPage, now: Timestamp) -> Markup {
                 }
             }
             dt { "Recent" } dd { (strip(&status.strip)) }
+            @if let Some(paused) = &status.paused { dt { "Paused" } dd { (pause_words(paused)) } }
             dt { "Key" } dd { code { (status.template) } }
             dt { "Command" } dd { code.wrap { (command_text(&status.argv, status.shell)) } }
         }
     }
+}
+
+/// "by ana@web1 since 2026-12-03 04:00 (disk full), until ...".
+fn pause_words(paused: &render::status::Paused) -> String {
+    let time = |text: &str| {
+        text.parse::<Timestamp>()
+            .map_or_else(|_| text.to_owned(), local)
+    };
+    let mut words = format!("by {} since {}", paused.by, time(&paused.since));
+    if let Some(reason) = &paused.reason {
+        // A reason is free text: a URL in it (a ticket with a token) is
+        // masked as one in a command is.
+        words.push_str(&format!(" ({})", mask_urls(reason)));
+    }
+    match &paused.until {
+        Some(until) => words.push_str(&format!(", until {}", time(until))),
+        None => words.push_str(", until resumed"),
+    }
+    words
 }
 
 /// The periods of a job's template in words: `{date}` makes one a day.

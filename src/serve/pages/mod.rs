@@ -5,6 +5,7 @@
 //! `board` is the status board, `job` a job's runs; this file holds the
 //! frame every page shares and the small pieces both show.
 
+mod actions;
 mod board;
 mod job;
 
@@ -14,8 +15,24 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::render;
 
+pub use actions::Done;
 pub use board::board;
 pub use job::job;
+
+/// What a page shows of fleet control: the user's form token when they
+/// may press the buttons, and what the button they pressed did.
+#[derive(Default)]
+pub struct Controls<'a> {
+    pub token: Option<&'a str>,
+    /// What was done, to which job.
+    pub done: Option<(Done, String)>,
+}
+
+impl Controls<'_> {
+    fn notice(&self) -> Markup {
+        actions::notice(self.done.as_ref().map(|(done, job)| (*done, job.as_str())))
+    }
+}
 
 /// Seconds between a page's refreshes of itself.
 const REFRESH_SECS: u32 = 30;
@@ -78,7 +95,7 @@ pub fn message(title: &str, ledger: &str, now: Timestamp, line: &str) -> String 
 }
 
 /// The link to a job's page.
-fn job_href(job: &str) -> String {
+pub fn job_href(job: &str) -> String {
     format!("/job/{}", utf8_percent_encode(job, NAME_IN_PATH))
 }
 
@@ -152,11 +169,23 @@ fn mask_urls(text: &str) -> String {
     out
 }
 
-/// The place for fleet control's buttons (pause, resume, stop: POST forms
-/// carrying a token against cross-site requests). The server is
-/// read-only for now, so there are none.
-fn actions(_job: &str) -> Markup {
-    html! {}
+/// A job's buttons, when the user may press them.
+fn actions(
+    controls: &Controls,
+    status: &render::status::JobStatus,
+    running: bool,
+    back: &'static str,
+) -> Markup {
+    match controls.token {
+        Some(token) => actions::buttons(&actions::Buttons {
+            job: &status.job,
+            token,
+            paused: status.paused.is_some(),
+            running,
+            back,
+        }),
+        None => html! {},
+    }
 }
 
 #[cfg(test)]
