@@ -50,6 +50,7 @@ mod url;
 use std::time::Duration;
 
 use anyhow::Result;
+use futures_util::future::try_join;
 use jiff::Timestamp;
 use uuid::Uuid;
 
@@ -73,6 +74,10 @@ pub struct PostgresLedger {
     config: tokio_postgres::Config,
     /// The URL with its password masked, for messages.
     shown: String,
+    /// The job whose pause is read with each head, and what the last such
+    /// read found, kept for the next `paused` (see [`RunLedger::pause_with_head`]).
+    pause_job: Option<String>,
+    pause_read: Option<Option<super::Pause>>,
 }
 
 impl PostgresLedger {
@@ -88,6 +93,8 @@ impl PostgresLedger {
             client,
             config,
             shown: shown.to_owned(),
+            pause_job: None,
+            pause_read: None,
         };
         ledger.check_and_migrate()?;
         Ok(ledger)
@@ -129,10 +136,24 @@ fn begin(client: &mut Client) -> Result<Transaction<'_>, tokio_postgres::Error> 
 
 impl RunLedger for PostgresLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
-        // A read, safe to repeat on a new connection after a cut one.
-        self.retrying(|client| client.pipeline(async |db| query_head(db, key).await))
-            .map(|head| head.map(|(_, head)| head))
-            .map_err(|error| self.fail("read", &error))
+        // A read, safe to repeat on a new connection after a cut one. The
+        // pause a claim would read next goes in the same round trip.
+        self.pause_read = None;
+        let job = self.pause_job.clone();
+        let (head, pause) = self
+            .retrying(|client| {
+                client.pipeline(async |db| match &job {
+                    Some(job) => {
+                        let (head, pause) =
+                            try_join(query_head(db, key), pauses::query_pause(db, job)).await?;
+                        Ok((head, Some(pause)))
+                    }
+                    None => Ok((query_head(db, key).await?, None)),
+                })
+            })
+            .map_err(|error| self.fail("read", &error))?;
+        self.pause_read = pause;
+        Ok(head.map(|(_, head)| head))
     }
 
     fn claim(
@@ -194,9 +215,19 @@ impl RunLedger for PostgresLedger {
     }
 
     fn paused(&mut self, job: &str) -> Result<Option<super::Pause>> {
+        // Read with the head just before, once; else read now.
+        if let Some(pause) = self.pause_read.take() {
+            if self.pause_job.as_deref() == Some(job) {
+                return Ok(pause);
+            }
+        }
         // A read, safe to repeat on a new connection after a cut one.
         self.retrying(|client| pauses::read_pause(client, job))
             .map_err(|error| self.fail("read", &error))
+    }
+
+    fn pause_with_head(&mut self, job: &str) {
+        self.pause_job = Some(job.to_owned());
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
