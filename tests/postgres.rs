@@ -8,6 +8,7 @@ mod connections;
 mod database;
 mod failover;
 mod moves;
+mod prune;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
