@@ -4,7 +4,7 @@
 //!
 //! A batch takes the job rows of the runs it deletes (their figures are
 //! counted down), the rows a claim of those jobs writes too: a batch of
-//! [`BATCH`] runs holds them for a few milliseconds. Runs are taken in
+//! [`BATCH`] runs holds them only for its last statement and its commit. Runs are taken in
 //! start order from where the last batch ended, so rows a batch passed
 //! over (a key's head) are not read again by every later batch.
 
@@ -12,12 +12,14 @@ use jiff::Timestamp;
 use tokio_postgres::Row;
 
 use super::super::PruneReport;
-use super::client::Client;
+use futures_util::future::try_join4;
+
+use super::client::{Client, READ_COMMITTED};
 use super::rows::unsigned;
 
 /// Runs deleted per transaction: small enough that a batch holds its job
 /// rows for milliseconds, large enough that a million runs take seconds.
-pub(super) const BATCH: i64 = 2000;
+pub(super) const BATCH: i64 = 1000;
 
 /// Deletes the runs that finished before `before` (never a key's head,
 /// never running), batch by batch, then the keys left with neither runs
@@ -54,31 +56,53 @@ pub(super) fn prune(
     Ok(report)
 }
 
-/// One batch, one statement (so one transaction, one round trip): up to
-/// [`BATCH`] runs after `after` (in start order) deleted with their
-/// attempts and counted down from their jobs. The row says how many went
-/// and where the batch ended.
+/// One batch, one transaction, one round trip: up to [`BATCH`] runs
+/// after `after` (in start order) deleted with their attempts, then
+/// counted down from their jobs, then the commit. The jobs' rows, which
+/// claims write too, are taken only by the second statement, right before
+/// the commit. The row says how many went and where the batch ended.
 fn batch(
     client: &mut Client,
     before: Timestamp,
     after: Option<(Timestamp, i64)>,
 ) -> Result<Row, tokio_postgres::Error> {
     let (since, since_id) = after.map_or((None, 0), |(at, id)| (Some(at), id));
-    client.query_typed_one(
-        &batch_sql(since.is_some()),
-        typed![
-            &before => TIMESTAMPTZ,
-            &BATCH => INT8,
-            &since => TIMESTAMPTZ,
-            &since_id => INT8,
-        ],
-    )
+    let delete = delete_sql(since.is_some());
+    client.pipeline(async |db| {
+        let ((), row, _, ()) = try_join4(
+            db.batch_execute(READ_COMMITTED),
+            db.query_typed_one(
+                &delete,
+                typed![
+                    &before => TIMESTAMPTZ,
+                    &BATCH => INT8,
+                    &since => TIMESTAMPTZ,
+                    &since_id => INT8,
+                ],
+            ),
+            db.execute_typed(UNCOUNT_SQL, &[]),
+            db.batch_execute("COMMIT"),
+        )
+        .await?;
+        Ok(row)
+    })
 }
 
-/// The statement of [`batch`]: `$1` the cutoff, `$2` the batch's size,
-/// `$3, $4` where the last batch ended (used when `after`). A key's head
-/// is found through the key's own row (`keys.head` has no index).
-fn batch_sql(after: bool) -> String {
+/// Counts the batch's runs down from their jobs, from the figures the
+/// delete left in the transaction's setting `idem.pruned`.
+const UNCOUNT_SQL: &str = "UPDATE idem.jobs j SET running = greatest(j.running - c.running, 0),
+         succeeded = greatest(j.succeeded - c.succeeded, 0),
+         failed = greatest(j.failed - c.failed, 0),
+         abandoned = greatest(j.abandoned - c.abandoned, 0)
+     FROM json_to_recordset(current_setting('idem.pruned')::json)
+         AS c(job text, running bigint, succeeded bigint, failed bigint, abandoned bigint)
+     WHERE j.job = c.job";
+
+/// The delete of [`batch`]: `$1` the cutoff, `$2` the batch's size, `$3,
+/// $4` where the last batch ended (used when `after`). A key's head is
+/// found through the key's own row (`keys.head` has no index). The runs
+/// each job lost are left, as JSON, in the transaction's `idem.pruned`.
+fn delete_sql(after: bool) -> String {
     let after = if after {
         "AND (r.started_at, r.id) > ($3::timestamptz, $4::bigint)"
     } else {
@@ -97,17 +121,12 @@ fn batch_sql(after: bool) -> String {
                  + coalesce(octet_length(stderr_tail), 0) AS bytes
          ), d AS (
              DELETE FROM idem.runs WHERE id IN (SELECT id FROM b)
-         ), j AS (
-             UPDATE idem.jobs j SET running = greatest(j.running - c.running, 0),
-                 succeeded = greatest(j.succeeded - c.succeeded, 0),
-                 failed = greatest(j.failed - c.failed, 0),
-                 abandoned = greatest(j.abandoned - c.abandoned, 0)
-             FROM (SELECT job, count(*) FILTER (WHERE status = 'running') AS running,
-                       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-                       count(*) FILTER (WHERE status = 'failed') AS failed,
-                       count(*) FILTER (WHERE status = 'abandoned') AS abandoned
-                   FROM b GROUP BY job) AS c
-             WHERE j.job = c.job
+         ), c AS (
+             SELECT job, count(*) FILTER (WHERE status = 'running') AS running,
+                 count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+                 count(*) FILTER (WHERE status = 'failed') AS failed,
+                 count(*) FILTER (WHERE status = 'abandoned') AS abandoned
+             FROM b WHERE job IS NOT NULL GROUP BY job
          ), last AS (
              SELECT started_at, id FROM b ORDER BY started_at DESC, id DESC LIMIT 1
          )
@@ -115,6 +134,8 @@ fn batch_sql(after: bool) -> String {
              (SELECT count(*) FROM a) AS attempts,
              (SELECT coalesce(sum(bytes), 0) FROM a)::bigint AS bytes,
              (SELECT started_at FROM last) AS last_started,
-             (SELECT id FROM last) AS last_id"
+             (SELECT id FROM last) AS last_id,
+             set_config('idem.pruned',
+                 (SELECT coalesce(json_agg(c), '[]') FROM c)::text, true) AS pruned"
     )
 }
