@@ -64,6 +64,8 @@ pub(super) fn acquire(
 }
 
 /// What one look at the key found.
+// One per look, moved out at once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Look {
     Claimed {
         claim: Claim,
