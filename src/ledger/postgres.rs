@@ -79,6 +79,9 @@ pub struct PostgresLedger {
     /// read found, kept for the next `paused` (see [`RunLedger::pause_with_head`]).
     pause_job: Option<String>,
     pause_read: Option<Option<super::Pause>>,
+    /// The last head read, with its key and row id: a claim of that key
+    /// that finds it unchanged takes one round trip (see `claim`).
+    seen_head: Option<(String, Option<(i64, Head)>)>,
 }
 
 impl PostgresLedger {
@@ -96,6 +99,7 @@ impl PostgresLedger {
             shown: shown.to_owned(),
             pause_job: None,
             pause_read: None,
+            seen_head: None,
         };
         ledger.check_and_migrate()?;
         Ok(ledger)
@@ -140,6 +144,7 @@ impl RunLedger for PostgresLedger {
         // A read, safe to repeat on a new connection after a cut one. The
         // pause a claim would read next goes in the same round trip.
         self.pause_read = None;
+        self.seen_head = None;
         let job = self.pause_job.clone();
         let (head, pause) = self
             .retrying(|client| {
@@ -154,6 +159,7 @@ impl RunLedger for PostgresLedger {
             })
             .map_err(|error| self.fail("read", &error))?;
         self.pause_read = pause;
+        self.seen_head = Some((key.to_owned(), head.clone()));
         Ok(head.map(|(_, head)| head))
     }
 
@@ -162,7 +168,12 @@ impl RunLedger for PostgresLedger {
         key: &str,
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
-        claim::claim(&mut self.client, key, plan).map_err(|error| self.claim_failed(key, &error))
+        let seen = match self.seen_head.take() {
+            Some((seen_key, head)) if seen_key == key => Some(head),
+            _ => None,
+        };
+        claim::claim(&mut self.client, key, seen, plan)
+            .map_err(|error| self.claim_failed(key, &error))
     }
 
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
