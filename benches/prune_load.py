@@ -9,8 +9,9 @@ Starts a throwaway server (bench.py's), inserts RUNS old runs of job
 it back (as every prune did before prune went in batches), then the real,
 batched prune. For each it prints the prune's time and, of the runs that
 started while it ran, how many failed and the longest and median time of
-a run and of its claim statement (the job's row is what a prune holds;
-the server logs every statement, with its duration).
+a run, the longest claim statement, the lock waits, and how long the
+prune held the job's row each time (the server logs the prune's every
+statement, with its duration).
 
     benches/prune_load.py [--idem PATH] [--runs N] [--keys N] [--clients N]
 """
@@ -28,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 
-CLAIM = re.compile(r"duration: ([0-9.]+) ms\s+(?:execute|statement)[^:]*: WITH job AS \(")
+CLAIM = re.compile(r"duration: ([0-9.]+) ms\s+(?:execute|statement)[^:]*: WITH (?:ok|job) AS \(")
+LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) UTC \[(\d+)\] LOG:  duration: ([0-9.]+) ms  [^:]*: (.*)$")
 # With log_lock_waits and a deadlock_timeout of 10 ms, every wait for a
 # lock longer than that is logged when it ends.
 WAITED = re.compile(r"acquired \w+ on [^\n]* after ([0-9.]+) ms")
@@ -111,11 +113,35 @@ def measure(what, args, clients, env, log):
         print(f"  {len(runs)} runs started during it, {failed} failed; a run took median "
               f"{statistics.median(times):.0f} ms, longest {times[-1]:.0f} ms")
     if claims:
-        print(f"  claim statement (the run written, the job's row taken): median "
-              f"{statistics.median(claims):.1f} ms, longest {claims[-1]:.1f} ms "
-              f"({len(claims)} logged)")
-    print(f"  lock waits over 10 ms: {len(waits)}" + (f", longest {waits[-1]:.1f} ms" if waits else ""),
-          flush=True)
+        print(f"  claim statements (the run written, the job's row taken) over 20 ms: {len(claims)}, "
+              f"longest {claims[-1]:.1f} ms")
+    print(f"  lock waits over 10 ms (any, most between clients on the job's row): {len(waits)}"
+          + (f", longest {waits[-1]:.1f} ms" if waits else ""))
+    holds = job_row_holds(log, mark)
+    if holds:
+        print(f"  the prune held the job's row {len(holds)} times: median {statistics.median(holds):.1f} ms, "
+              f"longest {max(holds):.1f} ms", flush=True)
+
+
+def job_row_holds(log, since):
+    """How long each of the prune's transactions held the jobs' rows: from
+    the start of its first statement that writes them to the end of its
+    COMMIT or ROLLBACK (the prune's session logs every statement)."""
+    from datetime import datetime
+    holds, taken = [], {}
+    with open(log, "rb") as file:
+        file.seek(since)
+        for raw in file:
+            match = LINE.match(raw.decode(errors="replace").rstrip("\n"))
+            if not match:
+                continue
+            at = datetime.fromisoformat(match[1]).timestamp() * 1000
+            pid, took, text = match[2], float(match[3]), match[4]
+            if text.startswith("UPDATE idem.jobs j SET running") and pid not in taken:
+                taken[pid] = at - took
+            elif text.startswith(("COMMIT", "ROLLBACK")) and pid in taken:
+                holds.append(at - taken.pop(pid))
+    return holds
 
 
 def main():
@@ -139,16 +165,18 @@ def main():
         psql = [bin / "psql", "-X", "-q", "-h", server.dir, "-U", "postgres", "-d", "idem"]
         print(f"inserting {args.runs} old runs under {args.keys} keys", flush=True)
         bench.sh(*psql, "-c", old_runs_sql(args.runs, args.keys))
-        for setting in ["log_min_duration_statement = 0", "log_lock_waits = on", "deadlock_timeout = '10ms'"]:
+        for setting in ["log_min_duration_statement = 20", "log_lock_waits = on", "deadlock_timeout = '10ms'"]:
             bench.sh(*psql, "-c", f"ALTER DATABASE idem SET {setting}")
         clients = Clients(args.idem, env, args.clients)
         try:
             time.sleep(5)
             measure("no prune (sleep 3)", ["sleep", "3"], clients, env, server.dir / "server.log")
             prune = [args.idem, "ledger", "prune", "--older-than", "30d"]
-            measure("one transaction (prune --dry-run)", [*prune, "--dry-run"], clients, env,
+            # The prune's own statements are all logged, with their times.
+            logged_env = bench.idem_env(work, url + "?options=-c%20log_min_duration_statement%3D0")
+            measure("one transaction (prune --dry-run)", [*prune, "--dry-run"], clients, logged_env,
                     server.dir / "server.log")
-            measure("in batches (prune)", prune, clients, env, server.dir / "server.log")
+            measure("in batches (prune)", prune, clients, logged_env, server.dir / "server.log")
         finally:
             clients.end()
             if args.keep_log:

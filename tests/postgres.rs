@@ -9,6 +9,7 @@ mod database;
 mod failover;
 mod moves;
 mod prune;
+mod trips;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
