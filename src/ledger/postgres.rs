@@ -34,6 +34,7 @@ mod cursors;
 mod deps;
 mod faults;
 mod fences;
+mod first;
 mod glob;
 mod inspect;
 mod lease;
@@ -82,27 +83,35 @@ pub struct PostgresLedger {
     /// The last head read, with its key and row id: a claim of that key
     /// that finds it unchanged takes one round trip (see `claim`).
     seen_head: Option<(String, Option<(i64, Head)>)>,
+    /// What a run's first round trip read (see [`Self::open_for_run`]).
+    first: Option<first::FirstRead>,
 }
 
 impl PostgresLedger {
     /// Connects and creates or migrates the schema when needed. Unreachable
     /// or refusing: a [`LedgerError`] (exit code 125).
     pub fn open(url: &str, shown: &str) -> Result<PostgresLedger> {
+        let mut ledger = PostgresLedger::connect(url, shown)?;
+        ledger.check_and_migrate()?;
+        Ok(ledger)
+    }
+
+    /// Connects, and nothing more: the session is not set up yet.
+    fn connect(url: &str, shown: &str) -> Result<PostgresLedger> {
         let config = connect::config(url, shown)?;
         let client = connect::connect(&config).map_err(|why| LedgerError::Unreachable {
             ledger: shown.to_owned(),
             why,
         })?;
-        let mut ledger = PostgresLedger {
+        Ok(PostgresLedger {
             client,
             config,
             shown: shown.to_owned(),
             pause_job: None,
             pause_read: None,
             seen_head: None,
-        };
-        ledger.check_and_migrate()?;
-        Ok(ledger)
+            first: None,
+        })
     }
 
     /// Runs `body`, and once more on a new connection if the connection
@@ -118,6 +127,7 @@ impl PostgresLedger {
             Err(error) if connection_lost(&error) => match connect::connect(&self.config) {
                 Ok(client) => {
                     self.client = client;
+                    self.first = None;
                     self.client.batch_execute(&session_settings())?;
                     body(&mut self.client)
                 }
@@ -145,6 +155,10 @@ impl RunLedger for PostgresLedger {
         // pause a claim would read next goes in the same round trip.
         self.pause_read = None;
         self.seen_head = None;
+        if let Some(head) = self.first_head(key) {
+            self.seen_head = Some((key.to_owned(), head.clone()));
+            return Ok(head.map(|(_, head)| head));
+        }
         let job = self.pause_job.clone();
         let (head, pause) = self
             .retrying(|client| {
