@@ -89,10 +89,10 @@ class Clients:
             thread.join()
 
 
-def logged(log, since, pattern):
+def logged(log, since, until, pattern):
     with open(log, "rb") as file:
         file.seek(since)
-        text = file.read().decode(errors="replace")
+        text = file.read(until - since).decode(errors="replace")
     return sorted(float(ms) for ms in pattern.findall(text))
 
 
@@ -101,13 +101,15 @@ def measure(what, args, clients, env, log):
     start = time.monotonic()
     done = subprocess.run(args, env=env, capture_output=True, text=True)
     end = time.monotonic()
+    # The clients go on logging: read the log only up to the prune's end.
+    until = log.stat().st_size
     if done.returncode != 0:
         sys.exit(f"prune_load: {' '.join(map(str, args))} failed: {done.stderr}")
     runs = clients.between(start, end)
     failed = sum(1 for run in runs if run[2] != 0)
     times = sorted((run[1] - run[0]) * 1000 for run in runs)
-    claims = logged(log, mark, CLAIM)
-    waits = logged(log, mark, WAITED)
+    claims = logged(log, mark, until, CLAIM)
+    waits = logged(log, mark, until, WAITED)
     print(f"{what}: {end - start:.1f} s; {done.stdout.strip()}")
     if times:
         print(f"  {len(runs)} runs started during it, {failed} failed; a run took median "
@@ -117,13 +119,13 @@ def measure(what, args, clients, env, log):
               f"longest {claims[-1]:.1f} ms")
     print(f"  lock waits over 10 ms (any, most between clients on the job's row): {len(waits)}"
           + (f", longest {waits[-1]:.1f} ms" if waits else ""))
-    holds = job_row_holds(log, mark)
+    holds = job_row_holds(log, mark, until)
     if holds:
         print(f"  the prune held the job's row (once it had it) {len(holds)} times: median {statistics.median(holds):.1f} ms, "
               f"longest {max(holds):.1f} ms", flush=True)
 
 
-def job_row_holds(log, since):
+def job_row_holds(log, since, until):
     """How long each of the prune's transactions held the jobs' rows: from
     the start of its first statement that writes them to the end of its
     COMMIT or ROLLBACK (the prune's session logs every statement), less
@@ -135,6 +137,8 @@ def job_row_holds(log, since):
     with open(log, "rb") as file:
         file.seek(since)
         for raw in file:
+            if file.tell() > until + len(raw):
+                break
             line = raw.decode(errors="replace").rstrip("\n")
             wait = acquired.match(line)
             if wait:
