@@ -386,7 +386,7 @@ def postgres_rows(table, runs, work, quick):
         baseline = f"psql -c 'SELECT 1': {base_text} round trips, {base}"
         for what, trips, text, connections, timing, goal in [
                 ("skip", skip_trips, skip_text, skip_connections, skip_time, 3),
-                ("first run (`--force -- true`)", first_trips, first_text, first_connections, first_time, 8)]:
+                ("first run (`--force -- true`)", first_trips, first_text, first_connections, first_time, 6)]:
             table.add(f"{link}: {what}",
                       f"{text} round trips over {connections} connection{'s' * (connections != 1)}, {timing}",
                       baseline, f"{trips / base_trips:.1f}x the round trips, {ratio(timing.median, base.median)} "

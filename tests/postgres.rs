@@ -8,6 +8,8 @@ mod connections;
 mod database;
 mod failover;
 mod moves;
+mod prune;
+mod trips;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;

@@ -95,6 +95,21 @@ pub fn open(location: &Location) -> Result<Box<dyn Ledger>> {
     }
 }
 
+/// [`open`] for a run of `key` (job `job`), which reads the key's head and
+/// the job's pause next: a shared ledger reads them with its first round
+/// trip, beside the session's settings.
+pub fn open_for_run(location: &Location, key: &str, job: &str) -> Result<Box<dyn Ledger>> {
+    match location {
+        Location::Postgres(url) => Ok(Box::new(PostgresLedger::open_for_run(
+            url,
+            &location.display(),
+            key,
+            job,
+        )?)),
+        _ => open(location),
+    }
+}
+
 /// Opens an existing ledger for reading; `None` when a SQLite file does not
 /// exist yet (a fresh machine has simply run nothing).
 pub fn open_existing(location: &Location) -> Result<Option<Box<dyn Ledger>>> {

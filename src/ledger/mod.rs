@@ -191,6 +191,10 @@ pub trait RunLedger {
     /// The pause of `job` that holds now, if any: read before a claim.
     fn paused(&mut self, job: &str) -> Result<Option<Pause>>;
 
+    /// From now on, read whether `job` is paused together with each head
+    /// (for the next `paused`), where that saves a round trip.
+    fn pause_with_head(&mut self, _job: &str) {}
+
     /// Done with the ledger, with nothing left to write: closes it, or
     /// leaves that to the process's exit where closing costs more than it
     /// does (see SQLite's).

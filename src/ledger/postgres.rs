@@ -34,6 +34,7 @@ mod cursors;
 mod deps;
 mod faults;
 mod fences;
+mod first;
 mod glob;
 mod inspect;
 mod lease;
@@ -41,6 +42,7 @@ mod migrate;
 mod outbox;
 mod outcome;
 mod pauses;
+mod prune;
 mod reads;
 mod rows;
 mod schema;
@@ -51,6 +53,7 @@ mod url;
 use std::time::Duration;
 
 use anyhow::Result;
+use futures_util::future::try_join;
 use jiff::Timestamp;
 use uuid::Uuid;
 
@@ -74,24 +77,42 @@ pub struct PostgresLedger {
     config: tokio_postgres::Config,
     /// The URL with its password masked, for messages.
     shown: String,
+    /// The job whose pause is read with each head, and what the last such
+    /// read found, kept for the next `paused` (see [`RunLedger::pause_with_head`]).
+    pause_job: Option<String>,
+    pause_read: Option<Option<super::Pause>>,
+    /// The last head read, with its key and row id: a claim of that key
+    /// that finds it unchanged takes one round trip (see `claim`).
+    seen_head: Option<(String, Option<(i64, Head)>)>,
+    /// What a run's first round trip read (see [`Self::open_for_run`]).
+    first: Option<first::FirstRead>,
 }
 
 impl PostgresLedger {
     /// Connects and creates or migrates the schema when needed. Unreachable
     /// or refusing: a [`LedgerError`] (exit code 125).
     pub fn open(url: &str, shown: &str) -> Result<PostgresLedger> {
+        let mut ledger = PostgresLedger::connect(url, shown)?;
+        ledger.check_and_migrate()?;
+        Ok(ledger)
+    }
+
+    /// Connects, and nothing more: the session is not set up yet.
+    fn connect(url: &str, shown: &str) -> Result<PostgresLedger> {
         let config = connect::config(url, shown)?;
         let client = connect::connect(&config).map_err(|why| LedgerError::Unreachable {
             ledger: shown.to_owned(),
             why,
         })?;
-        let mut ledger = PostgresLedger {
+        Ok(PostgresLedger {
             client,
             config,
             shown: shown.to_owned(),
-        };
-        ledger.check_and_migrate()?;
-        Ok(ledger)
+            pause_job: None,
+            pause_read: None,
+            seen_head: None,
+            first: None,
+        })
     }
 
     /// Runs `body`, and once more on a new connection if the connection
@@ -107,6 +128,7 @@ impl PostgresLedger {
             Err(error) if connection_lost(&error) => match connect::connect(&self.config) {
                 Ok(client) => {
                     self.client = client;
+                    self.first = None;
                     self.client.batch_execute(&session_settings())?;
                     body(&mut self.client)
                 }
@@ -130,10 +152,30 @@ fn begin(client: &mut Client) -> Result<Transaction<'_>, tokio_postgres::Error> 
 
 impl RunLedger for PostgresLedger {
     fn head(&mut self, key: &str) -> Result<Option<Head>> {
-        // A read, safe to repeat on a new connection after a cut one.
-        self.retrying(|client| client.pipeline(async |db| query_head(db, key).await))
-            .map(|head| head.map(|(_, head)| head))
-            .map_err(|error| self.fail("read", &error))
+        // A read, safe to repeat on a new connection after a cut one. The
+        // pause a claim would read next goes in the same round trip.
+        self.pause_read = None;
+        self.seen_head = None;
+        if let Some(head) = self.first_head(key) {
+            self.seen_head = Some((key.to_owned(), head.clone()));
+            return Ok(head.map(|(_, head)| head));
+        }
+        let job = self.pause_job.clone();
+        let (head, pause) = self
+            .retrying(|client| {
+                client.pipeline(async |db| match &job {
+                    Some(job) => {
+                        let (head, pause) =
+                            try_join(query_head(db, key), pauses::query_pause(db, job)).await?;
+                        Ok((head, Some(pause)))
+                    }
+                    None => Ok((query_head(db, key).await?, None)),
+                })
+            })
+            .map_err(|error| self.fail("read", &error))?;
+        self.pause_read = pause;
+        self.seen_head = Some((key.to_owned(), head.clone()));
+        Ok(head.map(|(_, head)| head))
     }
 
     fn claim(
@@ -141,7 +183,12 @@ impl RunLedger for PostgresLedger {
         key: &str,
         plan: &mut dyn FnMut(Option<&Head>, bool) -> Plan,
     ) -> Result<Option<Claim>> {
-        claim::claim(&mut self.client, key, plan).map_err(|error| self.claim_failed(key, &error))
+        let seen = match self.seen_head.take() {
+            Some((seen_key, head)) if seen_key == key => Some(head),
+            _ => None,
+        };
+        claim::claim(&mut self.client, key, seen, plan)
+            .map_err(|error| self.claim_failed(key, &error))
     }
 
     fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
@@ -201,9 +248,19 @@ impl RunLedger for PostgresLedger {
     }
 
     fn paused(&mut self, job: &str) -> Result<Option<super::Pause>> {
+        // Read with the head just before, once; else read now.
+        if let Some(pause) = self.pause_read.take() {
+            if self.pause_job.as_deref() == Some(job) {
+                return Ok(pause);
+            }
+        }
         // A read, safe to repeat on a new connection after a cut one.
         self.retrying(|client| pauses::read_pause(client, job))
             .map_err(|error| self.fail("read", &error))
+    }
+
+    fn pause_with_head(&mut self, job: &str) {
+        self.pause_job = Some(job.to_owned());
     }
 
     fn checked(&mut self, job: &str) -> Result<()> {
@@ -264,7 +321,11 @@ impl Records for PostgresLedger {
     }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
-        self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))
+        if dry_run {
+            return self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before));
+        }
+        // Batches, each its own transaction, so no claim waits long.
+        prune::prune(&mut self.client, before).map_err(|error| self.fail("prune", &error))
     }
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {

@@ -41,6 +41,7 @@ pub(super) fn acquire(
         spinner: None,
         replacer: Replacer::default(),
     };
+    ledger.pause_with_head(&config.job.name);
     loop {
         let rules = config.rules(Timestamp::now());
         match acquirer.look(&rules, ledger)? {

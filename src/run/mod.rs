@@ -79,7 +79,7 @@ fn run_key(
     if let Some(splay) = config.splay {
         splay_wait(key, splay, reporter);
     }
-    let mut ledger = ledger::open(location)?;
+    let mut ledger = ledger::open_for_run(location, key, &config.job.name)?;
     if let Some(code) = after::wait(config, key, slot, ledger.as_mut(), reporter)? {
         ledger.leave();
         return Ok(code);

@@ -35,6 +35,9 @@ pub struct Client {
     // connection says goodbye to the server and ends, which `link` waits for.
     client: tokio_postgres::Client,
     link: Link,
+    /// Pipelines run so far: a read kept for later is still the latest
+    /// only while no other ran after it.
+    pipelines: u64,
 }
 
 /// The connection's half: its runtime and the socket's traffic, driven
@@ -100,6 +103,7 @@ impl Client {
                 messages,
                 notified: false,
             },
+            pipelines: 0,
         }
     }
 
@@ -111,15 +115,21 @@ impl Client {
         &mut self,
         work: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let Client { client, link } = self;
+        self.pipelines += 1;
+        let Client { client, link, .. } = self;
         link.block_on(work(client))
+    }
+
+    /// How many pipelines ran on this connection.
+    pub fn pipelines(&self) -> u64 {
+        self.pipelines
     }
 
     /// Whether the server has closed the connection, found without a
     /// round trip: the connection is driven for a moment (a socket's end
     /// is seen only when the runtime polls it), not waited on.
     pub fn closed(&mut self) -> bool {
-        let Client { client, link } = self;
+        let Client { client, link, .. } = self;
         let messages = &mut link.messages;
         let notified = &mut link.notified;
         let ended = link.runtime.block_on(async {

@@ -51,18 +51,8 @@ impl PostgresLedger {
         let settings = session_settings();
         // One implicit transaction: if the version table is missing, the
         // settings are rolled back with it, and made again alone.
-        match self
-            .client
-            .simple_query(&format!("{settings} SELECT version FROM idem.version"))
-        {
-            Ok(messages) => Ok(messages
-                .iter()
-                .find_map(|message| match message {
-                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get("version"),
-                    _ => None,
-                })
-                .and_then(|version| version.parse().ok())
-                .unwrap_or(0)),
+        match self.client.simple_query(&setup_sql()) {
+            Ok(messages) => Ok(version_of(&messages)),
             Err(error)
                 if error.code() == Some(&SqlState::UNDEFINED_TABLE)
                     || error.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
@@ -128,6 +118,24 @@ impl PostgresLedger {
         }
         .into()
     }
+}
+
+/// The session's settings and the read of the schema's version, in one
+/// simple query (see [`PostgresLedger::setup`]).
+pub(super) fn setup_sql() -> String {
+    format!("{} SELECT version FROM idem.version", session_settings())
+}
+
+/// The schema's version, as [`setup_sql`] answered it.
+pub(super) fn version_of(messages: &[tokio_postgres::SimpleQueryMessage]) -> i32 {
+    messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get("version"),
+            _ => None,
+        })
+        .and_then(|version| version.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The settings every connection makes (see [`PostgresLedger::setup`]).

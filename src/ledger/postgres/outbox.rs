@@ -40,7 +40,10 @@ pub(super) async fn owe(
          SELECT e, r, j, k, t, a, p, b, now(), now(), CASE WHEN h THEN r END,
              CASE WHEN h THEN now() + $10::text::interval END
          FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
-             $7::text[], $8::bytea[], $9::bool[]) AS u (e, r, j, k, t, a, p, b, h)",
+             $7::text[], $8::bytea[], $9::bool[]) AS u (e, r, j, k, t, a, p, b, h)
+         -- A claim in one round trip starts its run only if the key's head
+         -- is still the one it read: no run, no events.
+         WHERE EXISTS (SELECT 1 FROM idem.runs WHERE run_id = u.r)",
         typed![
             &ids => UUID_ARRAY,
             &runs => UUID_ARRAY,

@@ -19,17 +19,25 @@ pub(super) fn read_pause(
     client: &mut Client,
     job: &str,
 ) -> Result<Option<Pause>, tokio_postgres::Error> {
-    client
-        .query_typed_opt(
-            &format!(
-                "SELECT {COLUMNS} FROM idem.pauses
-                 WHERE job = $1 AND (until IS NULL OR until > now())"
-            ),
-            typed![&job => TEXT],
-        )?
-        .as_ref()
-        .map(pause_from_row)
-        .transpose()
+    client.pipeline(async |db| query_pause(db, job).await)
+}
+
+/// [`read_pause`], to be sent in a pipeline with other statements.
+pub(super) async fn query_pause(
+    db: &tokio_postgres::Client,
+    job: &str,
+) -> Result<Option<Pause>, tokio_postgres::Error> {
+    db.query_typed_opt(
+        &format!(
+            "SELECT {COLUMNS} FROM idem.pauses
+             WHERE job = $1 AND (until IS NULL OR until > now())"
+        ),
+        typed![&job => TEXT],
+    )
+    .await?
+    .as_ref()
+    .map(pause_from_row)
+    .transpose()
 }
 
 /// The pauses that hold now of the jobs matching `glob` (all without
