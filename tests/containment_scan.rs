@@ -76,7 +76,12 @@ fn children_of(pid: u32) -> Vec<i32> {
 /// SIGKILLed together; the worker's pid.
 fn worker_left_by_a_killed_run(env: &Env, folder: &Path) -> i32 {
     let pid_file = folder.join("worker.pid");
-    let worker = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+    // Deaf to the SIGTERM a guardian may still send as idem dies: killed
+    // together, neither stops the run, as `pkill -9 idem` finds it.
+    let worker = format!(
+        "trap '' TERM HUP INT; echo $$ > '{}'; exec sleep 600",
+        pid_file.display()
+    );
     let log = env.path("first.log");
     let mut argv = vec!["-v", "run", "--key", "k", "--retries", "0", "--"];
     let command = python_leaving(&worker);
@@ -155,4 +160,124 @@ fn a_worker_that_closed_its_descriptors_keeps_its_key_without_a_pid_namespace() 
         .map(|run| run["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["succeeded", "abandoned"], "{runs}");
+}
+
+/// A Python process outside any run that takes one descriptor over the
+/// Unix socket `socket` and keeps it until its stdin closes.
+fn receiver(socket: &Path) -> Outsider {
+    let script = format!(
+        "import socket, sys\n\
+         server = socket.socket(socket.AF_UNIX)\n\
+         server.bind({socket:?})\n\
+         server.listen(1)\n\
+         print('ready', flush=True)\n\
+         conn, _ = server.accept()\n\
+         _, fds, _, _ = socket.recv_fds(conn, 1, 4)\n\
+         conn.send(b'k')\n\
+         conn.close()\n\
+         sys.stdin.read()\n",
+        socket = socket.display().to_string()
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .env_remove("IDEM_RUN_ID")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    Outsider(child)
+}
+
+/// The outsider, killed if a test fails before it lets it go.
+struct Outsider(std::process::Child);
+
+impl Drop for Outsider {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The command: hands its descriptor of the run's lock file to the
+/// process at `socket`, then exits.
+fn handing_the_lock_to(socket: &Path) -> Vec<String> {
+    let script = format!(
+        "import os, socket\n\
+         def lock(n):\n\
+         \x20   try:\n\
+         \x20       return os.readlink('/proc/self/fd/' + n).endswith('.db-lock')\n\
+         \x20   except OSError:\n\
+         \x20       return False\n\
+         fd = next(int(n) for n in os.listdir('/proc/self/fd') if lock(n))\n\
+         conn = socket.socket(socket.AF_UNIX)\n\
+         conn.connect({socket:?})\n\
+         socket.send_fds(conn, [b'x'], [fd])\n\
+         conn.recv(1)\n",
+        socket = socket.display().to_string()
+    );
+    vec!["python3".into(), "-c".into(), script]
+}
+
+#[test]
+fn a_lock_handed_to_a_process_outside_the_run_is_named_while_idem_waits() {
+    let env = Env::new();
+    let socket = env.path("socket");
+    let mut outsider = receiver(&socket);
+    let log = env.path("run.log");
+    let mut argv = vec!["run", "--key", "h", "--retries", "0", "--"];
+    let command = handing_the_lock_to(&socket);
+    argv.extend(command.iter().map(String::as_str));
+    let mut run = env
+        .idem(&argv)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let named = format!("pid {} (python3)", outsider.0.id());
+    eventually("idem to name the outsider", Duration::from_secs(30), || {
+        if let Ok(Some(status)) = run.try_wait() {
+            let said = std::fs::read_to_string(&log).unwrap();
+            panic!("the run ended while its lock was held: {status}: {said}");
+        }
+        std::fs::read_to_string(&log).unwrap().contains(&named)
+    });
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("outside the run"), "{said}");
+
+    let doctor = env.run(["doctor", "--json"]);
+    let found: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    assert_eq!(
+        found["lock_holders_outside_runs"],
+        serde_json::json!([outsider.0.id()]),
+        "{found}"
+    );
+    let doctor = env.run(["doctor"]);
+    assert!(
+        text(&doctor.stdout).contains(&named),
+        "{}",
+        text(&doctor.stdout)
+    );
+
+    drop(outsider.0.stdin.take());
+    outsider.0.wait().unwrap();
+    let ended = eventually("idem to end", Duration::from_secs(30), || {
+        run.try_wait().unwrap()
+    });
+    assert_eq!(
+        ended.code(),
+        Some(0),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let doctor = env.run(["doctor", "--json"]);
+    let found: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    assert!(found.get("lock_holders_outside_runs").is_none(), "{found}");
 }

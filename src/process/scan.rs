@@ -28,6 +28,16 @@ pub fn processes_of_run(run_id: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The run `pid` was started by: its `IDEM_RUN_ID`, as far as `/proc`
+/// lets this user read it.
+pub fn run_of(pid: i32) -> Option<String> {
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|byte| *byte == 0)
+        .find_map(|pair| pair.strip_prefix(b"IDEM_RUN_ID="))
+        .map(|id| String::from_utf8_lossy(id).into_owned())
+}
+
 /// Whether any process of run `run_id` still lives (see
 /// [`processes_of_run`]).
 pub fn run_lives(run_id: &str) -> bool {
