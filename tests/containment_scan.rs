@@ -281,3 +281,22 @@ fn a_lock_handed_to_a_process_outside_the_run_is_named_while_idem_waits() {
     let found: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
     assert!(found.get("lock_holders_outside_runs").is_none(), "{found}");
 }
+
+#[test]
+fn stop_ends_a_worker_that_closed_its_descriptors_after_its_idem_was_killed() {
+    let env = Env::new();
+    let Some(folder) = nobody_folder(&env) else {
+        return;
+    };
+    let worker = worker_left_by_a_killed_run(&env, &folder);
+    let stop = nobody(&env, &folder, &["stop", "k", "--kill-after", "1s"])
+        .output()
+        .unwrap();
+    let gone = !lives(worker);
+    let _ = kill(Pid::from_raw(worker), Signal::SIGKILL);
+    assert!(gone, "stop left the worker running: {}", text(&stop.stderr));
+    let after = nobody(&env, &folder, &["run", "--key", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_code(&after, 0);
+}
