@@ -179,6 +179,13 @@ impl Hold {
         self.named.extend(lock.named);
     }
 
+    /// The processes other than idem holding the byte through a descriptor
+    /// (see [`lockers`](crate::process::lockers)), to name who keeps the
+    /// run's lock once its attempt ended.
+    pub fn holders(&self) -> Vec<crate::process::holders::Living> {
+        crate::process::lockers::lockers(self.identity.0, self.identity.1, Some(self.slot))
+    }
+
     /// Whether an open file other than idem's own holds the byte: processes
     /// of an attempt that are still alive.
     pub fn others_hold(&self) -> bool {

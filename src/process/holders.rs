@@ -92,7 +92,7 @@ fn lives(pid: i32) -> bool {
     })
 }
 
-fn comm(pid: i32) -> Option<String> {
+pub(super) fn comm(pid: i32) -> Option<String> {
     let name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     Some(name.trim_end_matches('\n').to_owned())
 }

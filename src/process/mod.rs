@@ -12,13 +12,15 @@
 //! steps after the fork), `signals` (dispositions, and when a signal is
 //! a second one) and `contain` (the PID namespace the guardian may be the
 //! init of, and the forks). `scan` finds a run's processes by the
-//! `IDEM_RUN_ID` they inherit, where nothing else can.
+//! `IDEM_RUN_ID` they inherit, where nothing else can; `lockers` finds who
+//! holds a byte of a lock file by their descriptors.
 
 mod command;
 mod contain;
 mod events;
 mod guardian;
 pub mod holders;
+pub mod lockers;
 mod prepare;
 mod scan;
 mod signals;
@@ -38,7 +40,7 @@ use jiff::Timestamp;
 
 use crate::exit;
 pub use contain::{pid_namespaces, Containment};
-pub use scan::{processes_of_run, run_lives};
+pub use scan::{processes_of_run, run_lives, run_of};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
 pub use supervise::{Stopper, Supervisor};

@@ -7,11 +7,17 @@
 //! that executed with a cleared environment, `env -i`, is not found).
 
 use std::fs;
+use std::sync::Mutex;
+
+use memchr::memmem::Finder;
 
 /// The pids of the processes started with `IDEM_RUN_ID=<run_id>`, as far
 /// as `/proc` lets this user read them.
 pub fn processes_of_run(run_id: &str) -> Vec<i32> {
-    let wanted = format!("IDEM_RUN_ID={run_id}");
+    // A whole entry: at the start, or after the NUL ending the one before.
+    let entry = format!("\0IDEM_RUN_ID={run_id}\0");
+    let finder = Finder::new(entry.as_bytes());
+    let first = &entry.as_bytes()[1..];
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -19,19 +25,41 @@ pub fn processes_of_run(run_id: &str) -> Vec<i32> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-                environ
-                    .split(|byte| *byte == 0)
-                    .any(|pair| pair == wanted.as_bytes())
-            })
+            fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|environ| environ.starts_with(first) || finder.find(&environ).is_some())
         })
         .collect()
 }
 
+/// The run `pid` was started by: its `IDEM_RUN_ID`, as far as `/proc`
+/// lets this user read it.
+pub fn run_of(pid: i32) -> Option<String> {
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|byte| *byte == 0)
+        .find_map(|pair| pair.strip_prefix(b"IDEM_RUN_ID="))
+        .map(|id| String::from_utf8_lossy(id).into_owned())
+}
+
+/// Runs found with no process left, in this idem: none of theirs can
+/// start one again, so a run judged twice (before its claim and in it)
+/// reads `/proc` once.
+static GONE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 /// Whether any process of run `run_id` still lives (see
 /// [`processes_of_run`]).
 pub fn run_lives(run_id: &str) -> bool {
-    !processes_of_run(run_id).is_empty()
+    let gone = |gone: &Vec<String>| gone.iter().any(|id| id == run_id);
+    if GONE.lock().is_ok_and(|list| gone(&list)) {
+        return false;
+    }
+    let lives = !processes_of_run(run_id).is_empty();
+    if !lives {
+        if let Ok(mut list) = GONE.lock() {
+            list.push(run_id.to_owned());
+        }
+    }
+    lives
 }
 
 #[cfg(test)]

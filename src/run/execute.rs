@@ -81,7 +81,9 @@ impl Run<'_> {
         alerts: &Alerts,
     ) -> Ending {
         let config = self.config;
-        let still_held = self.claim.hold.as_ref().map(|hold| || hold.others_hold());
+        let told = std::cell::Cell::new(false);
+        let still_held = (self.claim.hold.as_ref())
+            .map(|hold| || super::lock_wait::still_held(self.claim, hold, &told, self.reporter));
         let mut spec = Spec {
             argv: &config.command,
             shell: config.shell,

@@ -30,6 +30,7 @@ mod config;
 mod decide;
 mod execute;
 mod lease;
+mod lock_wait;
 mod locks;
 mod paused;
 mod replace;

@@ -3,6 +3,7 @@
 //! shared PostgreSQL database ([`postgres`]).
 
 mod cycles;
+mod lock_holders;
 mod postgres;
 mod sqlite;
 mod stops;

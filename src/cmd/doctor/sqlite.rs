@@ -70,6 +70,7 @@ pub(super) fn examine(path: &Path) -> Report {
         .as_ref()
         .map_or_else(|_| Vec::new(), |ledger| ledger.moved_lock_file());
     lock_file(path, &moved, &mut report);
+    super::lock_holders::outside_runs(&ledger::side_file(path, "-lock"), &mut report);
     match opened {
         Ok(mut opened) => contents(&mut opened, &mut report),
         Err(message) => report.push(
