@@ -86,6 +86,9 @@ pub struct PostgresLedger {
     seen_head: Option<(String, Option<(i64, Head)>)>,
     /// What a run's first round trip read (see [`Self::open_for_run`]).
     first: Option<first::FirstRead>,
+    /// Whether others' events were due as this run's outcome committed
+    /// (see `outcome::finish`), for the outbox's next look.
+    due: Option<bool>,
 }
 
 impl PostgresLedger {
@@ -112,6 +115,7 @@ impl PostgresLedger {
             pause_read: None,
             seen_head: None,
             first: None,
+            due: None,
         })
     }
 
@@ -216,7 +220,10 @@ impl RunLedger for PostgresLedger {
         outcome: &Outcome,
         owed: &[NewEvent],
     ) -> Result<()> {
-        let result = self.retrying(|client| outcome::finish(client, claim, last, outcome, owed));
+        let mut due = None;
+        let result =
+            self.retrying(|client| outcome::finish(client, claim, last, outcome, owed, &mut due));
+        self.due = due;
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(LedgerError::OutcomeLost {

@@ -96,9 +96,18 @@ fn state_from_row(row: &Row) -> Result<EventState, tokio_postgres::Error> {
     })
 }
 
+/// Whether any event is due.
+pub(super) fn any_due_sql() -> String {
+    format!("SELECT EXISTS (SELECT 1 FROM idem.outbox WHERE {DUE}) AS due")
+}
+
 impl Outbox for PostgresLedger {
     fn any_due(&mut self) -> Result<bool> {
-        let sql = format!("SELECT EXISTS (SELECT 1 FROM idem.outbox WHERE {DUE}) AS due");
+        // Read already with this run's outcome, a moment ago: once.
+        if let Some(due) = self.due.take() {
+            return Ok(due);
+        }
+        let sql = any_due_sql();
         self.retrying(|client| client.query_typed_one(&sql, &[])?.try_get("due"))
             .map_err(|error| self.fail("read", &error))
     }

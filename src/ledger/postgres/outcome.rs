@@ -4,7 +4,7 @@
 //! epoch, so a repeat on a new connection, or a run that lost its claim,
 //! never writes over a newer claim. Then the hooks that ran for it.
 
-use futures_util::future::{try_join, try_join4};
+use futures_util::future::{try_join, try_join5};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -30,13 +30,16 @@ pub(super) fn attempt_finished(
 }
 
 /// Records the run's outcome; false when the claim's epoch no longer
-/// holds the key.
+/// holds the key. `due`: whether other runs' events were due in the
+/// outbox as it committed, read in its last round trip so that the run's
+/// look at the outbox after it costs none.
 pub(super) fn finish(
     client: &mut Client,
     claim: &Claim,
     last: Option<&Attempt>,
     outcome: &Outcome,
     owed: &[NewEvent],
+    due: &mut Option<bool>,
 ) -> Result<bool, tokio_postgres::Error> {
     // Begins and records: one round trip.
     let mut tx = Transaction::pipelined(client);
@@ -62,10 +65,12 @@ pub(super) fn finish(
     }
     let locks = recorded.ended && !claim.locks.is_empty();
     // The job's figures, the run's named locks (most runs take
-    // none) and the commit: one round trip.
+    // none), its events, whether others' are due, and the commit: one
+    // round trip.
     let owed = if recorded.ended { owed } else { &[] };
-    tx.pipeline(async |db| {
-        try_join4(
+    let due_sql = super::outbox::any_due_sql();
+    let ((), (), (), found, ()) = tx.pipeline(async |db| {
+        try_join5(
             async {
                 match &job {
                     Some(job) => save_job(db, job).await,
@@ -80,12 +85,17 @@ pub(super) fn finish(
                 }
             },
             super::outbox::owe(db, owed),
+            async {
+                db.query_typed_one(&due_sql, &[])
+                    .await?
+                    .try_get::<_, bool>("due")
+            },
             db.batch_execute("COMMIT"),
         )
-        .await?;
-        Ok(())
+        .await
     })?;
     tx.committed();
+    *due = Some(found);
     Ok(recorded.recorded)
 }
 
