@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::pg::Server;
-use crate::util::{eventually, require, wait_for_file, wrapped, Env, Idem};
+use crate::util::{eventually, host_prefix, wait_for_file, wrapped, Env, Idem};
 
 /// An isolated environment whose ledger is a fresh PostgreSQL database.
 /// Its [`Env`] keeps the SQLite ledger of its tempdir, for tests that
@@ -52,25 +52,7 @@ impl Pg {
     /// `idem ARGS` as if on another host: its own UTS namespace, renamed.
     /// Needs root (CI runs as root); without it the test fails, naming it.
     fn on_host<const N: usize>(&self, host: &str, args: [&str; N]) -> Option<Command> {
-        let works = Command::new("unshare")
-            .args(["--uts", "true"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
-        if !require(works, "`unshare --uts` (it needs root)") {
-            return None;
-        }
-        Some(wrapped(
-            &self.idem(args),
-            &[
-                "unshare",
-                "--uts",
-                "sh",
-                "-c",
-                "hostname \"$0\" && exec \"$@\"",
-                host,
-            ],
-        ))
+        Some(wrapped(&self.idem(args), &host_prefix(host)?))
     }
 
     /// An owner of `key` on another host (`host-a`), its lease `lease`, as

@@ -384,6 +384,29 @@ pub fn wrapped(template: &Command, prefix: &[&str]) -> Command {
     command
 }
 
+/// The prefix (for [`wrapped`]) that runs a command as if on host `host`:
+/// a UTS namespace of its own, renamed, as the tests make a fleet on one
+/// machine. Needs root (CI runs as root); without it the test fails,
+/// naming it.
+pub fn host_prefix(host: &str) -> Option<[&str; 6]> {
+    let works = Command::new("unshare")
+        .args(["--uts", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !require(works, "`unshare --uts` (it needs root)") {
+        return None;
+    }
+    Some([
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        "hostname \"$0\" && exec \"$@\"",
+        host,
+    ])
+}
+
 /// Fails the test, naming what is missing, when `ok` is false: a test that
 /// did not run did not pass. `scripts/test` installs every tool a test
 /// asks for, or stops before the tests and names it.

@@ -5,32 +5,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::pg::Server;
-use crate::util::{eventually, require, wrapped, Env};
+use crate::util::{eventually, host_prefix, wrapped, Env};
 
 /// `idem ARGS` on host `host` (a UTS namespace of its own, renamed);
 /// `None` where namespaces cannot be made (the test then fails, naming it).
 fn on_host(env: &Env, url: &str, host: &str, args: &[&str]) -> Option<std::process::Command> {
-    let works = std::process::Command::new("unshare")
-        .args(["--uts", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !require(works, "`unshare --uts` (it needs root)") {
-        return None;
-    }
     let mut template = env.idem(args);
     template.env("IDEM_DB", url);
-    Some(wrapped(
-        &template,
-        &[
-            "unshare",
-            "--uts",
-            "sh",
-            "-c",
-            "hostname \"$0\" && exec \"$@\"",
-            host,
-        ],
-    ))
+    Some(wrapped(&template, &host_prefix(host)?))
 }
 
 #[test]

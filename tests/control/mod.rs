@@ -8,27 +8,10 @@ mod replace;
 mod slots;
 mod stop;
 
-use std::process::{Command, Stdio};
-
-use crate::util::{require, Idem};
+use crate::util::{host_prefix, Idem};
 
 /// `idem` as if on host `host`: its own UTS namespace, renamed. Needs
 /// root; without it the test fails, naming it.
 fn on_host(idem: Idem, host: &str) -> Option<Idem> {
-    let works = Command::new("unshare")
-        .args(["--uts", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !require(works, "`unshare --uts` (it needs root)") {
-        return None;
-    }
-    Some(idem.under(&[
-        "unshare",
-        "--uts",
-        "sh",
-        "-c",
-        "hostname \"$0\" && exec \"$@\"",
-        host,
-    ]))
+    Some(idem.under(&host_prefix(host)?))
 }

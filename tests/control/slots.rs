@@ -11,8 +11,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::util::{
-    assert_code, eventually, on_every_backend, require, trials, wait_for_file, wrapped, Backend,
-    Env,
+    assert_code, eventually, host_prefix, on_every_backend, trials, wait_for_file, wrapped,
+    Backend, Env,
 };
 
 on_every_backend!(
@@ -54,23 +54,10 @@ fn on_host(backend: &Backend, env: &Env, host: &str, args: &[&str]) -> Command {
     if !backend.is_postgres() {
         return command;
     }
-    let works = Command::new("unshare")
-        .args(["--uts", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    require(works, "`unshare --uts` (it needs root)");
-    wrapped(
-        &command,
-        &[
-            "unshare",
-            "--uts",
-            "sh",
-            "-c",
-            "hostname \"$0\" && exec \"$@\"",
-            host,
-        ],
-    )
+    match host_prefix(host) {
+        Some(prefix) => wrapped(&command, &prefix),
+        None => command,
+    }
 }
 
 /// Ten racing keys with `--lock backup:2 --wait`: all ten run, never more

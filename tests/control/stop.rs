@@ -9,7 +9,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::pg::Server;
-use crate::util::{eventually, require, wait_for_file, wrapped, Env};
+use crate::util::{eventually, host_prefix, wait_for_file, wrapped, Env};
 
 /// The processes started with `IDEM_RUN_ID=<run_id>`: what the run's
 /// command started, however it detached.
@@ -191,23 +191,10 @@ fn a_run_whose_owner_was_killed_with_its_guardian_is_marked_abandoned() {
 /// own UTS namespace, renamed (needs root, as the other shared-ledger
 /// tests of hosts).
 fn on_host(env: &Env, url: &str, host: &str, args: &[&str]) -> Option<std::process::Command> {
-    let works = std::process::Command::new("unshare")
-        .args(["--uts", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !require(works, "`unshare --uts` (it needs root)") {
-        return None;
-    }
-    let prefix = [
-        "unshare",
-        "--uts",
-        "sh",
-        "-c",
-        "hostname \"$0\" && exec \"$@\"",
-        host,
-    ];
-    Some(wrapped(&env.cmd(args).db(url).command(), &prefix))
+    Some(wrapped(
+        &env.cmd(args).db(url).command(),
+        &host_prefix(host)?,
+    ))
 }
 
 /// Stops a run of [`family`] owned on another host under a lease of
