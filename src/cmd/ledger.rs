@@ -246,24 +246,9 @@ fn forget(
     let Some(mut ledger) = ledger::open_existing(location)? else {
         return unknown_keys(keys.iter().map(String::as_str));
     };
-    // Globs become the keys they match; a glob that matches none is
-    // reported like an unknown key. All the keys are forgotten in one
-    // transaction: none when any is running.
-    let mut expanded: Vec<String> = Vec::new();
-    for key in keys {
-        let matched = if key.contains(['*', '?', '[']) {
-            ledger.keys_matching(key)?
-        } else {
-            Vec::new()
-        };
-        if matched.is_empty() {
-            expanded.push(key.clone());
-        } else {
-            expanded.extend(matched);
-        }
-    }
-    expanded.dedup();
-    let keys = &expanded;
+    // A glob that matches no key is reported like an unknown key. All the
+    // keys are forgotten in one transaction: none when any is running.
+    let keys = &expand_globs(ledger.as_mut(), keys)?;
     let report = ledger.forget(keys, purge, dry_run, force)?;
     if let Some(busy) = report.busy().next() {
         let Some(owner) = &busy.busy else {
@@ -489,4 +474,27 @@ fn metrics(location: &Location, per_key: bool) -> Result<u8> {
     }
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(exit::SUCCESS)
+}
+
+/// Globs become the keys they match (a glob that matches none stays as
+/// it is, a key the ledger does not know).
+pub(super) fn expand_globs(
+    ledger: &mut dyn crate::ledger::Ledger,
+    keys: &[String],
+) -> Result<Vec<String>> {
+    let mut expanded: Vec<String> = Vec::new();
+    for key in keys {
+        let matched = if crate::ledger::is_glob(key) {
+            ledger.keys_matching(key)?
+        } else {
+            Vec::new()
+        };
+        if matched.is_empty() {
+            expanded.push(key.clone());
+        } else {
+            expanded.extend(matched);
+        }
+    }
+    expanded.dedup();
+    Ok(expanded)
 }

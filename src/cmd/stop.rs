@@ -23,7 +23,7 @@ pub fn run(args: &StopArgs, location: &Location, quiet: bool) -> Result<u8> {
         say(&format!("nothing running: {}", args.keys.join(", ")));
         return Ok(exit::NOT_FOUND);
     };
-    let keys = expand(ledger.as_mut(), &args.keys)?;
+    let keys = super::ledger::expand_globs(ledger.as_mut(), &args.keys)?;
     let grace: Duration = args.kill_after.into();
     let mut stopping = Vec::new();
     let mut abandoned = 0;
@@ -50,26 +50,6 @@ pub fn run(args: &StopArgs, location: &Location, quiet: bool) -> Result<u8> {
     let code = wait(ledger.as_mut(), stopping, args.wait.into(), &say)?;
     ledger.leave();
     Ok(code)
-}
-
-/// Globs become the keys they match (a glob that matches none stays as
-/// it is, a key the ledger does not know).
-fn expand(ledger: &mut dyn Ledger, keys: &[String]) -> Result<Vec<String>> {
-    let mut expanded: Vec<String> = Vec::new();
-    for key in keys {
-        let matched = if key.contains(['*', '?', '[']) {
-            ledger.keys_matching(key)?
-        } else {
-            Vec::new()
-        };
-        if matched.is_empty() {
-            expanded.push(key.clone());
-        } else {
-            expanded.extend(matched);
-        }
-    }
-    expanded.dedup();
-    Ok(expanded)
 }
 
 /// Waits up to `wait` for each stopped run to be recorded over; says
