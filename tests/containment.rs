@@ -14,8 +14,9 @@ use crate::util::{assert_code, eventually, guarded, text, wait_for_count, Env};
 
 /// A Python command that starts `worker` as `subprocess.Popen` does with
 /// `close_fds=True, start_new_session=True` (nothing inherited but
-/// /dev/null), then either sleeps or fails at once.
-fn python_leaving(worker: &str, then: &str) -> Vec<String> {
+/// /dev/null, so not the run's lock), then runs `then` (a sleep, a
+/// failure, or nothing).
+pub(crate) fn python_leaving(worker: &str, then: &str) -> Vec<String> {
     let script = format!(
         "import subprocess, sys, time\n\
          subprocess.Popen(['sh', '-c', {worker:?}], close_fds=True, start_new_session=True,\n\
@@ -26,7 +27,7 @@ fn python_leaving(worker: &str, then: &str) -> Vec<String> {
 }
 
 /// The pids of `pid`'s children, from every thread of it.
-fn children_of(pid: u32) -> Vec<i32> {
+pub(crate) fn children_of(pid: u32) -> Vec<i32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };

@@ -43,35 +43,6 @@ fn nobody(env: &Env, folder: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// A Python command that starts `worker` as `subprocess.Popen` does with
-/// `close_fds=True, start_new_session=True` (nothing inherited but
-/// /dev/null, so not the run's lock), then exits.
-fn python_leaving(worker: &str) -> Vec<String> {
-    let script = format!(
-        "import subprocess\n\
-         subprocess.Popen(['sh', '-c', {worker:?}], close_fds=True, start_new_session=True,\n\
-         \x20   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-    );
-    vec!["python3".into(), "-c".into(), script]
-}
-
-/// The pids of `pid`'s children, from every thread of it.
-fn children_of(pid: u32) -> Vec<i32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|children| {
-            children
-                .split_whitespace()
-                .filter_map(|pid| pid.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
-}
-
 /// `pkill -9 idem` under a run whose worker left: idem and its guardian
 /// SIGKILLed together; the worker's pid.
 fn worker_left_by_a_killed_run(env: &Env, folder: &Path) -> i32 {
@@ -84,7 +55,7 @@ fn worker_left_by_a_killed_run(env: &Env, folder: &Path) -> i32 {
     );
     let log = env.path("first.log");
     let mut argv = vec!["-v", "run", "--key", "k", "--retries", "0", "--"];
-    let command = python_leaving(&worker);
+    let command = crate::containment::python_leaving(&worker, "");
     argv.extend(command.iter().map(String::as_str));
     let mut first = nobody(env, folder, &argv)
         .stdout(Stdio::null())
@@ -100,7 +71,7 @@ fn worker_left_by_a_killed_run(env: &Env, folder: &Path) -> i32 {
             .and_then(|pid| pid.trim().parse::<i32>().ok())
     });
     let guardian = eventually("the guardian", Duration::from_secs(10), || {
-        children_of(first.id()).first().copied()
+        crate::containment::children_of(first.id()).first().copied()
     });
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("containment: guardian only"), "{said}");

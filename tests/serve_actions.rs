@@ -99,24 +99,6 @@ fn status_of(env: &Env, job: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no job {job} in {all}"))
 }
 
-/// The live processes started with `IDEM_RUN_ID=<run_id>`.
-fn processes_of(run_id: &str) -> Vec<i32> {
-    let wanted = format!("IDEM_RUN_ID={run_id}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| crate::util::lives(*pid))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-                environ
-                    .split(|byte| *byte == 0)
-                    .any(|pair| pair == wanted.as_bytes())
-            })
-        })
-        .collect()
-}
-
 #[test]
 fn with_a_user_the_pages_show_buttons_and_a_wrong_password_is_401() {
     let env = Env::new();
@@ -263,7 +245,7 @@ fn a_stop_from_the_page_stops_a_running_run_at_once() {
         .unwrap();
     wait_for_file(&env.path("started"), Duration::from_secs(30), &mut owner);
     let run_id = env.show_json("nap")["run_id"].as_str().unwrap().to_owned();
-    let pids = processes_of(&run_id);
+    let pids = crate::util::processes_of(&run_id);
     assert!(!pids.is_empty(), "the run's processes are not found");
 
     let bearer = "Bearer t0ken-of-the-fleet";
@@ -285,7 +267,7 @@ fn a_stop_from_the_page_stops_a_running_run_at_once() {
     eventually(
         "the run's processes to end",
         Duration::from_secs(30),
-        || processes_of(&run_id).is_empty(),
+        || crate::util::processes_of(&run_id).is_empty(),
     );
     let run = env.show_json("nap");
     assert_eq!(run["status"], "failed", "{run}");

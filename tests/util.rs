@@ -269,6 +269,25 @@ pub fn wait_for_count(env: &Env, n: usize, child: &mut std::process::Child) {
     });
 }
 
+/// The processes started with `IDEM_RUN_ID=<run_id>`: what the run's
+/// command started, however it detached.
+pub fn processes_of(run_id: &str) -> Vec<i32> {
+    let wanted = format!("IDEM_RUN_ID={run_id}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| lives(*pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|byte| *byte == 0)
+                    .any(|pair| pair == wanted.as_bytes())
+            })
+        })
+        .collect()
+}
+
 /// Whether `pid` is a live (not zombie) process.
 pub fn lives(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

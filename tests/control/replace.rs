@@ -44,7 +44,7 @@ fn replace_stops_the_holder_and_runs() {
     let holder_run = env.show_json("k")["run_id"].as_str().unwrap().to_owned();
     env.cmd(["run", "--key", "k", "--replace", "--", "true"])
         .succeeds();
-    assert!(super::stop::processes_of(&holder_run).is_empty());
+    assert!(crate::util::processes_of(&holder_run).is_empty());
     assert_eq!(holder.wait().unwrap().code(), Some(143));
     let runs = env.list_json();
     assert_eq!(runs[0]["status"], "succeeded", "{runs}");

@@ -11,25 +11,6 @@ use nix::unistd::Pid;
 use crate::pg::Server;
 use crate::util::{eventually, host_prefix, wait_for_file, wrapped, Env};
 
-/// The processes started with `IDEM_RUN_ID=<run_id>`: what the run's
-/// command started, however it detached.
-pub(super) fn processes_of(run_id: &str) -> Vec<i32> {
-    let wanted = format!("IDEM_RUN_ID={run_id}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| crate::util::lives(*pid))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-                environ
-                    .split(|byte| *byte == 0)
-                    .any(|pair| pair == wanted.as_bytes())
-            })
-        })
-        .collect()
-}
-
 /// A command that starts a child and a grandchild in the background
 /// (detached into a session of their own), touches `started` and waits.
 fn family(env: &Env) -> String {
@@ -48,7 +29,7 @@ fn run_id(env: &Env, key: &str) -> String {
 /// least` of them) all run.
 fn wait_for_family(run_id: &str, at_least: usize) -> Vec<i32> {
     eventually("the run's processes", Duration::from_secs(30), || {
-        let found = processes_of(run_id);
+        let found = crate::util::processes_of(run_id);
         (found.len() >= at_least).then_some(found)
     })
 }
@@ -182,7 +163,7 @@ fn a_run_whose_owner_was_killed_with_its_guardian_is_marked_abandoned() {
     env.cmd(["stop", "k"])
         .succeeds()
         .stderr_has("was gone; marked abandoned");
-    assert!(processes_of(&run_id).is_empty());
+    assert!(crate::util::processes_of(&run_id).is_empty());
     assert_eq!(env.show_json("k")["status"], "abandoned");
     env.cmd(["stop", "k"]).expect_code(1);
 }
