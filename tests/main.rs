@@ -24,6 +24,7 @@ mod hooks;
 mod jobs;
 mod ledger;
 mod ledger_rules;
+mod limits;
 mod liveness;
 mod output;
 mod pg;

@@ -198,7 +198,7 @@ impl Supervisor {
             Err(error) => return Ok(not_started(spec, started_at, &error)),
         };
         // Nothing ran when the fork (or what it needs) fails.
-        let mut forked = fork(spec, &prepared, hold).map_err(AttemptError::Unrecorded)?;
+        let forked = fork(spec, &prepared, hold).map_err(AttemptError::Unrecorded)?;
         let pid = forked.pid;
         waiting(Notice::Contained(forked.contained));
         // Recorded at once, while the guardian starts on another CPU, and
@@ -206,14 +206,11 @@ impl Supervisor {
         // copy pages it shares with the guardian, and while another thread
         // of idem runs, each copy also interrupts that thread's CPU to
         // flush its TLB.
-        let admitted = started(pid as u32)
-            .map_err(AttemptError::Unrecorded)
-            .and_then(|()| self.admit(&mut forked.gate, spec.kill_after, started_at));
-        if let Err(error) = admitted {
+        if let Err(error) = started(pid as u32) {
             // The guardian reads end of file and leaves, running nothing.
             drop(forked);
             reap(pid);
-            return Err(error);
+            return Err(AttemptError::Unrecorded(error));
         }
         self.pass_through(spec, forked, started_at, stdout, stderr, waiting)
     }
@@ -239,8 +236,19 @@ impl Supervisor {
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd, AttemptError> {
         super::tee::share_lines(spec.merged);
-        // The threads start once the command is let in, while it execs on
-        // another CPU: what it writes meanwhile waits in its pipes.
+        // The threads start before the command is let in: a thread the
+        // system refuses (ulimit -u, ulimit -v, pids.max) then ends the
+        // attempt before any of the command ran, where a refusal after it
+        // was let in would kill a command that had begun its work and call
+        // that "could not start".
+        let Forked {
+            pid,
+            mut gate,
+            out,
+            err,
+            stdin,
+            ..
+        } = forked;
         let gone = AtomicBool::new(false);
         let fed = AtomicBool::new(false);
         let (fed, gone) = (&fed, &gone);
@@ -248,37 +256,42 @@ impl Supervisor {
             // Set as this closure returns, before the scope joins the feeder.
             let _stop_feeding = RaiseOnDrop(fed);
             let streams = Streams {
-                spool: spec.stdin.zip(forked.stdin),
-                out: (forked.out, stdout),
-                err: forked.err.zip(Some(stderr)),
+                spool: spec.stdin.zip(stdin),
+                out: (out, stdout),
+                err: err.zip(Some(stderr)),
                 capture: spec.capture,
                 fed,
                 gone,
             };
             let tee = streams.start(scope);
-            if tee.refused.is_some() {
-                // Output not passed through would be lost, or block the
-                // command once its pipe fills: the run is stopped at once.
-                let kill = wire::encode_to(wire::SIGNAL, libc::SIGKILL.into(), 1);
-                let _ = (&forked.gate).write_all(&kill);
+            let refusal = match tee.refused {
+                Some(reason) => Some(Ok(AttemptEnd::not_started(
+                    started_at,
+                    exit::IDEM_FAILED,
+                    reason,
+                ))),
+                None => self
+                    .admit(&mut gate, spec.kill_after, started_at)
+                    .err()
+                    .map(Err),
+            };
+            if let Some(refusal) = refusal {
+                // The guardian reads end of file and leaves, running
+                // nothing; its leaving closes the pipes the threads read.
+                drop(gate);
+                reap(pid);
+                return refusal;
             }
-            let followed = self.follow_admitted(spec, forked.gate, forked.pid, started_at, waiting);
+            let followed = self.follow_admitted(spec, gate, pid, started_at, waiting);
             let join = |handle: Pump<'_>| handle.join().unwrap_or_default();
             let (stdout_tail, stdout_cut) = tee.out.map(join).unwrap_or_default();
             let (stderr_tail, stderr_cut) = tee.err.map(join).unwrap_or_default();
-            let ended = match (followed?, tee.refused) {
-                (_, Some(reason)) => {
-                    return Ok(AttemptEnd::not_started(
-                        started_at,
-                        exit::IDEM_FAILED,
-                        reason,
-                    ))
-                }
-                (Followed::NotExecuted(errno), None) => {
+            let ended = match followed? {
+                Followed::NotExecuted(errno) => {
                     let error = io::Error::from_raw_os_error(errno);
                     return Ok(not_started(spec, started_at, &error));
                 }
-                (Followed::Ended(ended), None) => ended,
+                Followed::Ended(ended) => ended,
             };
             Ok(AttemptEnd {
                 started_at,
