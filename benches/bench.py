@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,38 +143,6 @@ def find_bkt(quick):
     print("installing bkt under target/bench-tools (cargo install bkt --locked)", flush=True)
     sh("cargo", "install", "bkt", "--locked", "--quiet", "--root", TOOLS)
     return str(TOOLS / "bin" / "bkt")
-
-
-def write_export(path, runs, jobs):
-    """An `idem ledger export` of `runs` runs of `jobs` daily jobs
-    (`job-N-{date}`, a key per job and day, one in ten failed), then the
-    succeeded key `bench` whose command is `true`."""
-    day0 = 1_700_000_000
-    with open(path, "w") as out:
-        days = -(-runs // jobs)
-        for day in range(days):
-            date = time.strftime("%Y-%m-%d", time.gmtime(day0 + day * 86400))
-            started, finished = f"{date}T02:00:00.000Z", f"{date}T02:00:01.500Z"
-            for job in range(1, jobs + 1):
-                i = day * jobs + job - 1
-                if i >= runs:
-                    break
-                status, code = ("failed", 1) if i % 10 == 9 else ("succeeded", 0)
-                out.write(
-                    f'{{"key":"job-{job}-{date}","job":"job-{job}-{{date}}","head":true,'
-                    f'"run_id":"00000000-0000-7000-8000-{i:012x}","status":"{status}","exit_code":{code},'
-                    f'"signal":null,"attempts":1,"started_at":"{started}","finished_at":"{finished}",'
-                    f'"duration_ms":1500,"host":"bench-host","pid":1000,'
-                    f'"command":["/usr/local/bin/backup","--all"],"shell":false,"recovered":false,'
-                    f'"attempts_detail":[{{"attempt":1,"exit_code":{code},"signal":null,"timed_out":false,'
-                    f'"output_cut":false,"started_at":"{started}","finished_at":"{finished}",'
-                    f'"stdout_tail":"","stderr_tail":""}}]}}\n')
-        out.write(
-            '{"key":"bench","job":"bench","head":true,"run_id":"00000000-0000-7000-9000-000000000000",'
-            '"status":"succeeded","exit_code":0,"signal":null,"attempts":1,'
-            '"started_at":"2025-01-01T00:00:00.000Z","finished_at":"2025-01-01T00:00:00.010Z",'
-            '"duration_ms":10,"host":"bench-host","pid":1000,"command":["true"],"shell":false,'
-            '"recovered":false,"attempts_detail":[]}\n')
 
 
 def ledger_bytes(db):
@@ -484,89 +451,6 @@ def process_rows(table, runs, work, env, floor, guarded, sqlite_floor, bkt):
     return {"one first run": first, "SQLite's first-run floor": sqlite_first}
 
 
-def big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs):
-    """A ledger of `big_runs` runs made by `ledger import`, measured right
-    after the import, before anything checkpoints its write-ahead log.
-    `ledger list --limit 50` is held against a ledger that lists 50 runs
-    too (`sixty`), so that the ratio is the history's cost alone; against
-    the ten-run ledger, which lists ten, it is a reference."""
-    big = work / "big" / "ledger.db"
-    big.parent.mkdir()
-    export = work / "export.jsonl"
-    write_export(export, big_runs, jobs)
-    big_env = idem_env(work, big)
-    started = time.monotonic()
-    import_kib = peak_rss([IDEM, "ledger", "import", "--quiet", export], big_env)
-    print(f"  imported {big_runs:,} runs in {time.monotonic() - started:.1f} s", flush=True)
-    export.unlink()
-    size = f"{big_runs:,} runs"
-    skip_small, skip_big, list_small, list_sixty, list_big = hyperfine(
-        [f"{IDEM} --db {small} run --key bench -- true", f"{IDEM} --db {big} run --key bench -- true",
-         f"{IDEM} --db {small} ledger list --limit 50", f"{IDEM} --db {sixty} ledger list --limit 50",
-         f"{IDEM} --db {big} ledger list --limit 50"], runs, env)
-    for what, a, b, baseline in [("skip", skip_big, skip_small, "10 runs"),
-                                 ("`ledger list --limit 50`", list_big, list_sixty, "60 runs (50 listed)")]:
-        table.add(f"{what}, {size} right after `ledger import` / {baseline}", str(a), f"{baseline} {b}",
-                  ratio(a.median, b.median), "<= 1.1x", a.median <= 1.1 * b.median)
-    table.add(f"reference: `ledger list --limit 50`, {size} / 10 runs (10 listed)", str(list_big),
-              f"10 runs {list_small}", ratio(list_big.median, list_small.median), "—", None)
-    status_small, status_big, metrics_small, metrics_big = hyperfine(
-        [f"{IDEM} --db {small} status", f"{IDEM} --db {big} status",
-         f"{IDEM} --db {small} ledger metrics", f"{IDEM} --db {big} ledger metrics"],
-        runs, env, ignore_failure=True)
-    for what, a, b in [("`idem status`", status_big, status_small),
-                       ("`idem ledger metrics`", metrics_big, metrics_small)]:
-        table.add(f"{what}, {size} of {jobs:,} daily jobs", str(a), f"10 runs {b}", ratio(a.median, b.median),
-                  "<= 50 ms", a.median <= 0.05)
-    serve_rows(table, env, small, big, size, jobs, runs)
-    # Last: these write. A key per job and day makes as many keys as runs.
-    first_small, first_big = hyperfine(
-        [f"{IDEM} --db {small} run --key fresh --force -- true",
-         f"{IDEM} --db {big} run --key fresh --force -- true"], runs, env)
-    table.add(f"reference: first run (`--force -- true`), {size} under as many keys / 10 runs", str(first_big),
-              f"10 runs {first_small}", ratio(first_big.median, first_small.median), "—", None)
-    return import_kib, size
-
-
-def page_times(db, paths, env, requests):
-    """The median time of `requests` GETs of each of `paths` (after three
-    unmeasured), one after another on loopback, from one `idem serve` of
-    `db`: the server opens the ledger for every request, so each is timed
-    whole, open to close."""
-    server = subprocess.Popen([str(IDEM), "--db", str(db), "serve", "--listen", "127.0.0.1:0"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        line = server.stderr.readline()
-        url = next((word for word in line.split() if word.startswith("http://")), None)
-        if url is None:
-            sys.exit(f"bench: idem serve did not start: {line}")
-        medians = []
-        for path in paths:
-            times = []
-            for i in range(requests + 3):
-                started = time.perf_counter()
-                with urllib.request.urlopen(url.rstrip("/") + path) as response:
-                    response.read()
-                if i >= 3:
-                    times.append(time.perf_counter() - started)
-            medians.append(statistics.median(times))
-        return medians
-    finally:
-        server.terminate()
-        server.wait()
-
-
-def serve_rows(table, env, small, big, size, jobs, requests):
-    """`idem serve`'s board (every job judged, as `status` does) and a job's
-    page (its latest 20 runs with their attempts and output), on the big
-    ledger and on the ten-run one."""
-    board_small, job_small = page_times(small, ["/", "/job/bench"], env, requests)
-    board_big, job_big = page_times(big, ["/", "/job/job-1-%7Bdate%7D"], env, requests)
-    for what, a, b in [(f"`idem serve` board `/`, {size} of {jobs:,} daily jobs", board_big, board_small),
-                       (f"`idem serve` job page `/job/JOB`, {size}", job_big, job_small)]:
-        table.add(what, f"{a * 1e3:.2f} ms", f"10 runs {b * 1e3:.2f} ms", ratio(a, b), "<= 100 ms", a <= 0.1)
-
-
 def race_rows(table, work, floor, cpu_of, rounds, trials):
     """200 runs of distinct keys started at once, against 200 floors; and
     the CPU a first run and SQLite's first-run floor take (`cpu_of`, all
@@ -689,6 +573,7 @@ def main():
         print("floor, flock, bkt and idem's skip and first run", flush=True)
         cpu_of = process_rows(table, runs, work, env, floor, guarded, sqlite_floor, bkt)
         print(f"ledger import of {big_runs:,} runs, then the same commands on it and on 10 runs", flush=True)
+        from big import big_ledger_rows
         import_kib, history = big_ledger_rows(table, runs, work, env, small, sixty, big_runs, jobs)
         print("200 concurrent runs", flush=True)
         race_rows(table, work, floor, cpu_of, 1 if quick else 5, 2 if quick else 20)

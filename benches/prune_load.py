@@ -13,7 +13,14 @@ a run, the longest claim statement, the lock waits, and how long the
 prune held the job's row each time (the server logs the prune's every
 statement, with its duration).
 
-    benches/prune_load.py [--idem PATH] [--runs N] [--keys N] [--clients N]
+    benches/prune_load.py [--idem PATH] [--runs N] [--keys N] [--clients N] [--client-nice N]
+
+On one machine the clients' idem processes and their commands share the
+CPUs with the server; in a fleet they run on hosts of their own. With
+`--client-nice 19` they run at the lowest priority, so that the server's
+processes (the prune's and the clients' sessions alike) get the CPUs
+first, as a server of its own would: what is then left of a hold is the
+server's work and its waits, not the scheduler's queue.
 """
 
 import argparse
@@ -59,8 +66,8 @@ class Clients:
     """CLIENTS threads, each running new keys of job `nightly` in a loop;
     each run's (start, end, exit code) kept."""
 
-    def __init__(self, idem, env, count):
-        self.idem, self.env = idem, env
+    def __init__(self, idem, env, count, nice=0):
+        self.idem, self.env = ([] if nice == 0 else ["nice", "-n", str(nice)]) + [idem], env
         self.stop = threading.Event()
         self.runs = []
         self.lock = threading.Lock()
@@ -73,7 +80,7 @@ class Clients:
         while not self.stop.is_set():
             key = f"live-{client}-{turn}-{time.monotonic_ns()}"
             start = time.monotonic()
-            done = subprocess.run([self.idem, "run", "--key", key, "--job", "nightly", "--", "true"],
+            done = subprocess.run([*self.idem, "run", "--key", key, "--job", "nightly", "--", "true"],
                                   env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             with self.lock:
                 self.runs.append((start, time.monotonic(), done.returncode))
@@ -164,6 +171,7 @@ def main():
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--client-nice", type=int, default=0, help="the clients' niceness (0 to 19)")
     parser.add_argument("--keep-log", help="copy the server's log there at the end")
     args = parser.parse_args()
     bin = bench.pg_binaries()
@@ -181,7 +189,7 @@ def main():
         bench.sh(*psql, "-c", old_runs_sql(args.runs, args.keys))
         for setting in ["log_min_duration_statement = 20", "log_lock_waits = on", "deadlock_timeout = '10ms'"]:
             bench.sh(*psql, "-c", f"ALTER DATABASE idem SET {setting}")
-        clients = Clients(args.idem, env, args.clients)
+        clients = Clients(args.idem, env, args.clients, args.client_nice)
         try:
             time.sleep(5)
             measure("no prune (sleep 3)", ["sleep", "3"], clients, env, server.dir / "server.log")
