@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::containment_scan::nobody_folder;
+use crate::serve::{get, Server};
 use crate::util::{as_nobody, assert_code, on_every_backend, text, Backend, Env};
 
 use super::{export, import};
@@ -55,6 +56,11 @@ fn show_says_each_attempts_containment(backend: &Backend) {
         let line = format!("  attempt {number}: exit 1; containment: {words}\n");
         assert!(shown.contains(&line), "no {line:?} in\n{shown}");
     }
+    // The job's page says it of each attempt too.
+    let server = Server::start(&env, &[]);
+    let page = get(&format!("{}/job/k", server.url), None).body;
+    let said = format!("Containment: {words}");
+    assert_eq!(page.matches(&said).count(), 2, "{page}");
 }
 
 /// As root the host may give a PID namespace; `nobody` gets none, and its
