@@ -352,7 +352,8 @@ pub(super) fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> ru
         attempt.cut,
         code(attempt.containment),
     ];
-    // The end leaves the containment its start recorded.
+    // END_ATTEMPT takes the first ten: an end leaves the containment its
+    // start recorded.
     let updated = tx.prepare_cached(END_ATTEMPT)?.execute(&values[..10])?;
     if updated == 0 {
         tx.prepare_cached(
