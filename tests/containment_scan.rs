@@ -16,7 +16,7 @@ use crate::util::{as_nobody, assert_code, eventually, lives, text, Env};
 
 /// A folder of `nobody`'s own in `env`, for its ledger and files; `None`
 /// (the test failed, naming why) where this process cannot switch users.
-fn nobody_folder(env: &Env) -> Option<PathBuf> {
+pub(crate) fn nobody_folder(env: &Env) -> Option<PathBuf> {
     as_nobody(env, &env.db(), &["ledger", "path"])?;
     let folder = env.path("nobody");
     std::fs::create_dir(&folder).unwrap();

@@ -39,6 +39,7 @@ select_list! {
         Stdout = "a.stdout_tail",
         Stderr = "a.stderr_tail",
         Cut = "a.cut",
+        Containment = "a.containment",
     }
 }
 

@@ -72,6 +72,7 @@ mod sqlite;
 pub mod stops;
 mod types;
 
+use crate::process::Containment;
 use anyhow::Result;
 use jiff::Timestamp;
 use uuid::Uuid;
@@ -125,9 +126,16 @@ pub trait RunLedger {
     ) -> Result<Option<Claim>>;
 
     /// Attempt `number` is about to start; `pgid` is the command's process
-    /// group. Need not be durable itself (it matters only while this host
-    /// stays up), but the claim is once it returns.
-    fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()>;
+    /// group, `contained` what holds its processes together. Need not be
+    /// durable itself (it matters only while this host stays up), but the
+    /// claim is once it returns.
+    fn attempt_started(
+        &mut self,
+        claim: &Claim,
+        number: u32,
+        pgid: u32,
+        contained: Containment,
+    ) -> Result<()>;
 
     /// A non-final attempt ended.
     fn attempt_finished(&mut self, claim: &Claim, attempt: &Attempt) -> Result<()>;

@@ -64,6 +64,7 @@ use super::{
     KeyMetrics, ListFilter, Locks, NamedLock, NewEvent, Outcome, Plan, PruneReport, Records,
     Renewal, Run, RunAttempts, RunLedger, Tails,
 };
+use crate::process::Containment;
 use client::{Client, Transaction, READ_COMMITTED};
 use faults::connection_lost;
 pub use inspect::PostgresInspector;
@@ -195,8 +196,15 @@ impl RunLedger for PostgresLedger {
             .map_err(|error| self.claim_failed(key, &error))
     }
 
-    fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
-        let result = self.retrying(|client| claim::attempt_started(client, claim, number, pgid));
+    fn attempt_started(
+        &mut self,
+        claim: &Claim,
+        number: u32,
+        pgid: u32,
+        contained: Containment,
+    ) -> Result<()> {
+        let result =
+            self.retrying(|client| claim::attempt_started(client, claim, number, pgid, contained));
         match result {
             Ok(true) => Ok(()),
             Ok(false) => Err(Self::lost(claim)),

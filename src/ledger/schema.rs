@@ -275,6 +275,15 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX outbox_owed ON outbox (next_try_at) WHERE delivered_at IS NULL AND lost = 0;
     CREATE INDEX outbox_by_run ON outbox (run_id);
     ",
+    // 13: what held each attempt's processes together (see
+    // `process::contain`), recorded as it starts: a code (`ContainmentCode`:
+    // 0 the guardian alone, 1 a PID namespace), NULL where not recorded (an
+    // older idem's attempt). SQLite keeps 0, 1 and NULL in the row's header
+    // alone; a name would take up to 13 bytes more of every run, against a
+    // budget of 250 a run.
+    "
+    ALTER TABLE attempts ADD COLUMN containment INTEGER;
+    ",
 ];
 
 /// The schema version this idem writes.

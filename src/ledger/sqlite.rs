@@ -9,9 +9,10 @@
 //!
 //! This file holds the ledger and its [`Ledger`] methods; `open` opens and
 //! migrates it, `durability` makes its writes, `statements` holds the SQL
-//! text of a run's writes, `rows` reads rows and `tx` gives the rules a
-//! transaction.
+//! text of a run's writes, `rows` reads rows (`containment`: an attempt's
+//! containment as a code) and `tx` gives the rules a transaction.
 
+mod containment;
 mod deps;
 mod durability;
 mod inspect;
@@ -43,6 +44,8 @@ use super::{
     KeyMetrics, ListFilter, Locks, NamedLock, NewEvent, Outcome, Plan, PruneReport, Records, Run,
     RunAttempts, RunLedger, Status, Tails,
 };
+use crate::process::Containment;
+use containment::ContainmentCode;
 use durability::{Sync, LOCK_WAIT};
 pub use inspect::SqliteInspector;
 use path::disk_full;
@@ -203,13 +206,24 @@ impl RunLedger for SqliteLedger {
         })
     }
 
-    fn attempt_started(&mut self, claim: &Claim, number: u32, pgid: u32) -> Result<()> {
+    fn attempt_started(
+        &mut self,
+        claim: &Claim,
+        number: u32,
+        pgid: u32,
+        contained: Containment,
+    ) -> Result<()> {
         // Not cached (nor prepared ahead): a statement kept for the rest
         // of the run costs an uncontended one more than it saves.
         self.write("record an attempt in", Sync::LetsIn, &[], |tx| {
             tx.conn.execute(
-                "INSERT INTO attempts (run, n, started_at) VALUES (?1, ?2, ?3)",
-                params![claim.token, number, millis(Timestamp::now())],
+                "INSERT INTO attempts (run, n, started_at, containment) VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    claim.token,
+                    number,
+                    millis(Timestamp::now()),
+                    ContainmentCode(contained)
+                ],
             )?;
             tx.conn.execute(
                 "UPDATE runs SET attempts = ?2 WHERE id = ?1",

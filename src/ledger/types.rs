@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use uuid::Uuid;
 
 use super::runlock;
+use crate::process::Containment;
 
 /// The status of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,6 +130,9 @@ pub struct Attempt {
     pub stderr_tail: Vec<u8>,
     /// The output was longer than what was kept: the tails lack its start.
     pub cut: bool,
+    /// What held its processes together, recorded as it started; `None`:
+    /// not recorded (an older idem's attempt, or an older export's).
+    pub containment: Option<Containment>,
 }
 
 /// A hook that ran for a run (`--on-failure`, `--on-recovery`).

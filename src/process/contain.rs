@@ -35,11 +35,30 @@ pub enum Containment {
 }
 
 impl Containment {
+    /// What people read: `idem -v run` and `ledger show`.
     pub fn words(self) -> &'static str {
         match self {
             Containment::PidNamespace => "pid namespace",
             Containment::GuardianOnly => "guardian only",
         }
+    }
+
+    /// The stable name scripts and ledgers keep (`show --json`, `ledger
+    /// export`, PostgreSQL's column): never changed once released.
+    pub fn name(self) -> &'static str {
+        match self {
+            Containment::PidNamespace => "pid-namespace",
+            Containment::GuardianOnly => "guardian",
+        }
+    }
+
+    /// The containment [`Containment::name`] gives `name`.
+    pub fn parse(name: &str) -> Option<Containment> {
+        Some(match name {
+            "pid-namespace" => Containment::PidNamespace,
+            "guardian" => Containment::GuardianOnly,
+            _ => return None,
+        })
     }
 }
 

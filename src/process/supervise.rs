@@ -25,7 +25,7 @@ use super::steps::Failed;
 use super::tee::{Pump, RaiseOnDrop, Sink, Streams};
 use super::tree;
 use super::wire::{self, monotonic_ms, read_report};
-use super::{AttemptEnd, AttemptError, End, Notice, Spec};
+use super::{AttemptEnd, AttemptError, Containment, End, Notice, Spec};
 use crate::exit;
 
 /// The current attempt's guardian, and the lease deadline it must enforce.
@@ -178,7 +178,8 @@ impl Supervisor {
 
     /// Runs one attempt to its end: until every process it started is gone.
     /// `started` is told the guardian's pid (the attempt's first process)
-    /// before the command runs, so its owner is recorded first: if that
+    /// and its containment before the command runs, so its owner is
+    /// recorded first: if that
     /// fails, the command never starts ([`AttemptError::Unrecorded`]).
     /// `waiting` is told what a person should hear of meanwhile (see
     /// [`Notice`]).
@@ -188,7 +189,7 @@ impl Supervisor {
         stdout: &mut Sink,
         stderr: &mut Sink,
         hold: Option<OwnedFd>,
-        started: &mut dyn FnMut(u32) -> Result<()>,
+        started: &mut dyn FnMut(u32, Containment) -> Result<()>,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd, AttemptError> {
         let started_at = Timestamp::now();
@@ -206,7 +207,7 @@ impl Supervisor {
         // copy pages it shares with the guardian, and while another thread
         // of idem runs, each copy also interrupts that thread's CPU to
         // flush its TLB.
-        if let Err(error) = started(pid as u32) {
+        if let Err(error) = started(pid as u32, forked.contained) {
             // The guardian reads end of file and leaves, running nothing.
             drop(forked);
             reap(pid);

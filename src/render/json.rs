@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::ledger::{Attempt, HookRun, Run};
+use crate::process::Containment;
 
 /// A timestamp as RFC 3339 UTC with milliseconds: the one format of every
 /// time idem writes for scripts.
@@ -108,6 +109,10 @@ pub struct AttemptJson<'a> {
     pub started_at: Option<String>,
     /// When it finished; null while running.
     pub finished_at: Option<String>,
+    /// What held its processes together: `pid-namespace` (the guardian is
+    /// the init of a PID namespace of the run's own) or `guardian` (the
+    /// guardian alone); null where not recorded (an older idem's attempt).
+    pub containment: Option<&'static str>,
     /// The end of its stdout, lossy where it is not UTF-8 (JSON strings
     /// are Unicode: invalid sequences become U+FFFD).
     pub stdout_tail: Cow<'a, str>,
@@ -125,6 +130,7 @@ impl<'a> From<&'a Attempt> for AttemptJson<'a> {
             output_cut: attempt.cut,
             started_at: attempt.started_at.map(rfc3339),
             finished_at: attempt.finished_at.map(rfc3339),
+            containment: attempt.containment.map(Containment::name),
             stdout_tail: String::from_utf8_lossy(&attempt.stdout_tail),
             stderr_tail: String::from_utf8_lossy(&attempt.stderr_tail),
         }

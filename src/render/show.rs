@@ -117,7 +117,15 @@ fn attempt_text(out: &mut dyn Write, attempt: &Attempt, tails: &Tails) -> Result
         ""
     };
     let code = exit_text(attempt.exit_code);
-    writeln!(out, "  attempt {}: exit {code}{timed_out}", attempt.number)?;
+    // The words of `idem -v run`; an older idem's attempt recorded none.
+    let held = attempt
+        .containment
+        .map_or("not recorded", |held| held.words());
+    writeln!(
+        out,
+        "  attempt {}: exit {code}{timed_out}; containment: {held}",
+        attempt.number
+    )?;
     if tails.cut {
         writeln!(out, "    {}", cut_note(tails))?;
     }

@@ -167,7 +167,7 @@ impl Run<'_> {
             &mut output.stdout,
             &mut output.stderr,
             share,
-            &mut |pgid| ledger.attempt_started(claim, number, pgid),
+            &mut |pgid, contained| ledger.attempt_started(claim, number, pgid, contained),
             &mut |notice| self.tell(notice),
         );
         drop(watch);
@@ -557,6 +557,8 @@ pub(super) fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
         stdout_tail: std::mem::take(&mut end.stdout_tail),
         stderr_tail: std::mem::take(&mut end.stderr_tail),
         cut: end.cut,
+        // Recorded with its start; an end leaves it as it is.
+        containment: None,
     }
 }
 
@@ -573,6 +575,7 @@ fn set_up_failed(number: u32, started_at: jiff::Timestamp) -> Attempt {
         stdout_tail: Vec::new(),
         stderr_tail: Vec::new(),
         cut: false,
+        containment: None,
     }
 }
 

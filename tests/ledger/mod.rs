@@ -3,6 +3,7 @@
 //! and runs on SQLite and on PostgreSQL from one body; what only a SQLite
 //! file can show comes last.
 
+mod containment;
 mod export;
 mod forget;
 mod list;

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::MAX_TAIL;
 use crate::ledger::{Attempt, Run, Status};
+use crate::process::Containment;
 
 /// A run's fields as a line holds them (`attempts_detail` apart).
 #[derive(Deserialize)]
@@ -53,6 +54,8 @@ pub(super) struct AttemptIn {
     signal: Option<i32>,
     timed_out: Option<bool>,
     output_cut: Option<bool>,
+    /// Lines of an idem before it recorded containment carry none.
+    containment: Option<String>,
     #[serde(default, deserialize_with = "text_tail")]
     stdout_tail: Option<Vec<u8>>,
     #[serde(default, deserialize_with = "text_tail")]
@@ -65,7 +68,7 @@ pub(super) struct AttemptIn {
 
 impl AttemptIn {
     /// The fields read of an attempt: the rest are passed over unread.
-    pub(super) const FIELDS: [&str; 11] = [
+    pub(super) const FIELDS: [&str; 12] = [
         "attempt",
         "started_at",
         "finished_at",
@@ -73,6 +76,7 @@ impl AttemptIn {
         "signal",
         "timed_out",
         "output_cut",
+        "containment",
         "stdout_tail",
         "stderr_tail",
         "stdout_tail_base64",
@@ -233,6 +237,14 @@ impl RunIn {
 
 impl AttemptIn {
     pub(super) fn attempt(self, index: usize) -> Result<Attempt> {
+        let containment = self
+            .containment
+            .map(|name| {
+                Containment::parse(&name).ok_or_else(|| {
+                    anyhow!("containment '{name}' is none of pid-namespace, guardian")
+                })
+            })
+            .transpose()?;
         Ok(Attempt {
             number: self.attempt.unwrap_or(index as u32 + 1),
             started_at: time("started_at", self.started_at)?,
@@ -250,6 +262,7 @@ impl AttemptIn {
                 .or(self.stderr_tail)
                 .unwrap_or_default(),
             cut: self.output_cut.unwrap_or(false),
+            containment,
         })
     }
 }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::ledger::{Attempt, ExportedRun, ImportSink, Run, Status};
+use crate::process::Containment;
 
 #[derive(Default)]
 struct Collect {
@@ -73,6 +74,7 @@ fn exported(stdout: Vec<u8>) -> ExportedRun {
             stdout_tail: stdout,
             stderr_tail: b"plain".to_vec(),
             cut: true,
+            containment: Some(Containment::PidNamespace),
         }],
         head: true,
         ledger_fence: 7,
@@ -112,6 +114,30 @@ fn the_ledgers_fence_comes_first_and_a_line_without_it_still_imports() {
         .next(&mut Collect::default())
         .unwrap_err();
     assert_eq!(format!("{error:#}"), "line 1: ledger_fence -1 is below 0");
+}
+
+#[test]
+fn an_attempts_containment_goes_by_its_name_and_an_older_line_has_none() {
+    let line = export_line(&exported(b"ok".to_vec())).unwrap();
+    let text = String::from_utf8(line).unwrap();
+    assert!(text.contains(r#""containment":"pid-namespace""#), "{text}");
+    let held = |text: &str| read_back(text.as_bytes()).attempts[0].containment;
+    assert_eq!(held(&text), Some(Containment::PidNamespace));
+    let guardian = text.replacen("pid-namespace", "guardian", 1);
+    assert_eq!(held(&guardian), Some(Containment::GuardianOnly));
+    let older = text.replacen(r#""containment":"pid-namespace","#, "", 1);
+    assert!(!older.contains("containment"), "{older}");
+    assert_eq!(held(&older), None, "not recorded");
+
+    let unknown = text.replacen("pid-namespace", "jail", 1);
+    let mut input = unknown.as_bytes();
+    let error = Lines::new(&mut input, "a line")
+        .next(&mut Collect::default())
+        .unwrap_err();
+    assert_eq!(
+        format!("{error:#}"),
+        "line 1: containment 'jail' is none of pid-namespace, guardian"
+    );
 }
 
 #[test]
@@ -173,8 +199,20 @@ mod properties {
     fn attempt(number: u32) -> impl Strategy<Value = Attempt> {
         let times = (proptest::option::of(time()), proptest::option::of(time()));
         let codes = (any::<Option<i32>>(), any::<Option<i32>>());
-        (times, codes, any::<(bool, bool)>(), bytes(300), bytes(300)).prop_map(
-            move |((started_at, finished_at), (exit_code, signal), (timed_out, cut), out, err)| {
+        let held = prop_oneof![
+            Just(None),
+            Just(Some(Containment::PidNamespace)),
+            Just(Some(Containment::GuardianOnly)),
+        ];
+        let flags = (any::<(bool, bool)>(), held);
+        (times, codes, flags, bytes(300), bytes(300)).prop_map(
+            move |(
+                (started_at, finished_at),
+                (exit_code, signal),
+                ((timed_out, cut), containment),
+                out,
+                err,
+            )| {
                 Attempt {
                     number,
                     started_at,
@@ -185,6 +223,7 @@ mod properties {
                     stdout_tail: out,
                     stderr_tail: err,
                     cut,
+                    containment,
                 }
             },
         )

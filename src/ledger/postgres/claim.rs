@@ -11,6 +11,7 @@ use super::client::{Client, Transaction, READ_COMMITTED};
 use super::interval;
 use super::rows::query_head;
 use super::tx::{owner_gone, Tx};
+use crate::process::Containment;
 
 /// Claims `key` if `plan` asks for it. `seen`: its head as read just
 /// before, with its row id, when there was such a read.
@@ -128,13 +129,14 @@ fn claimed(key: &str, new: &NewRun, epoch: i64) -> Claim {
 }
 
 /// Records that attempt `number` of the claimed run starts, its command in
-/// process group `pgid`; false when the claim's epoch no longer holds the
-/// key.
+/// process group `pgid`, held together by `contained`; false when the
+/// claim's epoch no longer holds the key.
 pub(super) fn attempt_started(
     client: &mut Client,
     claim: &Claim,
     number: u32,
     pgid: u32,
+    contained: Containment,
 ) -> Result<bool, tokio_postgres::Error> {
     // One statement, fenced by the epoch: the key's row is updated
     // (and locked) only while the claim is still this run's. It is
@@ -152,8 +154,8 @@ pub(super) fn attempt_started(
              WHERE id = (SELECT head FROM k) AND status = 'running'
              RETURNING id
          ), a AS (
-             INSERT INTO idem.attempts (run, n, started_at)
-             SELECT id, $4, now() FROM r
+             INSERT INTO idem.attempts (run, n, started_at, containment)
+             SELECT id, $4, now(), $6 FROM r
              ON CONFLICT (run, n) DO NOTHING
          )
          SELECT (SELECT count(*) FROM r) AS started,
@@ -164,6 +166,7 @@ pub(super) fn attempt_started(
             &i64::from(pgid) => INT8,
             &(number as i32) => INT4,
             &claim.run_id => UUID,
+            &contained.name() => TEXT,
         ],
     )?;
     Ok(row.try_get::<_, i64>("started")? == 1)

@@ -16,6 +16,7 @@ use super::client::Client;
 
 use super::super::columns::{AttemptCol, JobCol};
 use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
+use crate::process::Containment;
 
 /// A stored value idem cannot read.
 #[derive(Debug)]
@@ -35,6 +36,19 @@ impl<'a> FromSql<'a> for Status {
     fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Status, FromSqlError> {
         let text = <&str as FromSql>::from_sql(ty, raw)?;
         Status::parse(text).ok_or_else(|| Unreadable(format!("unknown run status {text:?}")).into())
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as FromSql>::accepts(ty)
+    }
+}
+
+/// `attempts.containment`, by its name.
+impl<'a> FromSql<'a> for Containment {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Containment, FromSqlError> {
+        let text = <&str as FromSql>::from_sql(ty, raw)?;
+        Containment::parse(text)
+            .ok_or_else(|| Unreadable(format!("unknown attempt containment {text:?}")).into())
     }
 
     fn accepts(ty: &Type) -> bool {
@@ -184,6 +198,7 @@ pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), tokio_postgr
         stdout_tail: tail(AttemptCol::Stdout)?,
         stderr_tail: tail(AttemptCol::Stderr)?,
         cut: row.try_get(AttemptCol::Cut.at())?,
+        containment: row.try_get(AttemptCol::Containment.at())?,
     };
     Ok((row.try_get(AttemptCol::Run.at())?, attempt))
 }

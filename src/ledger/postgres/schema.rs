@@ -199,6 +199,12 @@ pub const MIGRATIONS: &[&str] = &[
         WHERE delivered_at IS NULL AND NOT lost;
     CREATE INDEX outbox_by_run ON idem.outbox (run_id);
 ",
+    "
+    -- 11: what held each attempt's processes together, recorded as it
+    -- starts (`pid-namespace`, `guardian`); NULL where not recorded (an
+    -- older idem's attempt).
+    ALTER TABLE idem.attempts ADD COLUMN containment text;
+",
 ];
 
 /// The schema version this idem writes.

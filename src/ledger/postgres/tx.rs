@@ -14,6 +14,7 @@ use super::super::rules::{self, KeyFigures};
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
 use super::client::Transaction;
 use super::rows::{job_from_row, maybe_time, query_head, run_from_row, time, unsigned, RunCol};
+use crate::process::Containment;
 
 /// Frees a key's owner columns but its lease's end (see [`RELEASE_OWNER`]).
 macro_rules! owner_gone {
@@ -201,8 +202,8 @@ impl rules::Tx for Tx<'_, '_> {
         }
         self.tx.execute_typed(
             "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
-                 timed_out, stdout_tail, stderr_tail, cut)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                 timed_out, stdout_tail, stderr_tail, cut, containment)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             &[
                 (&id, Type::INT8),
                 (&(attempt.number as i32), Type::INT4),
@@ -217,6 +218,7 @@ impl rules::Tx for Tx<'_, '_> {
                 (&tail(&attempt.stdout_tail), Type::BYTEA),
                 (&tail(&attempt.stderr_tail), Type::BYTEA),
                 (&attempt.cut, Type::BOOL),
+                (&attempt.containment.map(Containment::name), Type::TEXT),
             ],
         )?;
         Ok(())

@@ -13,6 +13,7 @@ use super::super::columns::{AttemptCol, JobCol};
 use super::super::error::LedgerError;
 use super::super::runlock::RunLocks;
 use super::super::{decode_command, Attempt, Head, HookRun, JobState, Owner, Run, Status, Tails};
+use super::containment::ContainmentCode;
 use crate::exit::io_words;
 
 /// Runs with their keys and jobs, for [`RunCol`].
@@ -240,6 +241,8 @@ pub(super) fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Attempt> {
         stdout_tail: tail(AttemptCol::Stdout)?,
         stderr_tail: tail(AttemptCol::Stderr)?,
         cut: get(row, AttemptCol::Cut.at())?,
+        containment: get::<Option<ContainmentCode>>(row, AttemptCol::Containment.at())?
+            .map(|code| code.0),
     })
 }
 

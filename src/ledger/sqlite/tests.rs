@@ -161,7 +161,9 @@ fn a_runs_writes_prepare_nothing_beyond_what_they_prepare_ahead() {
             .unwrap()
             .expect("claimed");
         assert_eq!(statements(&ledger), before, "the claim prepared more");
-        ledger.attempt_started(&claim, 1, 1).unwrap();
+        ledger
+            .attempt_started(&claim, 1, 1, crate::process::Containment::GuardianOnly)
+            .unwrap();
         let before = prepared(&mut ledger, &Ahead::outcome());
         let attempt = Attempt {
             number: 1,

@@ -14,6 +14,7 @@ use super::super::columns::JobCol;
 use super::super::rules::{self, KeyFigures};
 use super::super::runlock::RunLocks;
 use super::super::{encode_command, encode_keys, Attempt, Head, JobState, Run, Status};
+use super::containment::code;
 use super::rows::{
     by_the_kernel, count_at, get, job_from_row, millis, query_head, run_from_row, time_at, RunCol,
     StatusCode, ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
@@ -349,13 +350,16 @@ pub(super) fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> ru
         (!attempt.stdout_tail.is_empty()).then_some(&attempt.stdout_tail),
         (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
         attempt.cut,
+        code(attempt.containment),
     ];
-    let updated = tx.prepare_cached(END_ATTEMPT)?.execute(values)?;
+    // END_ATTEMPT takes the first ten: an end leaves the containment its
+    // start recorded.
+    let updated = tx.prepare_cached(END_ATTEMPT)?.execute(&values[..10])?;
     if updated == 0 {
         tx.prepare_cached(
             "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal,
-                 timed_out, stdout_tail, stderr_tail, cut)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 timed_out, stdout_tail, stderr_tail, cut, containment)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?
         .execute(values)?;
     }

@@ -122,6 +122,7 @@ fn attempt_section(key: &str, shown: &AttemptShown) -> Markup {
     html! {
         section.attempt {
             h3 { "Attempt " (attempt.number) ": " (outcome(attempt)) }
+            @if let Some(held) = attempt.containment { p.meta { "Containment: " (held.words()) } }
             (tail("stdout", &shown.stdout))
             (tail("stderr", &shown.stderr))
             @if shown.stdout.cut || shown.stderr.cut {
