@@ -59,6 +59,8 @@ mod columns;
 mod error;
 mod inspect;
 mod job;
+mod judged;
+mod left;
 pub mod line;
 mod location;
 mod marks;
@@ -100,6 +102,7 @@ pub(crate) use sqlite::path::{disk_full, free_bytes, side_file};
 pub(crate) use sqlite::SqliteInspector;
 pub use sqlite::SqliteLedger;
 pub use stops::{StopRequest, Stops};
+pub use judged::Judged;
 pub use types::*;
 
 /// What a run asks of its ledger on its way, top to bottom: the key's head

@@ -177,6 +177,7 @@ mod tests {
                 pgid: None,
                 run_id: uuid::Uuid::nil(),
                 alive: Some(true),
+                judged: Default::default(),
             }),
             read_at: None,
             checked_at: None,
