@@ -80,6 +80,7 @@ use uuid::Uuid;
 
 pub(crate) use inspect::{Inspect, Schema};
 pub use job::*;
+pub use judged::Judged;
 pub use location::*;
 pub use marks::*;
 pub use outbox::{EventState, NewEvent, Outbox, Owed, Settled};
@@ -102,7 +103,6 @@ pub(crate) use sqlite::path::{disk_full, free_bytes, side_file};
 pub(crate) use sqlite::SqliteInspector;
 pub use sqlite::SqliteLedger;
 pub use stops::{StopRequest, Stops};
-pub use judged::Judged;
 pub use types::*;
 
 /// What a run asks of its ledger on its way, top to bottom: the key's head

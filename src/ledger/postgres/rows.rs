@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 use super::client::Client;
 
 use super::super::columns::{AttemptCol, JobCol};
-use super::super::{Judged, decode_command, Attempt, Head, JobState, Owner, Run, Status};
+use super::super::{decode_command, Attempt, Head, JobState, Judged, Owner, Run, Status};
 
 /// A stored value idem cannot read.
 #[derive(Debug)]

@@ -406,7 +406,8 @@ fn owner_from_row(
 ) -> rusqlite::Result<Owner> {
     let lock: Option<i64> = get(row, at + OwnerCol::Locked.at())?;
     let boot: Option<String> = get(row, at + OwnerCol::Boot.at())?;
-    let (alive, judged) = match judge(get(row, at + OwnerCol::KeyId.at())?, lock, boot.as_deref())? {
+    let (alive, judged) = match judge(get(row, at + OwnerCol::KeyId.at())?, lock, boot.as_deref())?
+    {
         Some(false) if super::super::left::left_running(run, boot.as_deref()) => {
             (Some(true), Judged::LeftRunning)
         }
