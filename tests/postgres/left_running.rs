@@ -109,37 +109,23 @@ impl Drop for Worker {
     }
 }
 
-#[test]
-fn postgres_a_worker_left_on_this_host_keeps_its_key_after_the_lease() {
-    let Some(pg) = Pg::new("postgres_worker_left_on_this_host") else {
-        return;
-    };
-    let Some(folder) = nobody_folder(&pg) else {
-        return;
-    };
+/// A run of `k` as `nobody` whose worker closed its descriptors and left
+/// its session, then `pkill -9 idem`: the worker, still alive.
+fn worker_left_by_a_killed_run(pg: &Pg, folder: &Path) -> Worker {
     let pid_file = folder.join("worker.pid");
     // Deaf to the SIGTERM a guardian may still send as idem dies: killed
     // together, neither stops the run, as `pkill -9 idem` finds it.
     let worker = format!(
         "trap '' TERM HUP INT; echo $$ > '{}'; {}",
         pid_file.display(),
-        guarded_in(&folder, 600)
+        guarded_in(folder, 600)
     );
     let log = pg.env.path("first.log");
-    let mut argv = vec![
-        "-v",
-        "run",
-        "--key",
-        "k",
-        "--retries",
-        "0",
-        "--lease",
-        LEASE,
-    ];
-    argv.push("--");
+    let mut argv = vec!["-v", "run", "--key", "k", "--retries", "0"];
+    argv.extend(["--lease", LEASE, "--"]);
     let command = python_leaving(&worker, "");
     argv.extend(command.iter().map(String::as_str));
-    let mut first = nobody(&pg, &folder, &argv)
+    let mut first = nobody(pg, folder, &argv)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -149,12 +135,24 @@ fn postgres_a_worker_left_on_this_host_keeps_its_key_after_the_lease() {
             panic!("the first run ended early: {status}");
         }
         let pid = std::fs::read_to_string(&pid_file).ok()?;
-        (count(&folder, "count") == 1).then(|| pid.trim().parse::<i32>().ok())?
+        (count(folder, "count") == 1).then(|| pid.trim().parse::<i32>().ok())?
     }));
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("containment: guardian only"), "{said}");
     kill_idem_and_its_guardian(first);
     assert!(lives(worker.0), "the worker died with its guardian");
+    worker
+}
+
+#[test]
+fn postgres_a_worker_left_on_this_host_keeps_its_key_after_the_lease() {
+    let Some(pg) = Pg::new("postgres_worker_left_on_this_host") else {
+        return;
+    };
+    let Some(folder) = nobody_folder(&pg) else {
+        return;
+    };
+    let worker = worker_left_by_a_killed_run(&pg, &folder);
     wait_for_the_lease(&pg, "k");
 
     let check = guarded_in(&folder, 0);
