@@ -158,7 +158,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
             [CompletionResult]::new('--purge', '--purge', [CompletionResultType]::ParameterName, 'Remove the keys'' history too')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Say what would change, change nothing')
-            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Also forget a running key whose owner idem cannot judge (its lock file moved or deleted while it ran, or a claim of an idem too old to lock); a live run is never forgotten')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')

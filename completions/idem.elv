@@ -150,7 +150,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand --color 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never'
             cand --purge 'Remove the keys'' history too'
             cand --dry-run 'Say what would change, change nothing'
-            cand --force 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten'
+            cand --force 'Also forget a running key whose owner idem cannot judge (its lock file moved or deleted while it ran, or a claim of an idem too old to lock); a live run is never forgotten'
             cand -q 'Print none of idem''s own lines (errors that stop idem still print)'
             cand --quiet 'Print none of idem''s own lines (errors that stop idem still print)'
             cand -v 'Also print the lines idem keeps quiet under cron (skips)'

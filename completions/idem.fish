@@ -142,7 +142,7 @@ always\t'Always, even into a pipe'
 never\t'Never'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l purge -d 'Remove the keys\' history too'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l dry-run -d 'Say what would change, change nothing'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l force -d 'Also forget a running key whose owner idem cannot judge (a claim made by an older idem); a live run is never forgotten'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l force -d 'Also forget a running key whose owner idem cannot judge (its lock file moved or deleted while it ran, or a claim of an idem too old to lock); a live run is never forgotten'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -7,6 +7,7 @@ mod claims;
 mod connections;
 mod database;
 mod failover;
+mod left_running;
 mod moves;
 mod prune;
 mod trips;

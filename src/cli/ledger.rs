@@ -36,8 +36,9 @@ pub enum LedgerCommand {
         /// Say what would change, change nothing
         #[arg(long)]
         dry_run: bool,
-        /// Also forget a running key whose owner idem cannot judge (a claim
-        /// made by an older idem); a live run is never forgotten
+        /// Also forget a running key whose owner idem cannot judge (its lock
+        /// file moved or deleted while it ran, or a claim of an idem too old
+        /// to lock); a live run is never forgotten
         #[arg(long)]
         force: bool,
     },

@@ -257,8 +257,9 @@ fn forget(
         let at = format!(" ({} on {})", holders::describe(owner), owner.host);
         let message = if owner.alive.is_none() {
             format!(
-                "key {} is running{at} under an owner idem cannot judge (claimed by an older idem); nothing was forgotten (check that it is gone, then add --force)",
-                busy.key
+                "key {} is running{at} under an owner idem cannot judge ({}); nothing was forgotten (check that it is gone, then add --force)",
+                busy.key,
+                owner.judged.unjudged_words()
             )
         } else {
             format!(

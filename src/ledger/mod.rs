@@ -59,6 +59,8 @@ mod columns;
 mod error;
 mod inspect;
 mod job;
+mod judged;
+mod left;
 pub mod line;
 mod location;
 mod marks;
@@ -79,6 +81,7 @@ use uuid::Uuid;
 
 pub(crate) use inspect::{Inspect, Schema};
 pub use job::*;
+pub use judged::Judged;
 pub use location::*;
 pub use marks::*;
 pub use outbox::{EventState, NewEvent, Outbox, Owed, Settled};

@@ -59,6 +59,8 @@ pub struct Owner {
     /// it cannot be judged (a claim of an idem that did not lock), so it is
     /// presumed alive until a person frees it (`ledger forget --force`).
     pub alive: Option<bool>,
+    /// What told it: a line naming the owner says why it is unjudged.
+    pub judged: super::Judged,
 }
 
 impl Owner {

@@ -53,6 +53,30 @@ pub fn describe(owner: &Owner) -> String {
     crate::report::holder(owner)
 }
 
+/// The owner of ended run `run`, as far as the lines that name its
+/// processes need one: its processes still hold the key.
+pub fn left_by(run: &crate::ledger::Run) -> Owner {
+    Owner {
+        host: run.host.clone(),
+        pid: run.pid,
+        pgid: None,
+        run_id: run.run_id,
+        alive: Some(true),
+        judged: crate::ledger::Judged::LeftRunning,
+    }
+}
+
+/// Why a key whose last run ended is held: what that run left running,
+/// named when its processes are found here (`left_by`, see [`left_by`]).
+pub fn lingering(left_by: Option<&Owner>) -> String {
+    let living = left_by.map(living).unwrap_or_default();
+    let line = "is still held by processes an earlier run of it left running";
+    if living.is_empty() {
+        return line.to_owned();
+    }
+    format!("{line}: {}", names(&living))
+}
+
 /// `pid 41 (sleep), pid 40 (sh)`, the first few of `living`, and how many
 /// more there are.
 pub fn names(living: &[Living]) -> String {

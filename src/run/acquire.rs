@@ -215,9 +215,7 @@ impl Acquirer<'_> {
                 owner.host,
                 crate::render::local_with_zone(since)
             ),
-            Refusal::Lingering => {
-                "is still held by processes an earlier run of it left running".to_owned()
-            }
+            Refusal::Lingering { left_by } => crate::process::holders::lingering(left_by.as_ref()),
         };
         if super::wait_a_moment(self.wait_until, &mut self.spinner, self.reporter, |left| {
             format!("waiting for {key}: it {holder}; {left} left")

@@ -68,8 +68,9 @@ pub enum Refusal {
     Mismatch,
     /// The key is running under a live owner (exit 75, or wait).
     Busy { owner: Owner, since: Timestamp },
-    /// Processes left by an ended run of the key still hold it (75, or wait).
-    Lingering,
+    /// Processes left by an ended run of the key still hold it (75, or
+    /// wait); `left_by`: that run, the key's head as the plan read it.
+    Lingering { left_by: Option<Owner> },
     /// The last run was abandoned and `--on-abandoned fail` was given (69).
     AbandonedFail,
 }
@@ -77,7 +78,7 @@ pub enum Refusal {
 impl Refusal {
     /// Whether another run holds the key: something `--wait` waits out.
     pub fn held(&self) -> bool {
-        matches!(self, Refusal::Busy { .. } | Refusal::Lingering)
+        matches!(self, Refusal::Busy { .. } | Refusal::Lingering { .. })
     }
 }
 
@@ -104,7 +105,8 @@ pub fn decide(head: Option<&Head>, lingering: bool, rules: &Rules) -> Decision {
     };
     let refuse = |refusal| decision(Verdict::Refuse(refusal));
     if lingering {
-        return refuse(Refusal::Lingering);
+        let left_by = head.map(|head| crate::process::holders::left_by(&head.run));
+        return refuse(Refusal::Lingering { left_by });
     }
     let Some(head) = head else {
         return decision(Verdict::Run { recovered: false });
@@ -177,6 +179,7 @@ mod tests {
                 pgid: None,
                 run_id: uuid::Uuid::nil(),
                 alive: Some(true),
+                judged: Default::default(),
             }),
             read_at: None,
             checked_at: None,
@@ -225,7 +228,7 @@ mod tests {
             Verdict::Refuse(Refusal::Skip { .. }) => Kind::Skip,
             Verdict::Refuse(Refusal::Mismatch) => Kind::Mismatch,
             Verdict::Refuse(Refusal::Busy { .. }) => Kind::Busy,
-            Verdict::Refuse(Refusal::Lingering) => Kind::Lingering,
+            Verdict::Refuse(Refusal::Lingering { .. }) => Kind::Lingering,
             Verdict::Refuse(Refusal::AbandonedFail) => Kind::AbandonedFail,
         }
     }

@@ -83,13 +83,14 @@ pub fn stop_head_by(
         signal,
         seen_at: None,
     })?;
+    let local = !ledger.leased() || left_here(&head);
     let mut stopping = Stopping {
         key,
         head,
         signal,
         grace,
         asked_at: Instant::now(),
-        local: !ledger.leased(),
+        local,
         signalled: HashSet::new(),
         killed: false,
     };
@@ -164,6 +165,15 @@ impl Stopping {
         }
         Ok(State::Going)
     }
+}
+
+/// Whether a running head lives only by processes it left on this host
+/// (its lease passed: no owner hears the request), which this host then
+/// signals as on a local ledger.
+fn left_here(head: &Head) -> bool {
+    head.owner
+        .as_ref()
+        .is_some_and(|owner| owner.judged == ledger::Judged::LeftRunning)
 }
 
 /// Whether a running head's owner is known to be gone (no process of the

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::util::{eventually, lives, wait_for_file, Env};
+use crate::util::{eventually, lives, processes_of, wait_for_file, Env};
 
 /// The pids of the live processes whose environment holds `mark`.
 fn marked(mark: &str) -> Vec<i32> {
@@ -125,5 +125,49 @@ fn a_held_key_names_the_processes_that_hold_it() {
         "the run's processes to be gone",
         Duration::from_secs(30),
         || marked(&mark).is_empty(),
+    );
+}
+
+/// A key whose last run is recorded over while a process of it still
+/// holds the run's lock (as an idem that recorded an outcome without
+/// waiting for such processes left it): the next run is refused, and the
+/// line names what that run left running.
+#[test]
+fn a_key_held_by_what_its_ended_run_left_running_names_it() {
+    let env = Env::new();
+    let started = env.path("started");
+    let script = format!(
+        "trap '' TERM; touch '{}'; exec sleep 120",
+        started.display()
+    );
+    let mut first = env
+        .idem(["run", "--key", "g", "--shell", "--", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, Duration::from_secs(60), &mut first);
+    let run_id = env.list_json()[0]["run_id"].as_str().unwrap().to_owned();
+    crate::util::sqlite(&env.db(), "UPDATE runs SET status = 2;");
+
+    let refused = env
+        .cmd(["run", "--key", "g", "--", "true"])
+        .expect_code(75)
+        .stderr_has("g is still held by processes an earlier run of it left running: pid ");
+    let sleeps: Vec<i32> = named(&refused.stderr())
+        .into_iter()
+        .filter(|(_, name)| name == "sleep")
+        .map(|(pid, _)| pid)
+        .collect();
+    let left = processes_of(&run_id);
+    let _ = first.kill();
+    let _ = first.wait();
+    for pid in &left {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    assert!(
+        !sleeps.is_empty() && sleeps.iter().all(|pid| left.contains(pid)),
+        "{}",
+        refused.stderr()
     );
 }

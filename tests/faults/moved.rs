@@ -151,6 +151,31 @@ fn a_dead_run_whose_lock_file_was_deleted_waits_for_a_reboot_or_a_person() {
         let message = check["message"].as_str().unwrap();
         assert!(message.contains(": k"), "{check}");
     }
+    // Each line says what idem knows: the file moved, not an older idem.
+    let moved = "its lock file was moved or deleted while it ran";
+    let (_, check) = doctor_check(&env, &env.db(), "running keys");
+    assert!(
+        check["message"].as_str().unwrap().contains(moved),
+        "{check}"
+    );
+    let forget = env.run(["ledger", "forget", "k"]);
+    assert_eq!(forget.status.code(), Some(75));
+    assert!(
+        text(&forget.stderr).contains(moved),
+        "{}",
+        text(&forget.stderr)
+    );
+    // A claim that took no lock at all: an idem too old to take one.
+    crate::util::sqlite(&env.db(), "UPDATE keys SET owner_lock = NULL;");
+    let old = "claimed by an idem too old to take the run's lock";
+    let (_, check) = doctor_check(&env, &env.db(), "running keys");
+    assert!(check["message"].as_str().unwrap().contains(old), "{check}");
+    let forget = env.run(["ledger", "forget", "k"]);
+    assert!(
+        text(&forget.stderr).contains(old),
+        "{}",
+        text(&forget.stderr)
+    );
     // As after a reboot: the claim's boot is not this one.
     crate::util::sqlite(&env.db(), "UPDATE keys SET owner_boot = 'another boot';");
     assert_code(&env.run(args), 0);

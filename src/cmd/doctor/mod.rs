@@ -222,13 +222,17 @@ fn running_keys(rows: Vec<(String, Owner)>, report: &mut Report) {
     if !unjudged.is_empty() {
         let keys: Vec<String> = unjudged
             .iter()
-            .map(|(key, owner)| held(key, owner))
+            .map(|(key, owner)| {
+                let holder = crate::process::holders::describe(owner);
+                let why = owner.judged.unjudged_words();
+                format!("{key} ({holder} on {}: {why})", owner.host)
+            })
             .collect();
         report.push(
             "running keys",
             Level::Problem,
             format!(
-                "{} key(s) running under an owner idem cannot judge (claimed by an older idem): {}",
+                "{} key(s) running under an owner idem cannot judge: {}",
                 keys.len(),
                 keys.join(", ")
             ),

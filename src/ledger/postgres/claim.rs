@@ -10,7 +10,7 @@ use super::super::{encode_command, Claim, Head, NewRun, Plan, Status};
 use super::client::{Client, Transaction, READ_COMMITTED};
 use super::interval;
 use super::rows::query_head;
-use super::tx::{owner_gone, Tx};
+use super::tx::Tx;
 use crate::process::Containment;
 
 /// Claims `key` if `plan` asks for it. `seen`: its head as read just
@@ -200,6 +200,7 @@ async fn start_run(
         &new.job.zone => TEXT,
         &head.is_some() => BOOL,
         &head.flatten() => INT8,
+        &crate::host::boot_id() => TEXT,
     ];
     let row = match head {
         Some(_) => db.query_typed_opt(&sql, params).await?,
@@ -209,10 +210,11 @@ async fn start_run(
 }
 
 /// The statement of [`start_run`]: `$12`, whether the key's head must
-/// still be `$13` for anything to be written.
+/// still be `$13` for anything to be written; `$14`, this boot, so that a
+/// head whose lease passed is asked of this host's processes only in the
+/// boot that claimed it.
 fn start_run_sql() -> String {
-    concat!(
-        "WITH ok AS (
+    "WITH ok AS (
              SELECT 1 WHERE NOT $12
                  OR (SELECT head FROM idem.keys WHERE key = $1) IS NOT DISTINCT FROM $13
          ), job AS (
@@ -231,12 +233,11 @@ fn start_run_sql() -> String {
              SELECT $2, $1, 'running', now(), $3, $4, $5, $6, $7, $9 FROM ok
              RETURNING id
          )
-         UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'), ",
-        owner_gone!(),
-        ", lease = $8::text::interval,
+         UPDATE idem.keys SET head = run.id, epoch = nextval('idem.fences'),
+             owner_boot = nullif($14, ''), owner_pid_start = NULL, owner_pgid = NULL,
+             owner_pgid_start = NULL, lease = $8::text::interval,
              lease_until = clock_timestamp() + $8::text::interval
          FROM run WHERE idem.keys.key = $1
          RETURNING idem.keys.epoch"
-    )
-    .to_owned()
+        .to_owned()
 }

@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 use super::client::Client;
 
 use super::super::columns::{AttemptCol, JobCol};
-use super::super::{decode_command, Attempt, Head, JobState, Owner, Run, Status};
+use super::super::{decode_command, Attempt, Head, JobState, Judged, Owner, Run, Status};
 use crate::process::Containment;
 
 /// A stored value idem cannot read.
@@ -151,10 +151,12 @@ select_list! {
 
 select_list! {
     /// Who owns a key's running head (`k`: idem.keys), after a [`RunCol`]
-    /// list: an owner is judged by its lease alone, on the database's clock.
+    /// list: an owner is judged by its lease, on the database's clock, and
+    /// once that has passed, by what its run left running on this host.
     pub(super) enum OwnerCol {
         Pgid = "k.owner_pgid",
         Expired = "coalesce(k.lease_until < clock_timestamp(), false)",
+        Boot = "k.owner_boot",
     }
 }
 
@@ -204,18 +206,27 @@ pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), tokio_postgr
 }
 
 /// Reads an [`OwnerCol`] list starting at column `at`: the owner of `run`.
+/// A lease that has passed ends the run unless processes of it still live
+/// here (see [`left_running`](super::super::left::left_running)).
 pub(super) fn owner_from_row(
     row: &Row,
     at: usize,
     run: &Run,
 ) -> Result<Owner, tokio_postgres::Error> {
     let expired: bool = row.try_get(at + OwnerCol::Expired.at())?;
+    let boot: Option<&str> = row.try_get(at + OwnerCol::Boot.at())?;
+    let left = expired && super::super::left::left_running(run, boot);
     Ok(Owner {
         host: run.host.clone(),
         pid: run.pid,
         run_id: run.run_id,
         pgid: maybe_unsigned(row, at + OwnerCol::Pgid.at())?,
-        alive: Some(!expired),
+        alive: Some(!expired || left),
+        judged: if left {
+            Judged::LeftRunning
+        } else {
+            Judged::Held
+        },
     })
 }
 

@@ -16,16 +16,9 @@ use super::client::Transaction;
 use super::rows::{job_from_row, maybe_time, query_head, run_from_row, time, unsigned, RunCol};
 use crate::process::Containment;
 
-/// Frees a key's owner columns but its lease's end (see [`RELEASE_OWNER`]).
-macro_rules! owner_gone {
-    () => {
-        "owner_boot = NULL, owner_pid_start = NULL, owner_pgid = NULL, owner_pgid_start = NULL"
-    };
-}
-pub(super) use owner_gone;
-
 /// Frees a key's owner: the run it owned has ended or was judged gone.
-pub(super) const RELEASE_OWNER: &str = concat!(owner_gone!(), ", lease_until = NULL");
+pub(super) const RELEASE_OWNER: &str = "owner_boot = NULL, owner_pid_start = NULL, \
+    owner_pgid = NULL, owner_pgid_start = NULL, lease_until = NULL";
 
 /// One transaction, and the runs `prune` set aside in it.
 pub(super) struct Tx<'a, 'b> {

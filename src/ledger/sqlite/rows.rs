@@ -12,7 +12,9 @@ use uuid::Uuid;
 use super::super::columns::{AttemptCol, JobCol};
 use super::super::error::LedgerError;
 use super::super::runlock::RunLocks;
-use super::super::{decode_command, Attempt, Head, HookRun, JobState, Owner, Run, Status, Tails};
+use super::super::{
+    decode_command, Attempt, Head, HookRun, JobState, Judged, Owner, Run, Status, Tails,
+};
 use super::containment::ContainmentCode;
 use crate::exit::io_words;
 
@@ -407,9 +409,16 @@ fn owner_from_row(
 ) -> rusqlite::Result<Owner> {
     let lock: Option<i64> = get(row, at + OwnerCol::Locked.at())?;
     let boot: Option<String> = get(row, at + OwnerCol::Boot.at())?;
-    let alive = match judge(get(row, at + OwnerCol::KeyId.at())?, lock, boot.as_deref())? {
-        Some(false) if left_running(run, boot.as_deref()) => Some(true),
-        alive => alive,
+    let (alive, judged) = match judge(get(row, at + OwnerCol::KeyId.at())?, lock, boot.as_deref())?
+    {
+        Some(false) if super::super::left::left_running(run, boot.as_deref()) => {
+            (Some(true), Judged::LeftRunning)
+        }
+        // A claim that locked names the lock file it locked: unjudged, that
+        // file is no longer the one at the path.
+        None if lock.is_some_and(|stamp| stamp != 0) => (None, Judged::LockMoved),
+        None => (None, Judged::Unlocked),
+        alive => (alive, Judged::Held),
     };
     Ok(Owner {
         host: run.host.clone(),
@@ -417,23 +426,8 @@ fn owner_from_row(
         run_id: run.run_id,
         pgid: get(row, at + OwnerCol::Pgid.at())?,
         alive,
+        judged,
     })
-}
-
-/// Whether a run the lock judged over still has processes here: one that
-/// closed the descriptors it inherited holds no lock, and without a PID
-/// namespace nothing killed it with its guardian. Asked only of a run of
-/// this host and boot (a pid of another means nothing here), and only
-/// once the lock said over, so a skip or a free key never scans `/proc`.
-fn left_running(run: &Run, boot: Option<&str>) -> bool {
-    let this_boot = crate::host::boot_id();
-    let same_boot = match boot {
-        Some(boot) if !boot.is_empty() && !this_boot.is_empty() => boot == this_boot,
-        _ => true,
-    };
-    same_boot
-        && run.host == crate::host::name()
-        && crate::process::run_lives(&run.run_id.to_string())
 }
 
 /// The key's head with its row id, its owner judged by `judge`.
