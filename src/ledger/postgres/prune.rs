@@ -1,72 +1,68 @@
-//! `idem ledger prune` on a shared ledger: old runs deleted in batches,
-//! each its own short transaction, so that the claims of a busy fleet wait
-//! for one batch at most, never for the whole prune.
+//! `idem ledger prune` on a shared ledger: old runs deleted in batches
+//! ([`rules::prune`]), each its own short transaction, so that the claims
+//! of a busy fleet wait for one batch at most, never for the whole prune.
 //!
 //! A batch takes the job rows of the runs it deletes (their figures are
-//! counted down), the rows a claim of those jobs writes too: a batch of
-//! [`BATCH`] runs holds them only for its last statement and its commit. Runs are taken in
-//! start order from where the last batch ended, so rows a batch passed
-//! over (a key's head) are not read again by every later batch.
+//! counted down), the rows a claim of those jobs writes too: it holds them
+//! only for its last statement and its commit.
 
 use jiff::Timestamp;
 use tokio_postgres::Row;
 
-use super::super::PruneReport;
+use super::super::rules::{PruneBatches, PruneCursor, PrunedBatch};
 use futures_util::future::try_join4;
 
 use super::client::{Client, READ_COMMITTED};
 use super::rows::unsigned;
 
-/// Runs deleted per transaction: small enough that a batch holds its job
-/// rows for milliseconds, large enough that a million runs take seconds.
-pub(super) const BATCH: i64 = 1000;
+/// A prune's batches on a shared ledger, over its connection.
+pub(super) struct Batches<'a>(pub &'a mut Client);
 
-/// Deletes the runs that finished before `before` (never a key's head,
-/// never running), batch by batch, then the keys left with neither runs
-/// nor a head.
-pub(super) fn prune(
-    client: &mut Client,
-    before: Timestamp,
-) -> Result<PruneReport, tokio_postgres::Error> {
-    let mut report = PruneReport::default();
-    let mut after: Option<(Timestamp, i64)> = None;
-    loop {
-        let row = batch(client, before, after)?;
-        let runs: u64 = unsigned(&row, "runs")?;
-        report.runs += runs;
-        report.attempts += unsigned::<u64, _>(&row, "attempts")?;
-        report.output_bytes += unsigned::<u64, _>(&row, "bytes")?;
-        if runs < BATCH as u64 {
-            break;
-        }
-        let last: Option<jiff::Timestamp> = row.try_get("last_started")?;
+impl PruneBatches for Batches<'_> {
+    type Error = tokio_postgres::Error;
+
+    fn prune_batch(
+        &mut self,
+        before: Timestamp,
+        after: Option<PruneCursor>,
+        size: u64,
+    ) -> Result<PrunedBatch, tokio_postgres::Error> {
+        let row = batch(self.0, before, after, size)?;
+        let last: Option<Timestamp> = row.try_get("last_started")?;
         let last_id: Option<i64> = row.try_get("last_id")?;
-        match (last, last_id) {
-            (Some(started), Some(id)) => after = Some((started, id)),
-            _ => break,
-        }
+        Ok(PrunedBatch {
+            taken: unsigned(&row, "taken")?,
+            runs: unsigned(&row, "runs")?,
+            attempts: unsigned(&row, "attempts")?,
+            bytes: unsigned(&row, "bytes")?,
+            last: last.zip(last_id),
+        })
     }
-    // Keys left with neither runs nor a head: each row is locked only
-    // for this one statement.
-    report.keys = client.execute(
-        "DELETE FROM idem.keys k WHERE k.head IS NULL
-           AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
-        &[],
-    )?;
-    Ok(report)
+
+    /// Keys left with neither runs nor a head: each row is locked only
+    /// for this one statement.
+    fn delete_unused_keys(&mut self) -> Result<u64, tokio_postgres::Error> {
+        self.0.execute(
+            "DELETE FROM idem.keys k WHERE k.head IS NULL
+               AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
+            &[],
+        )
+    }
 }
 
-/// One batch, one transaction, one round trip: up to [`BATCH`] runs
-/// after `after` (in start order) deleted with their attempts, then
-/// counted down from their jobs, then the commit. The jobs' rows, which
-/// claims write too, are taken only by the second statement, right before
-/// the commit. The row says how many went and where the batch ended.
+/// One batch, one transaction, one round trip: up to `size` runs after
+/// `after` (in start order) deleted with their attempts, then counted
+/// down from their jobs, then the commit. The jobs' rows, which claims
+/// write too, are taken only by the second statement, right before the
+/// commit. The row says how many went and where the batch ended.
 fn batch(
     client: &mut Client,
     before: Timestamp,
-    after: Option<(Timestamp, i64)>,
+    after: Option<PruneCursor>,
+    size: u64,
 ) -> Result<Row, tokio_postgres::Error> {
     let (since, since_id) = after.map_or((None, 0), |(at, id)| (Some(at), id));
+    let size = i64::try_from(size).unwrap_or(i64::MAX);
     let delete = delete_sql(since.is_some());
     client.pipeline(async |db| {
         let ((), row, _, ()) = try_join4(
@@ -75,7 +71,7 @@ fn batch(
                 &delete,
                 typed![
                     &before => TIMESTAMPTZ,
-                    &BATCH => INT8,
+                    &size => INT8,
                     &since => TIMESTAMPTZ,
                     &since_id => INT8,
                 ],
@@ -130,7 +126,7 @@ fn delete_sql(after: bool) -> String {
          ), last AS (
              SELECT started_at, id FROM b ORDER BY started_at DESC, id DESC LIMIT 1
          )
-         SELECT (SELECT count(*) FROM b) AS runs,
+         SELECT (SELECT count(*) FROM b) AS taken, (SELECT count(*) FROM b) AS runs,
              (SELECT count(*) FROM a) AS attempts,
              (SELECT coalesce(sum(bytes), 0) FROM a)::bigint AS bytes,
              (SELECT started_at FROM last) AS last_started,
