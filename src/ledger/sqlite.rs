@@ -441,7 +441,7 @@ impl Records for SqliteLedger {
         if dry_run {
             return self.rehearse_prune(before);
         }
-        let report = rules::prune(self, before)?;
+        let report = self.with_prune_cache(|ledger| rules::prune(ledger, before))?;
         self.checkpoint();
         Ok(report)
     }

@@ -3,6 +3,8 @@
 //! lock, so that a claim waits for one batch at most, never for the whole
 //! prune (which could outlast its wait and fail it). A dry run only reads.
 
+use std::time::Duration;
+
 use anyhow::Result;
 use jiff::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -10,6 +12,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::super::rules::{self, PruneBatches, PruneCursor, PrunedBatch};
 use super::super::PruneReport;
 use super::durability::Sync;
+use super::open::CACHE_KIB;
 use super::rows::{millis, time_at, RUNNING};
 use super::tx::{uncount_runs, Tx};
 use super::SqliteLedger;
@@ -34,6 +37,36 @@ impl SqliteLedger {
     }
 }
 
+/// How long a prune leaves the writers' lock free after each batch, for
+/// the claims that waited for it: a few times the time a woken process
+/// takes to run (a prune of 200,000 runs pauses 1 s in all).
+const BETWEEN_BATCHES: Duration = Duration::from_millis(5);
+
+/// The page cache of a prune, in KiB. Every batch rewrites the pages of
+/// the runs' indexes it touches (by key, by run id), which hold runs of
+/// every age: with the cache of a run (512 KiB) each batch would read
+/// most of them back from the file.
+const PRUNE_CACHE_KIB: i64 = 16 * 1024;
+
+impl SqliteLedger {
+    /// Runs `body` with the page cache of a prune, then the usual one.
+    pub(super) fn with_prune_cache<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let set = |ledger: &mut Self, kib: i64| {
+            ledger
+                .conn
+                .pragma_update(None, "cache_size", -kib)
+                .map_err(|error| ledger.fail("configure", &error))
+        };
+        set(self, PRUNE_CACHE_KIB)?;
+        let value = body(self);
+        set(self, CACHE_KIB)?;
+        value
+    }
+}
+
 impl PruneBatches for SqliteLedger {
     type Error = anyhow::Error;
 
@@ -45,9 +78,15 @@ impl PruneBatches for SqliteLedger {
         after: Option<PruneCursor>,
         size: u64,
     ) -> Result<PrunedBatch> {
-        self.write("prune", Sync::InCommit, &[], |tx| {
+        let batch = self.write("prune", Sync::InCommit, &[], |tx| {
             prune_batch(tx, before, after, size)
-        })
+        })?;
+        // The kernel hands a released lock to no one in particular: the
+        // waiting claims are only woken, and the prune, already running,
+        // would take it again before them batch after batch (a claim then
+        // waited up to 2 s). Pausing lets them in first.
+        std::thread::sleep(BETWEEN_BATCHES);
+        Ok(batch)
     }
 
     fn delete_unused_keys(&mut self) -> Result<u64> {
