@@ -1,13 +1,14 @@
 //! `idem ledger prune` of many runs of a SQLite ledger while clients claim
 //! keys of the same job: it deletes in batches, each its own write
 //! transaction, so the claims go on between them and every one succeeds;
-//! and it drops what a dry run says, the jobs' figures right at the end.
+//! and it drops what a dry run says, the jobs' figures right at the end. A
+//! dry run only reads, so it never waits for the writers' lock.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{eventually, sqlite, text, wrapped, Env};
+use crate::util::{eventually, sqlite, text, wait_for_file, wrapped, Env};
 
 /// Old runs written straight into the ledger; sized so that a prune of
 /// them takes many batches and the test stays well under half a minute.
@@ -115,6 +116,34 @@ fn sqlite_prune_deletes_in_batches_while_every_claim_succeeds() {
     );
     assert_eq!(sqlite(&db, FIGURES_WRONG), "", "jobs whose figures are off");
     assert_eq!(weekly_status(&env), weekly, "the status of a job");
+}
+
+/// A dry run only reads: it goes on while another process holds the
+/// writers' lock (as a write would, for as long as it lasts), where taking
+/// that lock would wait 10 s and fail (exit 125).
+#[test]
+fn sqlite_prune_dry_run_takes_no_write_lock() {
+    let env = Env::new();
+    env.cmd(["run", "--key", "k", "--", "true"]).succeeds();
+    let held = env.path("held");
+    // Holds the lock until `held` is removed.
+    let script = format!(
+        "touch '{0}'; while [ -e '{0}' ]; do sleep 0.05; done",
+        held.display()
+    );
+    let mut holder = Command::new("flock")
+        .arg(env.db())
+        .args(["-c", &script])
+        .spawn()
+        .expect("flock (util-linux) is installed");
+    wait_for_file(&held, Duration::from_secs(30), &mut holder);
+    let dry = env
+        .cmd(["ledger", "prune", "--older-than", "0s", "--dry-run"])
+        .run();
+    std::fs::remove_file(&held).unwrap();
+    assert!(holder.wait().unwrap().success());
+    dry.succeeds()
+        .stdout_starts_with("would prune 0 runs (0 attempts, 0 B of output)");
 }
 
 fn count_runs(db: &Path, like: &str) -> u64 {
