@@ -5,7 +5,7 @@
 //! dry run only reads, so it never waits for the writers' lock.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::{eventually, sqlite, text, wait_for_file, wrapped, Env};
@@ -47,58 +47,21 @@ fn sqlite_prune_deletes_in_batches_while_every_claim_succeeds() {
     assert!(would.starts_with("would prune "), "{dry}");
 
     let (stop, fails) = (env.path("stop"), env.path("fails"));
-    std::fs::write(&fails, "").unwrap();
-    let mut clients: Vec<_> = (0..CLIENTS)
-        .map(|client| {
-            let name = format!("c{client}");
-            let mut command: Command = wrapped(
-                &env.idem(["run", "--job", "nightly"]),
-                &["sh", "-c", CLIENT, &name],
-            );
-            command.env("STOP", &stop).env("FAILS", &fails);
-            command.spawn().unwrap()
-        })
-        .collect();
+    let mut clients = start_clients(&env, &stop, &fails);
     eventually("the clients to claim", Duration::from_secs(60), || {
         count("live-%") >= CLIENTS as u64
     });
 
-    // Seen from outside while it runs: the old runs go in steps, and
-    // claims are committed between them (one transaction would show all
-    // or none, and no claim before its end).
-    let started = Instant::now();
-    let mut prune = env
-        .idem(["ledger", "prune", "--older-than", "30d"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut seen: Option<(u64, u64)> = None;
-    let mut between = false;
-    let done = loop {
-        if let Some(status) = prune.try_wait().unwrap() {
-            break status;
-        }
-        let (left, live) = (count("old-%"), count("live-%"));
-        if left > OLD_KEYS && left < old {
-            between |= seen.is_some_and(|(old, claimed)| left < old && live > claimed);
-            seen = Some((left, live));
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "prune took over 2 minutes"
-        );
-    };
+    let (summary, seen, between) = watch_prune(&env, old);
     std::fs::write(&stop, "").unwrap();
     for client in &mut clients {
         assert!(client.wait().unwrap().success());
     }
-    assert!(done.success(), "prune failed");
-    let summary = std::io::read_to_string(prune.stdout.take().unwrap()).unwrap();
     assert_eq!(
         summary.split(" that finished").next().unwrap(),
         would.replacen("would prune", "pruned", 1),
     );
-    assert!(seen.is_some(), "no batch was seen committed on its own");
+    assert!(seen, "no batch was seen committed on its own");
     assert!(between, "no claim was committed between two batches");
     let failures = std::fs::read_to_string(&fails).unwrap();
     assert!(
@@ -116,6 +79,56 @@ fn sqlite_prune_deletes_in_batches_while_every_claim_succeeds() {
     );
     assert_eq!(sqlite(&db, FIGURES_WRONG), "", "jobs whose figures are off");
     assert_eq!(weekly_status(&env), weekly, "the status of a job");
+}
+
+/// `CLIENTS` loops of [`CLIENT`], claiming new keys of job `nightly`.
+fn start_clients(env: &Env, stop: &Path, fails: &Path) -> Vec<Child> {
+    std::fs::write(fails, "").unwrap();
+    (0..CLIENTS)
+        .map(|client| {
+            let name = format!("c{client}");
+            let mut command: Command = wrapped(
+                &env.idem(["run", "--job", "nightly"]),
+                &["sh", "-c", CLIENT, &name],
+            );
+            command.env("STOP", stop).env("FAILS", fails);
+            command.spawn().unwrap()
+        })
+        .collect()
+}
+
+/// Prunes the runs older than 30 days, watching the ledger from outside
+/// while it runs: the old runs go in steps (one transaction shows all or
+/// none), and claims are committed between them (none before its end).
+/// Its summary; whether a step was seen; whether a claim was seen
+/// committed between two steps.
+fn watch_prune(env: &Env, old: u64) -> (String, bool, bool) {
+    let db = env.db();
+    let started = Instant::now();
+    let mut prune = env
+        .idem(["ledger", "prune", "--older-than", "30d"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen: Option<(u64, u64)> = None;
+    let mut between = false;
+    let done = loop {
+        if let Some(status) = prune.try_wait().unwrap() {
+            break status;
+        }
+        let (left, live) = (count_runs(&db, "old-%"), count_runs(&db, "live-%"));
+        if left > OLD_KEYS && left < old {
+            between |= seen.is_some_and(|(old, claimed)| left < old && live > claimed);
+            seen = Some((left, live));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "prune took over 2 minutes"
+        );
+    };
+    assert!(done.success(), "prune failed");
+    let summary = std::io::read_to_string(prune.stdout.take().unwrap()).unwrap();
+    (summary, seen.is_some(), between)
 }
 
 /// A dry run only reads: it goes on while another process holds the
