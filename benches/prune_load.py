@@ -5,9 +5,10 @@ same job on PostgreSQL: how long a claim is held up.
 Starts a throwaway server (bench.py's), inserts RUNS old runs of job
 `nightly` under KEYS keys with generate_series, starts CLIENTS loops of
 `idem run --key NEW --job nightly -- true`, and prunes. It measures twice:
-`prune --dry-run`, which does the whole prune in one transaction and rolls
-it back (as every prune did before prune went in batches), then the real,
-batched prune. For each it prints the prune's time and, of the runs that
+`prune --dry-run`, then the real, batched prune. An idem older than the
+read-only dry run (`--idem PATH`) did the whole prune in one transaction
+there and rolled it back, as every prune did before prune went in
+batches: the figure of one transaction. For each it prints the prune's time and, of the runs that
 started while it ran, how many failed and the longest and median time of
 a run, the longest claim statement, the lock waits, and how long the
 prune held the job's row each time (the server logs the prune's every
@@ -196,7 +197,7 @@ def main():
             prune = [args.idem, "ledger", "prune", "--older-than", "30d"]
             # The prune's own statements are all logged, with their times.
             logged_env = bench.idem_env(work, url + "?options=-c%20log_min_duration_statement%3D0")
-            measure("one transaction (prune --dry-run)", [*prune, "--dry-run"], clients, logged_env,
+            measure("prune --dry-run", [*prune, "--dry-run"], clients, logged_env,
                     server.dir / "server.log")
             measure("in batches (prune)", prune, clients, logged_env, server.dir / "server.log")
         finally:

@@ -337,10 +337,12 @@ impl Records for PostgresLedger {
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
         if dry_run {
-            return self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before));
+            return self
+                .write_or_rehearse("prune", dry_run, |tx| rules::rehearse_prune(tx, before));
         }
         // Batches, each its own transaction, so no claim waits long.
-        prune::prune(&mut self.client, before).map_err(|error| self.fail("prune", &error))
+        rules::prune(&mut prune::Batches(&mut self.client), before)
+            .map_err(|error| self.fail("prune", &error))
     }
 
     fn export(&mut self, sink: &mut dyn FnMut(ExportedRun) -> Result<()>) -> Result<()> {

@@ -1,10 +1,12 @@
 //! The ledger's rules, written once: what `forget` refuses, which imported
-//! run becomes its key's head, what `prune` may never delete, and how the
-//! per-key figures of `metrics` are made.
+//! run becomes its key's head, what `prune` may never delete and how it
+//! goes in batches, and how the per-key figures of `metrics` are made.
 //!
 //! Each backend implements [`Tx`], one write (or read) transaction in its
 //! own SQL, with its own locking and fencing; the rules decide over it and
-//! never see a dialect. A row id (`i64`) names a run within a backend.
+//! never see a dialect. A row id (`i64`) names a run within a backend. A
+//! prune commits batch by batch, so it runs over [`PruneBatches`], each
+//! call its own transaction.
 
 use std::collections::{HashMap, HashSet};
 
@@ -83,12 +85,9 @@ pub(super) trait Tx {
     /// The attempts of the runs set aside, and the bytes of their output.
     fn marked_output(&mut self) -> Result<(u64, u64), Self::Error>;
 
-    /// Deletes the runs set aside with their attempts, taken out of their
-    /// jobs' counts.
-    fn delete_marked(&mut self) -> Result<(), Self::Error>;
-
-    /// Deletes the keys left with neither runs nor a head; how many.
-    fn delete_unused_keys(&mut self) -> Result<u64, Self::Error>;
+    /// How many keys, with no head, have no runs but those set aside: the
+    /// keys a prune of them leaves unused, and deletes.
+    fn keys_left_unused(&mut self) -> Result<u64, Self::Error>;
 
     /// Each key's figures, in key order (see [`metrics`]).
     fn key_figures(&mut self) -> Result<Vec<KeyFigures>, Self::Error>;
@@ -326,20 +325,92 @@ fn owner_lives<T: Tx>(tx: &mut T, key: &str) -> Result<bool, T::Error> {
         .is_some_and(|owner| owner.presumed_alive()))
 }
 
-/// Drops the runs that finished before `before`, with their attempts and
-/// output, then the keys left with neither runs nor a head. What `run`
-/// would decide never changes: a key's head and a running run stay.
-pub(super) fn prune<T: Tx>(tx: &mut T, before: Timestamp) -> Result<PruneReport, T::Error> {
+/// What a prune of the runs that finished before `before` would drop, read
+/// in one transaction that writes nothing to the ledger, so that a dry run
+/// holds no claim up: the runs [`prune`] deletes, their attempts and
+/// output, and the keys it leaves with neither runs nor a head.
+pub(super) fn rehearse_prune<T: Tx>(
+    tx: &mut T,
+    before: Timestamp,
+) -> Result<PruneReport, T::Error> {
     let runs = tx.mark_prunable(before)?;
     let (attempts, output_bytes) = tx.marked_output()?;
-    tx.delete_marked()?;
-    let keys = tx.delete_unused_keys()?;
+    let keys = tx.keys_left_unused()?;
     Ok(PruneReport {
         runs,
         attempts,
         output_bytes,
         keys,
     })
+}
+
+/// Runs a prune deletes per transaction: small enough that a batch holds
+/// the writers' lock (SQLite) or its jobs' rows (PostgreSQL) for
+/// milliseconds, large enough that a million runs take seconds.
+pub(super) const PRUNE_BATCH: u64 = 1000;
+
+/// A run's place in start order, where a prune's batch ended: its start,
+/// then its row id.
+pub(super) type PruneCursor = (Timestamp, i64);
+
+/// What one batch of a prune took and deleted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PrunedBatch {
+    /// The runs it took, at most the batch's size: fewer, and none is left.
+    pub taken: u64,
+    /// Of those, the runs it deleted (another prune may have been first).
+    pub runs: u64,
+    /// Their attempts, and the bytes of their output.
+    pub attempts: u64,
+    pub bytes: u64,
+    /// The last run it took, where the next batch starts.
+    pub last: Option<PruneCursor>,
+}
+
+/// A backend's prune, batch by batch, each batch its own transaction.
+pub(super) trait PruneBatches {
+    type Error;
+
+    /// In one transaction: takes up to `size` runs that finished before
+    /// `before`, never running, never a key's head, the first in start
+    /// order after `after`; deletes them with their attempts and counts
+    /// them down from their jobs; commits.
+    fn prune_batch(
+        &mut self,
+        before: Timestamp,
+        after: Option<PruneCursor>,
+        size: u64,
+    ) -> Result<PrunedBatch, Self::Error>;
+
+    /// Deletes the keys left with neither runs nor a head; how many.
+    fn delete_unused_keys(&mut self) -> Result<u64, Self::Error>;
+}
+
+/// Drops the runs that finished before `before`, with their attempts and
+/// output, then the keys left with neither runs nor a head. What `run`
+/// would decide never changes: a key's head and a running run stay. Each
+/// batch commits on its own with its jobs' figures counted down, so a
+/// claim waits for one batch at most, and every commit leaves the figures
+/// right. Runs are taken in start order from where the last batch ended,
+/// so the rows a batch passed over (a key's head) are not read again.
+pub(super) fn prune<B: PruneBatches>(
+    batches: &mut B,
+    before: Timestamp,
+) -> Result<PruneReport, B::Error> {
+    let mut report = PruneReport::default();
+    let mut after = None;
+    loop {
+        let batch = batches.prune_batch(before, after, PRUNE_BATCH)?;
+        report.runs += batch.runs;
+        report.attempts += batch.attempts;
+        report.output_bytes += batch.bytes;
+        match batch.last {
+            Some(last) if batch.taken >= PRUNE_BATCH => after = Some(last),
+            _ => break,
+        }
+    }
+    report.keys = batches.delete_unused_keys()?;
+    Ok(report)
 }
 
 /// Per-key figures, in key order: each key's latest run by start time, its

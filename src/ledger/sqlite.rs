@@ -20,6 +20,7 @@ mod open;
 mod outbox;
 pub(super) mod path;
 mod pauses;
+mod prune;
 mod rows;
 mod statements;
 mod stops;
@@ -451,10 +452,11 @@ impl Records for SqliteLedger {
     }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {
-        let report = self.write_or_rehearse("prune", dry_run, |tx| rules::prune(tx, before))?;
-        if !dry_run {
-            self.checkpoint();
+        if dry_run {
+            return self.rehearse_prune(before);
         }
+        let report = self.with_prune_cache(|ledger| rules::prune(ledger, before))?;
+        self.checkpoint();
         Ok(report)
     }
 

@@ -8,6 +8,7 @@ mod export;
 mod forget;
 mod list;
 mod metrics;
+mod prune;
 
 use std::process::{Child, Stdio};
 use std::time::Duration;

@@ -129,3 +129,80 @@ fn old_runs_sql() -> String {
          ANALYZE idem.runs;"
     )
 }
+
+/// Jobs the old runs of [`two_prunes_at_once_never_deadlock`] are spread
+/// over, so that every batch counts down many jobs' rows.
+const JOBS: u64 = 200;
+/// Old runs of [`two_prunes_at_once_never_deadlock`]: every batch of one
+/// prune meets the other's many times.
+const SHARED_RUNS: u64 = 100_000;
+
+/// Two hosts' cron lines prune at the same midnight: each batch takes its
+/// jobs' rows in one order, so neither prune waits for the other in a
+/// cycle (a deadlock would fail one), and a run that both found is
+/// deleted, reported and counted down once.
+#[test]
+fn two_prunes_at_once_never_deadlock() {
+    let Some(pg) = Pg::new("two_prunes_at_once_never_deadlock") else {
+        return;
+    };
+    assert_code(&pg.run(["run", "--key", "seed", "--", "true"]), 0);
+    pg.server.sql("idem", &many_jobs_sql());
+    let pruned = SHARED_RUNS - OLD_KEYS;
+
+    let prunes: Vec<_> = (0..2)
+        .map(|_| {
+            pg.idem(["ledger", "prune", "--older-than", "30d"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut reported = 0;
+    for prune in prunes {
+        let output = prune.wait_with_output().unwrap();
+        assert_code(&output, 0);
+        let summary = String::from_utf8_lossy(&output.stdout).into_owned();
+        let runs = summary
+            .strip_prefix("pruned ")
+            .and_then(|rest| rest.split(' ').next());
+        reported += runs
+            .and_then(|runs| runs.parse::<u64>().ok())
+            .expect(&summary);
+    }
+    assert_eq!(reported, pruned, "runs reported pruned by the two");
+    let left = pg
+        .server
+        .value("SELECT count(*)::text FROM idem.runs WHERE key LIKE 'old-%'");
+    assert_eq!(left, OLD_KEYS.to_string());
+    let wrong = pg.server.value(
+        "SELECT count(*)::text FROM idem.jobs j WHERE j.succeeded <>
+             (SELECT count(*) FROM idem.runs r WHERE r.job = j.job AND r.status = 'succeeded')",
+    );
+    assert_eq!(wrong, "0", "jobs whose figures are off");
+}
+
+/// `SHARED_RUNS` succeeded runs 40 days old under `OLD_KEYS` keys, spread
+/// over `JOBS` jobs, each key's last one its head, counted in the jobs.
+fn many_jobs_sql() -> String {
+    format!(
+        "INSERT INTO idem.jobs (job, template)
+         SELECT 'job-' || j, 'job-' || j FROM generate_series(1, {JOBS}) j;
+         INSERT INTO idem.keys (key) SELECT 'old-' || k FROM generate_series(1, {OLD_KEYS}) k;
+         INSERT INTO idem.runs (run_id, key, status, exit_code, attempts, started_at,
+             finished_at, host, pid, command, shell, job)
+         SELECT gen_random_uuid(), 'old-' || (n % {OLD_KEYS} + 1), 'succeeded', 0, 1,
+             now() - interval '40 days' + n * interval '1 ms',
+             now() - interval '40 days' + n * interval '1 ms', 'old-host', 1, 'true', false,
+             'job-' || (n * 7 % {JOBS} + 1)
+         FROM generate_series(1, {SHARED_RUNS}) n;
+         INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code)
+         SELECT id, 1, started_at, finished_at, 0 FROM idem.runs WHERE key LIKE 'old-%';
+         UPDATE idem.keys k SET head = (SELECT max(id) FROM idem.runs r WHERE r.key = k.key)
+         WHERE key LIKE 'old-%';
+         UPDATE idem.jobs j SET succeeded =
+             (SELECT count(*) FROM idem.runs r WHERE r.job = j.job AND r.status = 'succeeded');
+         ANALYZE idem.runs;"
+    )
+}

@@ -267,22 +267,14 @@ impl rules::Tx for Tx<'_, '_> {
         Ok((unsigned(&stats, "attempts")?, unsigned(&stats, "bytes")?))
     }
 
-    fn delete_marked(&mut self) -> Result<(), tokio_postgres::Error> {
-        let ids = std::mem::take(&mut self.marked);
-        self.tx
-            .execute("DELETE FROM idem.attempts WHERE run = ANY($1)", &[&ids])?;
-        uncount_runs(self.tx, "id = ANY($1)", &ids)?;
-        self.tx
-            .execute("DELETE FROM idem.runs WHERE id = ANY($1)", &[&ids])?;
-        Ok(())
-    }
-
-    fn delete_unused_keys(&mut self) -> Result<u64, tokio_postgres::Error> {
-        self.tx.execute(
-            "DELETE FROM idem.keys k WHERE k.head IS NULL
-               AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key)",
-            &[],
-        )
+    fn keys_left_unused(&mut self) -> Result<u64, tokio_postgres::Error> {
+        let row = self.tx.query_one(
+            "SELECT count(*) AS keys FROM idem.keys k WHERE k.head IS NULL
+               AND NOT EXISTS (SELECT 1 FROM idem.runs r WHERE r.key = k.key
+                                 AND NOT (r.id = ANY($1)))",
+            &[&self.marked],
+        )?;
+        unsigned(&row, "keys")
     }
 
     fn key_figures(&mut self) -> Result<Vec<KeyFigures>, tokio_postgres::Error> {

@@ -24,6 +24,9 @@ use super::{describe, SqliteLedger};
 /// WAL pages after which a commit checkpoints (a run writes about ten).
 const WAL_PAGES: i64 = 64;
 
+/// The page cache, in KiB (see `configure`).
+pub(super) const CACHE_KIB: i64 = 512;
+
 impl SqliteLedger {
     /// Opens the ledger at `path`, creating it (0600, in a 0700 folder) and
     /// migrating it when needed. Refuses, untouched, a file that is not an
@@ -101,11 +104,11 @@ impl SqliteLedger {
         // writing two 1MiB output tails would otherwise fill all of it, and
         // memory is bounded at 16MiB whatever the command prints.
         self.conn
-            .execute_batch(
+            .execute_batch(&format!(
                 "PRAGMA synchronous = NORMAL;
                  PRAGMA foreign_keys = ON;
-                 PRAGMA cache_size = -512;",
-            )
+                 PRAGMA cache_size = -{CACHE_KIB};"
+            ))
             .map_err(|error| self.fail("configure", &error))?;
         self.conn
             .busy_timeout(LOCK_WAIT)

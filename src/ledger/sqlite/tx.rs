@@ -259,27 +259,14 @@ impl rules::Tx for Tx<'_> {
         )
     }
 
-    fn delete_marked(&mut self) -> rusqlite::Result<()> {
-        self.conn.execute(
-            "DELETE FROM attempts WHERE run IN (SELECT id FROM temp.pruned)",
+    fn keys_left_unused(&mut self) -> rusqlite::Result<u64> {
+        self.conn.query_row(
+            "SELECT count(*) AS keys FROM keys k WHERE k.head IS NULL
+               AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.key_id = k.id
+                                 AND r.id NOT IN (SELECT id FROM temp.pruned))",
             [],
-        )?;
-        uncount_runs(self.conn, "id IN (SELECT id FROM temp.pruned) AND ?1", &1)?;
-        self.conn.execute(
-            "DELETE FROM runs WHERE id IN (SELECT id FROM temp.pruned)",
-            [],
-        )?;
-        self.conn.execute("DELETE FROM temp.pruned", [])?;
-        Ok(())
-    }
-
-    fn delete_unused_keys(&mut self) -> rusqlite::Result<u64> {
-        let keys = self.conn.execute(
-            "DELETE FROM keys WHERE head IS NULL
-               AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.key_id = keys.id)",
-            [],
-        )?;
-        Ok(keys as u64)
+            |row| count_at(row, "keys"),
+        )
     }
 
     fn key_figures(&mut self) -> rusqlite::Result<Vec<KeyFigures>> {
@@ -368,7 +355,11 @@ pub(super) fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> ru
 
 /// Takes the runs chosen by `filter` (over `runs`, with `?1` bound to
 /// `value`) out of their jobs' counts, before they are deleted.
-fn uncount_runs(tx: &Connection, filter: &str, value: &dyn ToSql) -> rusqlite::Result<()> {
+pub(super) fn uncount_runs(
+    tx: &Connection,
+    filter: &str,
+    value: &dyn ToSql,
+) -> rusqlite::Result<()> {
     tx.execute(
         &format!(
             "UPDATE jobs SET running = max(jobs.running - c.running, 0),
