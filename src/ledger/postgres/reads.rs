@@ -170,8 +170,12 @@ pub(super) fn jobs(
         .iter()
         .map(job_from_row)
         .collect::<Result<Vec<_>, _>>()?;
+    // From the running runs (an index on status) to their keys (by the
+    // key's primary key): `keys.head` has no index, and starting from the
+    // keys read every key of the ledger, 370 ms at ten million runs.
     let live = client.query(
-        "SELECT r.job, count(*) AS live FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+        "SELECT r.job, count(*) AS live
+         FROM idem.runs r JOIN idem.keys k ON k.key = r.key AND k.head = r.id
          WHERE r.status = 'running' AND k.lease_until >= clock_timestamp()
          GROUP BY r.job",
         &[],

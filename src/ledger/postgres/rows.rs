@@ -315,7 +315,7 @@ pub(super) fn running_heads(
 ) -> Result<Vec<(Run, Owner)>, tokio_postgres::Error> {
     let rows = client.query_typed(
         &format!(
-            "SELECT {}, {} FROM idem.keys k JOIN idem.runs r ON r.id = k.head
+            "SELECT {}, {} FROM idem.runs r JOIN idem.keys k ON k.key = r.key AND k.head = r.id
              WHERE r.status = 'running' ORDER BY k.key",
             RunCol::LIST,
             OwnerCol::LIST
