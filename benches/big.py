@@ -50,7 +50,7 @@ SELECT gen_random_uuid(), 'job-' || j || '-' || to_char(day, 'YYYY-MM-DD'),
     day + interval '2 hours', day + interval '2 hours 1.5 seconds', 'bench-host', 1000,
     decode('{command}', 'hex'), false, false, 'job-' || j || '-{{date}}'
 FROM generate_series(0, {days} - 1) d, generate_series(1, {jobs}) j,
-    LATERAL (SELECT date_trunc('day', to_timestamp({day0} + d * 86400)) AS day) t
+    LATERAL (SELECT date_trunc('day', to_timestamp({day0} + d::bigint * 86400)) AS day) t
 ORDER BY d, j;
 INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, stdout_tail, stderr_tail)
 SELECT id, 1, started_at, finished_at, exit_code, '', '' FROM idem.runs WHERE id > (SELECT id FROM mark);
