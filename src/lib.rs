@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cmd;
 pub mod exit;
 pub mod host;
+pub mod id;
 pub mod key;
 pub mod ledger;
 pub mod process;

@@ -151,7 +151,7 @@ pub fn sweep(
     reporter: &Reporter,
 ) -> Result<Swept> {
     let until = Instant::now() + within;
-    let holder = Uuid::now_v7();
+    let holder = crate::id::new();
     let quiet = Reporter::new(true, false, false);
     let mut swept = Swept::default();
     while Instant::now() < until && ledger.any_due()? {

@@ -81,7 +81,7 @@ pub struct Origin<'a> {
 impl Origin<'_> {
     fn event(&self, kind: &str, target: String, address: String, payload: &Payload) -> NewEvent {
         NewEvent {
-            event_id: Uuid::now_v7(),
+            event_id: crate::id::new(),
             run_id: self.run_id,
             job: self.job.to_owned(),
             kind: kind.to_owned(),

@@ -9,7 +9,6 @@
 
 use anyhow::Result;
 use jiff::Timestamp;
-use uuid::Uuid;
 
 use crate::exit::{self, Failure};
 use crate::key::Template;
@@ -102,7 +101,7 @@ fn marked_run(
             .or_else(|| head.map(|head| head.run.job.clone()))
             .unwrap_or_else(|| typed.to_owned()),
         head: true,
-        run_id: Uuid::now_v7(),
+        run_id: crate::id::new(),
         status: Status::Succeeded,
         exit_code: Some(0),
         signal: None,

@@ -124,7 +124,7 @@ impl Acquirer<'_> {
     /// key looked like it would `run`: a run waiting for a lock holds no
     /// claim (nothing to find abandoned if it dies).
     fn claim(&mut self, run: bool, rules: &Rules, ledger: &mut dyn Ledger) -> Result<Look> {
-        let run_id = Uuid::now_v7();
+        let run_id = crate::id::new();
         let taken = if run && !self.config.locks.is_empty() {
             let wait_until = self.wait_until;
             match locks::take(
