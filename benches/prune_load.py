@@ -157,7 +157,10 @@ def job_row_holds(log, since, until):
                 continue
             at = datetime.fromisoformat(match[1]).timestamp() * 1000
             pid, took, text = match[2], float(match[3]), match[4]
-            if text.startswith("UPDATE idem.jobs j SET running") and pid not in taken:
+            # The batch's first statement on the jobs' rows: the lock in
+            # name order (an idem before that lock: the update itself).
+            if text.startswith(("SELECT j.job FROM idem.jobs j", "UPDATE idem.jobs j SET running")) \
+                    and pid not in taken:
                 taken[pid] = at - took + waited.pop(pid, 0.0)
             elif text.startswith(("COMMIT", "ROLLBACK")):
                 waited.pop(pid, None)
