@@ -27,6 +27,7 @@ mod signals;
 mod spawn;
 mod stdin;
 mod steps;
+mod stopper;
 mod supervise;
 mod tee;
 mod tree;
@@ -43,7 +44,8 @@ pub use contain::{pid_namespaces, Containment};
 pub use scan::{processes_of_run, run_lives, run_of};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
-pub use supervise::{Stopper, Supervisor};
+pub use stopper::Stopper;
+pub use supervise::Supervisor;
 pub use tee::{line_owed, same_file, Sink};
 pub use wire::monotonic_ms;
 

@@ -15,68 +15,19 @@ use jiff::Timestamp;
 use nix::libc;
 use nix::sys::wait::WaitStatus;
 
-use super::events::{Event, Events, Requester, Watched};
+use super::events::{Event, Events, Watched};
 use super::prepare::Prepared;
 use super::signals::{heard, Heard};
 use super::spawn::{
     command_line, executed, fork, not_started, reap, take_the_terminal_back, Forked, LetIn,
 };
 use super::steps::Failed;
+use super::stopper::{Link, Stopper};
 use super::tee::{Pump, RaiseOnDrop, Sink, Streams};
 use super::tree;
 use super::wire::{self, monotonic_ms, read_report};
 use super::{AttemptEnd, AttemptError, Containment, End, Notice, Spec};
 use crate::exit;
-
-/// The current attempt's guardian, and the lease deadline it must enforce.
-#[derive(Default)]
-struct Link {
-    guardian: Option<UnixStream>,
-    /// Monotonic ms to stop the run at, and the grace before SIGKILL.
-    deadline: Option<(i64, i64)>,
-}
-
-impl Link {
-    fn tell(&mut self, kind: u8, a: i64, b: i64) {
-        if let Some(guardian) = &mut self.guardian {
-            // A guardian that is gone has nothing left to stop.
-            let _ = guardian.write_all(&wire::encode_to(kind, a, b));
-        }
-    }
-}
-
-/// Lets another thread stop the running command: SIGTERM to its group,
-/// SIGKILL after `grace` (at most `--kill-after`). Used when a shared
-/// ledger's lease cannot be renewed; and it tells the guardian of each
-/// renewal, so that the guardian stops the run by itself should idem be
-/// frozen or killed before the lease runs out.
-#[derive(Clone)]
-pub struct Stopper {
-    requests: Requester,
-    link: Arc<Mutex<Link>>,
-}
-
-impl Stopper {
-    pub fn stop(&self, reason: String, grace: Duration) {
-        self.requests.send(Event::Stop { reason, grace });
-    }
-
-    /// A person asked to stop the run (`idem stop`): `signal` to all of
-    /// it, SIGKILL after `--kill-after`; no attempt follows.
-    pub fn request(&self, signal: i32) {
-        self.requests.send(Event::Requested { signal });
-    }
-
-    /// The lease holds until monotonic ms `until`; past it the guardian
-    /// stops the run, and SIGKILLs it `grace` later.
-    pub fn renewed(&self, until: i64, grace: Duration) {
-        let grace = grace.as_millis() as i64;
-        if let Ok(mut link) = self.link.lock() {
-            link.deadline = Some((until, grace));
-            link.tell(wire::DEADLINE, until, grace);
-        }
-    }
-}
 
 /// Owns the signal handlers and the event queue for one `idem run`.
 pub struct Supervisor {
@@ -230,26 +181,16 @@ impl Supervisor {
     fn pass_through(
         &self,
         spec: &Spec<'_>,
-        forked: Forked,
+        mut forked: Forked,
         started_at: Timestamp,
         stdout: &mut Sink,
         stderr: &mut Sink,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) -> Result<AttemptEnd, AttemptError> {
         super::tee::share_lines(spec.merged);
-        // The threads start before the command is let in: a thread the
-        // system refuses (ulimit -u, ulimit -v, pids.max) then ends the
-        // attempt before any of the command ran, where a refusal after it
-        // was let in would kill a command that had begun its work and call
-        // that "could not start".
-        let Forked {
-            pid,
-            mut gate,
-            out,
-            err,
-            stdin,
-            ..
-        } = forked;
+        // The threads start before the command is let in, so that a thread
+        // the system refuses (ulimit -u, -v) ends the attempt before any of
+        // the command ran, not a command that had begun its work.
         let gone = AtomicBool::new(false);
         let fed = AtomicBool::new(false);
         let (fed, gone) = (&fed, &gone);
@@ -257,33 +198,20 @@ impl Supervisor {
             // Set as this closure returns, before the scope joins the feeder.
             let _stop_feeding = RaiseOnDrop(fed);
             let streams = Streams {
-                spool: spec.stdin.zip(stdin),
-                out: (out, stdout),
-                err: err.zip(Some(stderr)),
+                spool: spec.stdin.zip(forked.stdin),
+                out: (forked.out, stdout),
+                err: forked.err.zip(Some(stderr)),
                 capture: spec.capture,
                 fed,
                 gone,
             };
             let tee = streams.start(scope);
-            let refusal = match tee.refused {
-                Some(reason) => Some(Ok(AttemptEnd::not_started(
-                    started_at,
-                    exit::IDEM_FAILED,
-                    reason,
-                ))),
-                None => self
-                    .admit(&mut gate, spec.kill_after, started_at)
-                    .err()
-                    .map(Err),
-            };
-            if let Some(refusal) = refusal {
-                // The guardian reads end of file and leaves, running
-                // nothing; its leaving closes the pipes the threads read.
-                drop(gate);
-                reap(pid);
+            if let Some(refusal) =
+                self.let_in(spec, tee.refused, &mut forked.gate, forked.pid, started_at)
+            {
                 return refusal;
             }
-            let followed = self.follow_admitted(spec, gate, pid, started_at, waiting);
+            let followed = self.follow_admitted(spec, forked.gate, forked.pid, started_at, waiting);
             let join = |handle: Pump<'_>| handle.join().unwrap_or_default();
             let (stdout_tail, stdout_cut) = tee.out.map(join).unwrap_or_default();
             let (stderr_tail, stderr_cut) = tee.err.map(join).unwrap_or_default();
@@ -307,6 +235,30 @@ impl Supervisor {
                 stopped: self.stopped(),
             })
         })
+    }
+
+    /// Lets the command in once its threads started; or, when a thread was
+    /// refused or the gate failed, how the attempt ends: the guardian then
+    /// reads end of file and leaves, running nothing.
+    fn let_in(
+        &self,
+        spec: &Spec<'_>,
+        refused: Option<String>,
+        gate: &mut UnixStream,
+        pid: i32,
+        started_at: Timestamp,
+    ) -> Option<Result<AttemptEnd, AttemptError>> {
+        let refusal = match refused {
+            Some(reason) => Ok(AttemptEnd::not_started(
+                started_at,
+                exit::IDEM_FAILED,
+                reason,
+            )),
+            None => Err(self.admit(gate, spec.kill_after, started_at).err()?),
+        };
+        let _ = gate.shutdown(std::net::Shutdown::Both);
+        reap(pid);
+        Some(refusal)
     }
 
     /// Follows a command let in (see [`Supervisor::admit`]) to its end; a
