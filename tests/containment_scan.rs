@@ -4,6 +4,7 @@
 //! run is still found alive by the `IDEM_RUN_ID` its worker inherited, and
 //! named. Run as root, the runs as `nobody`.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,13 +29,19 @@ pub(crate) fn nobody_folder(env: &Env) -> Option<PathBuf> {
 /// Idem as `nobody` on the ledger in `folder` (the binary copied by
 /// [`nobody_folder`]).
 fn nobody(env: &Env, folder: &Path, args: &[&str]) -> Command {
+    nobody_on(env, folder.join("ledger.db").as_os_str(), folder, args)
+}
+
+/// Idem as `nobody` on `ledger` (a file or a database's URL), at home in
+/// `folder`, in a clean environment.
+pub(crate) fn nobody_on(env: &Env, ledger: &OsStr, folder: &Path, args: &[&str]) -> Command {
     let mut command = Command::new("setpriv");
     command
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(env.path("idem"))
         .args(args)
         .env_clear()
-        .env("IDEM_DB", folder.join("ledger.db"))
+        .env("IDEM_DB", ledger)
         .env("HOME", folder)
         .env("TZ", "UTC")
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -8,7 +8,7 @@ mod export;
 mod forget;
 mod list;
 mod metrics;
-mod prune;
+pub(crate) mod prune;
 
 use std::process::{Child, Stdio};
 use std::time::Duration;

@@ -20,7 +20,7 @@ const CLIENTS: usize = 3;
 
 /// Each client runs a new key of job `nightly` in a loop until the file
 /// `$STOP` is there, and appends each failure (key, exit code) to `$FAILS`.
-const CLIENT: &str = r#"n=0
+pub(crate) const CLIENT: &str = r#"n=0
 while [ ! -e "$STOP" ]; do
     "$@" --key "live-$0-$n" -- true 2>>"$FAILS" || echo "live-$0-$n exited $?" >>"$FAILS"
     n=$((n + 1))

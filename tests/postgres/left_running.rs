@@ -17,8 +17,7 @@ use nix::unistd::Pid;
 use super::Pg;
 use crate::containment::{children_of, python_leaving};
 use crate::util::{
-    as_nobody, assert_code, eventually, host_prefix, lives, processes_of, text, wait_for_count,
-    wrapped,
+    assert_code, eventually, host_prefix, lives, processes_of, text, wait_for_count, wrapped,
 };
 
 /// The lease of every run here: short, so that it passes within a test.
@@ -44,31 +43,14 @@ fn count(folder: &Path, name: &str) -> usize {
 /// run it and the server's socket open to it; `None`: the test failed,
 /// naming why.
 fn nobody_folder(pg: &Pg) -> Option<PathBuf> {
-    as_nobody(&pg.env, &pg.env.db(), &["ledger", "path"])?;
     let socket = pg.server.socket_dir();
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let folder = pg.env.path("nobody");
-    std::fs::create_dir(&folder).unwrap();
-    std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
-    nix::unistd::chown(&folder, Some(65534.into()), Some(65534.into())).unwrap();
-    Some(folder)
+    crate::containment_scan::nobody_folder(&pg.env)
 }
 
 /// Idem as `nobody` on the test's PostgreSQL ledger.
 fn nobody(pg: &Pg, folder: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new("setpriv");
-    command
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(pg.env.path("idem"))
-        .args(args)
-        .env_clear()
-        .env("IDEM_DB", pg.url())
-        .env("HOME", folder)
-        .env("TZ", "UTC")
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .current_dir("/")
-        .stdin(Stdio::null());
-    command
+    crate::containment_scan::nobody_on(&pg.env, pg.url().as_ref(), folder, args)
 }
 
 /// Waits (bounded) until the lease of `key`'s head has passed, on the

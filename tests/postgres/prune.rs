@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::Pg;
+use crate::ledger::prune::CLIENT;
 use crate::util::{assert_code, eventually, wrapped};
 
 /// Old runs inserted straight into the ledger; sized so the test stays
@@ -13,14 +14,6 @@ use crate::util::{assert_code, eventually, wrapped};
 const OLD_RUNS: u64 = 200_000;
 const OLD_KEYS: u64 = 100;
 const CLIENTS: usize = 4;
-
-/// Each client runs a new key of job `nightly` in a loop until the file
-/// `$STOP` is there, and appends each failure (key, exit code) to `$FAILS`.
-const CLIENT: &str = r#"n=0
-while [ ! -e "$STOP" ]; do
-    "$@" --key "live-$0-$n" -- true 2>>"$FAILS" || echo "live-$0-$n exited $?" >>"$FAILS"
-    n=$((n + 1))
-done"#;
 
 #[test]
 fn postgres_prune_deletes_in_batches_while_every_claim_succeeds() {
