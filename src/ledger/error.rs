@@ -96,6 +96,8 @@ pub(crate) enum Why {
     Permission(String),
     /// The disk failed, in SQLite's words.
     Io(String),
+    /// Memory ran out under SQLite (a map or an allocation refused).
+    Memory,
     /// A fault that may pass by itself (a lost connection), in its own words.
     Passing(String),
     /// Anything else, in its own words.
@@ -264,6 +266,9 @@ impl fmt::Display for Why {
             }
             Why::Permission(error) => write!(f, "{error}; check the permissions or set --db"),
             Why::Io(error) => write!(f, "i/o error ({error}); check the disk"),
+            Why::Memory => f.write_str(
+                "out of memory (raise ulimit -v or the memory limit of the service or cgroup)",
+            ),
             Why::Passing(text) | Why::Said(text) => f.write_str(text),
         }
     }

@@ -106,6 +106,11 @@ fn describe(error: &rusqlite::Error, path: &Path) -> Why {
         // A full disk often shows as an i/o error: the -shm index is grown
         // through mmap, which cannot report ENOSPC as such.
         Some(ErrorCode::SystemIoFailure) if disk_full(path) => Why::DiskFull,
+        // What SQLite reports as an i/o error when a map or an allocation
+        // was refused (ulimit -v): not the disk's fault.
+        Some(ErrorCode::SystemIoFailure) | Some(ErrorCode::OutOfMemory) if out_of_memory(error) => {
+            Why::Memory
+        }
         Some(ErrorCode::ReadOnly) => Why::ReadOnly,
         Some(ErrorCode::NotADatabase) => Why::NotSqlite,
         Some(ErrorCode::DatabaseCorrupt) => Why::Corrupt,
@@ -117,6 +122,23 @@ fn describe(error: &rusqlite::Error, path: &Path) -> Why {
         }
         Some(ErrorCode::SystemIoFailure) => Why::Io(error.to_string()),
         _ => Why::Said(error.to_string()),
+    }
+}
+
+/// Whether SQLite's error is a refused allocation or map: SQLITE_NOMEM,
+/// SQLITE_IOERR_NOMEM, or SQLITE_IOERR_SHMMAP and SQLITE_IOERR_MMAP (the
+/// disk, once full, was ruled out before).
+fn out_of_memory(error: &rusqlite::Error) -> bool {
+    use rusqlite::ffi;
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => matches!(
+            failure.extended_code,
+            ffi::SQLITE_NOMEM
+                | ffi::SQLITE_IOERR_NOMEM
+                | ffi::SQLITE_IOERR_SHMMAP
+                | ffi::SQLITE_IOERR_MMAP
+        ),
+        _ => false,
     }
 }
 

@@ -115,12 +115,10 @@ const FIRST_READ: usize = 4096;
 pub fn pump(
     mut from: impl Read,
     to: &mut File,
-    capture: usize,
+    (mut buffer, mut tail): (Vec<u8>, Tail),
     gone: &AtomicBool,
     open_line: Option<&AtomicBool>,
 ) -> (Vec<u8>, bool) {
-    let mut buffer = vec![0u8; FIRST_READ];
-    let mut tail = Tail::new(capture);
     loop {
         let read = match from.read(&mut buffer) {
             Ok(0) => break,
@@ -138,7 +136,12 @@ pub fn pump(
         if let Some(open_line) = open_line {
             open_line.store(buffer[read - 1] != b'\n', Ordering::Relaxed);
         }
-        if read == buffer.len() && read < READ_CHUNK {
+        // Grown only where memory allows: a refusal (ulimit -v) keeps the
+        // small buffer rather than aborting idem mid-run.
+        if read == buffer.len()
+            && read < READ_CHUNK
+            && buffer.try_reserve_exact(READ_CHUNK - read).is_ok()
+        {
             buffer.resize(READ_CHUNK, 0);
         }
     }
@@ -146,16 +149,36 @@ pub fn pump(
 }
 
 /// The last `capacity` bytes of a stream, in a ring of that size.
-struct Tail {
+pub struct Tail {
     capacity: usize,
     bytes: VecDeque<u8>,
     /// Bytes were dropped from the front.
     cut: bool,
 }
 
+/// A pump's memory, set aside before its thread starts: its first read
+/// buffer and its tail. Refused (ulimit -v), the attempt ends before the
+/// command is let in, where an allocation failing in the thread would
+/// abort idem and leave its run `running`.
+pub fn room(capture: usize) -> io::Result<(Vec<u8>, Tail)> {
+    let refused = |_| io::Error::from(io::ErrorKind::OutOfMemory);
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(FIRST_READ).map_err(refused)?;
+    buffer.resize(FIRST_READ, 0);
+    // Sized once: pages that a short output never reaches stay unmapped.
+    let mut bytes = VecDeque::new();
+    bytes.try_reserve_exact(capture).map_err(refused)?;
+    let tail = Tail {
+        capacity: capture,
+        bytes,
+        cut: false,
+    };
+    Ok((buffer, tail))
+}
+
 impl Tail {
+    #[cfg(test)]
     fn new(capacity: usize) -> Tail {
-        // Sized once: pages that a short output never reaches stay unmapped.
         Tail {
             capacity,
             bytes: VecDeque::with_capacity(capacity),
@@ -224,8 +247,10 @@ impl<'env> Streams<'env> {
             // Held output is shown whole, later: idem's lines meanwhile
             // follow what it wrote itself.
             let open_line = matches!(to, Sink::Live(_)).then(|| &OPEN_LINE[stream]);
-            let pump = Builder::new().spawn_scoped(scope, move || {
-                pump(File::from(from), to.writer(), capture, gone, open_line)
+            let pump = room(capture).and_then(|room| {
+                Builder::new().spawn_scoped(scope, move || {
+                    pump(File::from(from), to.writer(), room, gone, open_line)
+                })
             });
             started(pump, "pass the command's output through", &mut refused)
         };
@@ -242,7 +267,7 @@ fn started<T>(spawned: io::Result<T>, to: &str, refused: &mut Option<String>) ->
         Err(error) => {
             refused.get_or_insert_with(|| {
                 format!(
-                    "could not start a thread to {to}: {} (raise ulimit -u or the cgroup's pids.max)",
+                    "could not start a thread to {to}: {} (raise ulimit -u or ulimit -v, or the cgroup's pids.max)",
                     exit::io_words(&error)
                 )
             });

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::config::Config;
 use super::decide::{decide, Refusal, Rules, Verdict};
 use super::replace::Replacer;
+use super::reserve::Reserve;
 use super::{catchup, locks, WAIT_POLL};
 use crate::exit::{self, Failure};
 use crate::ledger::{Claim, Head, Ledger, NewRun, Plan};
@@ -18,8 +19,13 @@ use crate::report::{self, Reporter};
 
 /// What came of getting the key.
 pub(super) enum Acquired {
-    /// The key is this run's; `recovered` when its last run was abandoned.
-    Claimed { claim: Claim, recovered: bool },
+    /// The key is this run's; `recovered` when its last run was abandoned;
+    /// `reserve`, the room kept for its last writes.
+    Claimed {
+        claim: Claim,
+        recovered: bool,
+        reserve: Option<Reserve>,
+    },
     /// Nothing runs: idem exits with this code.
     Done(u8),
 }
@@ -40,6 +46,7 @@ pub(super) fn acquire(
             .map(|wait| Instant::now() + wait),
         spinner: None,
         replacer: Replacer::default(),
+        reserve: None,
     };
     ledger.pause_with_head(&config.job.name);
     loop {
@@ -50,7 +57,12 @@ pub(super) fn acquire(
                 if recovered {
                     reporter.aside(|| format!("{key}: the last run was abandoned (its outcome is unknown); running it again with IDEM_RECOVERED=1"));
                 }
-                return Ok(Acquired::Claimed { claim, recovered });
+                let reserve = acquirer.reserve.take();
+                return Ok(Acquired::Claimed {
+                    claim,
+                    recovered,
+                    reserve,
+                });
             }
             Look::Again => std::thread::sleep(WAIT_POLL),
             Look::Done(code) => return Ok(Acquired::Done(code)),
@@ -89,6 +101,8 @@ struct Acquirer<'a> {
     spinner: Option<Option<report::Spinner>>,
     /// `--replace`: the stop of the run that holds the key.
     replacer: Replacer,
+    /// Taken before the first claim that would run the command.
+    reserve: Option<Reserve>,
 }
 
 impl Acquirer<'_> {
@@ -112,6 +126,9 @@ impl Acquirer<'_> {
             Verdict::Refuse(refusal) if !writes => Ok(Look::Refused(refusal, head)),
             verdict => {
                 let run = matches!(verdict, Verdict::Run { .. });
+                if run && self.reserve.is_none() {
+                    self.reserve = Some(Reserve::take()?);
+                }
                 match self.claim(run, rules, ledger)? {
                     Look::Refused(refusal, _) => Ok(Look::Refused(refusal, head)),
                     look => Ok(look),

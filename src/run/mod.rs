@@ -34,6 +34,7 @@ mod lock_wait;
 mod locks;
 mod paused;
 mod replace;
+mod reserve;
 pub mod stop;
 mod stopped;
 mod streams;
@@ -85,8 +86,12 @@ fn run_key(
         ledger.leave();
         return Ok(code);
     }
-    let (claim, recovered) = match acquire(config, key, ledger.as_mut(), reporter)? {
-        Acquired::Claimed { claim, recovered } => (claim, recovered),
+    let (claim, recovered, reserve) = match acquire(config, key, ledger.as_mut(), reporter)? {
+        Acquired::Claimed {
+            claim,
+            recovered,
+            reserve,
+        } => (claim, recovered, reserve),
         Acquired::Done(code) => {
             ledger.leave();
             return Ok(code);
@@ -107,6 +112,7 @@ fn run_key(
     let (mut output, supervisor) = match set_up {
         Ok(set_up) => set_up,
         Err(error) => {
+            drop(reserve);
             alerts.settle_start(ledger.as_mut());
             return Err(not_started(ledger, &claim, error));
         }
@@ -124,6 +130,7 @@ fn run_key(
         .then(|| lease::Lease::start(location, &claim, config.lease, supervisor.stopper()));
     let ending = run.attempts(&supervisor, ledger.as_mut(), streams, &mut output, &alerts);
     drop(heartbeat);
+    drop(reserve);
     let lost = supervisor.stopped().is_some();
     let code = run.conclude(ending, lost, ledger.as_mut(), output, &alerts);
     ledger.leave();
