@@ -14,6 +14,19 @@ use anyhow::{Context, Result};
 
 const CHUNK: usize = 64 * 1024;
 
+/// A buffer of [`CHUNK`] bytes, set aside before the thread that uses it
+/// starts: refused (ulimit -v), the thread is not started and the attempt
+/// ends before its command is let in, where an allocation failing in the
+/// thread would abort idem.
+pub fn chunk() -> io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(CHUNK)
+        .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    buffer.resize(CHUNK, 0);
+    Ok(buffer)
+}
+
 /// How much of stdin is in the spool, and whether it has ended.
 #[derive(Default)]
 struct Spooled {
@@ -58,9 +71,9 @@ impl Spool {
     /// stdin does; it never holds idem up at exit.
     fn start_reading(&self) -> io::Result<()> {
         let (spool, shared) = (Arc::clone(&self.file), Arc::clone(&self.state));
+        let mut buffer = chunk()?;
         std::thread::Builder::new().spawn(move || {
             let mut stdin = io::stdin().lock();
-            let mut buffer = vec![0u8; CHUNK];
             let mut at = 0u64;
             loop {
                 let read = match stdin.read(&mut buffer) {
@@ -91,8 +104,8 @@ impl Spool {
     /// Feeds one attempt through `to` (the write end of its stdin pipe)
     /// from the start, until stdin ends, the command closes its end, or
     /// `stop` is set. The spool is read once [`Spool::start`] has begun.
-    pub fn feed(&self, mut to: File, stop: &AtomicBool) {
-        let mut buffer = vec![0u8; CHUNK];
+    /// `buffer`: from [`chunk`].
+    pub fn feed(&self, mut buffer: Vec<u8>, mut to: File, stop: &AtomicBool) {
         let mut at = 0u64;
         let (lock, changed) = &*self.state;
         loop {

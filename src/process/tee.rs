@@ -238,9 +238,13 @@ impl<'env> Streams<'env> {
         } = self;
         let mut refused = None;
         if let Some((spool, write)) = spool {
-            let feeder = spool.start().and_then(|()| {
-                Builder::new().spawn_scoped(scope, move || spool.feed(File::from(write), fed))
-            });
+            let feeder = spool
+                .start()
+                .and_then(|()| super::stdin::chunk())
+                .and_then(|buffer| {
+                    Builder::new()
+                        .spawn_scoped(scope, move || spool.feed(buffer, File::from(write), fed))
+                });
             started(feeder, "feed the command's stdin", &mut refused);
         }
         let mut pump_to = |(from, to): (OwnedFd, &'env mut Sink), stream: usize| {
