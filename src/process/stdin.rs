@@ -19,12 +19,7 @@ const CHUNK: usize = 64 * 1024;
 /// ends before its command is let in, where an allocation failing in the
 /// thread would abort idem.
 pub fn chunk() -> io::Result<Vec<u8>> {
-    let mut buffer = Vec::new();
-    buffer
-        .try_reserve_exact(CHUNK)
-        .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-    buffer.resize(CHUNK, 0);
-    Ok(buffer)
+    super::tee::zeroed(CHUNK)
 }
 
 /// How much of stdin is in the spool, and whether it has ended.

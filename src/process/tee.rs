@@ -161,13 +161,10 @@ pub struct Tail {
 /// command is let in, where an allocation failing in the thread would
 /// abort idem and leave its run `running`.
 pub fn room(capture: usize) -> io::Result<(Vec<u8>, Tail)> {
-    let refused = |_| io::Error::from(io::ErrorKind::OutOfMemory);
-    let mut buffer = Vec::new();
-    buffer.try_reserve_exact(FIRST_READ).map_err(refused)?;
-    buffer.resize(FIRST_READ, 0);
+    let buffer = zeroed(FIRST_READ)?;
     // Sized once: pages that a short output never reaches stay unmapped.
     let mut bytes = VecDeque::new();
-    bytes.try_reserve_exact(capture).map_err(refused)?;
+    bytes.try_reserve_exact(capture).map_err(out_of_memory)?;
     let tail = Tail {
         capacity: capture,
         bytes,
@@ -176,16 +173,20 @@ pub fn room(capture: usize) -> io::Result<(Vec<u8>, Tail)> {
     Ok((buffer, tail))
 }
 
-impl Tail {
-    #[cfg(test)]
-    fn new(capacity: usize) -> Tail {
-        Tail {
-            capacity,
-            bytes: VecDeque::with_capacity(capacity),
-            cut: false,
-        }
-    }
+/// `len` zeroed bytes, or an error where memory is refused (ulimit -v),
+/// never an abort: for a buffer set aside before its thread starts.
+pub fn zeroed(len: usize) -> io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(len).map_err(out_of_memory)?;
+    buffer.resize(len, 0);
+    Ok(buffer)
+}
 
+fn out_of_memory(_: std::collections::TryReserveError) -> io::Error {
+    io::Error::from(io::ErrorKind::OutOfMemory)
+}
+
+impl Tail {
     fn push(&mut self, chunk: &[u8]) {
         self.cut |= self.bytes.len() + chunk.len() > self.capacity;
         let chunk = &chunk[chunk.len().saturating_sub(self.capacity)..];
@@ -291,19 +292,19 @@ impl Drop for RaiseOnDrop<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::Tail;
+    use super::room;
 
     #[test]
     fn tail_keeps_the_last_bytes() {
-        let mut tail = Tail::new(4);
+        let mut tail = room(4).unwrap().1;
         for chunk in [&b"abc"[..], b"defgh", b"ij", b"klmnopqrstu"] {
             tail.push(chunk);
         }
         assert_eq!(tail.into_bytes(), (b"rstu".to_vec(), true));
-        let mut none = Tail::new(0);
+        let mut none = room(0).unwrap().1;
         none.push(b"abc");
         assert_eq!(none.into_bytes(), (Vec::new(), true));
-        let mut whole = Tail::new(8);
+        let mut whole = room(8).unwrap().1;
         whole.push(b"12345678");
         assert_eq!(whole.into_bytes(), (b"12345678".to_vec(), false));
     }
