@@ -44,8 +44,8 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;run' {
-            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces')
-            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces')
             [CompletionResult]::new('--job', '--job', [CompletionResultType]::ParameterName, 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]')
             [CompletionResult]::new('--retries', '--retries', [CompletionResultType]::ParameterName, 'Further attempts after a failed one; 0 = one attempt')
             [CompletionResult]::new('--backoff', '--backoff', [CompletionResultType]::ParameterName, 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))')

@@ -40,8 +40,8 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;run'= {
-            cand -k 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces'
-            cand --key 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces'
+            cand -k 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces'
+            cand --key 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces'
             cand --job 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]'
             cand --retries 'Further attempts after a failed one; 0 = one attempt'
             cand --backoff 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))'

@@ -42,7 +42,7 @@ complete -c idem -n "__fish_idem_needs_command" -f -a "doctor" -d 'Check a ledge
 complete -c idem -n "__fish_idem_needs_command" -f -a "serve" -d 'Serve the ledger over HTTP: a status board, each job\'s runs, metrics, and buttons that pause, resume and stop'
 complete -c idem -n "__fish_idem_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c idem -n "__fish_idem_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c idem -n "__fish_idem_using_subcommand run" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured); {{ and }} for braces' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l job -d 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l retries -d 'Further attempts after a failed one; 0 = one attempt' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l backoff -d 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))' -r

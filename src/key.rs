@@ -8,17 +8,22 @@ use std::os::unix::ffi::OsStrExt;
 use sha2::{Digest, Sha256};
 
 use crate::exit::Failure;
+pub use crate::period::Period;
+use crate::period::{aligned, HOUR_STEPS, MINUTE_STEPS};
 
 /// The longest expanded key, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;
 
-const PLACEHOLDERS: &str = "{date} {hour} {minute} {week} {month} {year} {host}";
+const PLACEHOLDERS: &str =
+    "{date} {hour} {minute} {week} {month} {year} {host}, {minute/N} or {hour/N}";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placeholder {
     Date,
-    Hour,
-    Minute,
+    /// `{hour}` is `Hour(1)`, `{hour/6}` `Hour(6)`.
+    Hour(u8),
+    /// `{minute}` is `Minute(1)`, `{minute/5}` `Minute(5)`.
+    Minute(u8),
     Week,
     Month,
     Year,
@@ -37,6 +42,44 @@ pub struct Template(Vec<Piece>);
 
 fn usage(message: String) -> Failure {
     Failure::usage(format!("invalid --key: {message}"))
+}
+
+/// The placeholder named between braces: `date`, `minute/5`, ...
+fn placeholder(name: &str) -> Result<Placeholder, Failure> {
+    let (base, step) = match name.split_once('/') {
+        Some((base, step)) => (base, Some(step)),
+        None => (name, None),
+    };
+    let stepped = |steps: &[u8], within: &str, whole: &str| -> Result<u8, Failure> {
+        let Some(step) = step else { return Ok(1) };
+        let listed: Vec<String> = steps[1..].iter().map(u8::to_string).collect();
+        match step.parse::<u8>() {
+            Ok(step) if steps.contains(&step) => Ok(step),
+            _ => Err(usage(format!(
+                "{{{name}}}: a step of {base}s must divide {within} ({}), or use {{{whole}}}",
+                listed.join(" ")
+            ))),
+        }
+    };
+    Ok(match base {
+        "minute" => Placeholder::Minute(stepped(&MINUTE_STEPS, "an hour", "hour")?),
+        "hour" => Placeholder::Hour(stepped(&HOUR_STEPS, "a day", "date")?),
+        _ if step.is_some() => {
+            return Err(usage(format!(
+                "{{{name}}}: only {{minute/N}} and {{hour/N}} take a step"
+            )))
+        }
+        "date" => Placeholder::Date,
+        "week" => Placeholder::Week,
+        "month" => Placeholder::Month,
+        "year" => Placeholder::Year,
+        "host" => Placeholder::Host,
+        other => {
+            return Err(usage(format!(
+            "unknown placeholder {{{other}}}; use one of {PLACEHOLDERS}, or {{{{ }}}} for braces"
+        )))
+        }
+    })
 }
 
 impl Template {
@@ -62,20 +105,7 @@ impl Template {
                     "unclosed '{{' in '{text}'; write {{{{ for a literal brace"
                 )));
             };
-            let field = match &tail[1..end] {
-                "date" => Placeholder::Date,
-                "hour" => Placeholder::Hour,
-                "minute" => Placeholder::Minute,
-                "week" => Placeholder::Week,
-                "month" => Placeholder::Month,
-                "year" => Placeholder::Year,
-                "host" => Placeholder::Host,
-                other => {
-                    return Err(usage(format!(
-                        "unknown placeholder {{{other}}}; use one of {PLACEHOLDERS}, or {{{{ }}}} for braces"
-                    )))
-                }
-            };
+            let field = placeholder(&tail[1..end])?;
             if !literal.is_empty() {
                 pieces.push(Piece::Text(std::mem::take(&mut literal)));
             }
@@ -94,8 +124,8 @@ impl Template {
         self.0
             .iter()
             .filter_map(|piece| match piece {
-                Piece::Field(Placeholder::Minute) => Some(Period::Minute),
-                Piece::Field(Placeholder::Hour) => Some(Period::Hour),
+                Piece::Field(Placeholder::Minute(step)) => Some(Period::Minutes(*step)),
+                Piece::Field(Placeholder::Hour(step)) => Some(Period::Hours(*step)),
                 Piece::Field(Placeholder::Date) => Some(Period::Day),
                 Piece::Field(Placeholder::Week) => Some(Period::Week),
                 Piece::Field(Placeholder::Month) => Some(Period::Month),
@@ -133,8 +163,18 @@ impl Template {
                 Piece::Field(field) => {
                     let text = match field {
                         Placeholder::Date => now.strftime("%Y-%m-%d").to_string(),
-                        Placeholder::Hour => now.strftime("%Y-%m-%dT%H").to_string(),
-                        Placeholder::Minute => now.strftime("%Y-%m-%dT%H:%M").to_string(),
+                        // A stepped field names its period's start on the
+                        // wall clock: `{minute/5}` at 10:07 is 10:05.
+                        Placeholder::Hour(step) => format!(
+                            "{}T{:02}",
+                            now.strftime("%Y-%m-%d"),
+                            aligned(now.hour(), *step)
+                        ),
+                        Placeholder::Minute(step) => format!(
+                            "{}:{:02}",
+                            now.strftime("%Y-%m-%dT%H"),
+                            aligned(now.minute(), *step)
+                        ),
                         Placeholder::Week => {
                             let week = now.date().iso_week_date();
                             format!("{:04}-W{:02}", week.year(), week.week())
@@ -149,84 +189,6 @@ impl Template {
         }
         validate(&key)?;
         Ok(key)
-    }
-}
-
-/// How often a periodic template makes a new key, finest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Period {
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
-impl Period {
-    /// The placeholder's name, as `status --json` says it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Period::Minute => "minute",
-            Period::Hour => "hour",
-            Period::Day => "date",
-            Period::Week => "week",
-            Period::Month => "month",
-            Period::Year => "year",
-        }
-    }
-
-    /// The start of the period holding `time`, in its zone (a day starts
-    /// at its first instant, even when a DST change skips midnight).
-    pub fn start(self, time: &jiff::Zoned) -> jiff::Zoned {
-        let day = || time.start_of_day().unwrap_or_else(|_| time.clone());
-        let on = |date: jiff::civil::Date| {
-            date.to_zoned(time.time_zone().clone())
-                .unwrap_or_else(|_| time.clone())
-        };
-        match self {
-            Period::Minute => time
-                .with()
-                .second(0)
-                .subsec_nanosecond(0)
-                .build()
-                .unwrap_or_else(|_| time.clone()),
-            Period::Hour => time
-                .with()
-                .minute(0)
-                .second(0)
-                .subsec_nanosecond(0)
-                .build()
-                .unwrap_or_else(|_| time.clone()),
-            Period::Day => day(),
-            Period::Week => {
-                let back = i64::from(time.weekday().to_monday_zero_offset());
-                on(time
-                    .date()
-                    .checked_sub(jiff::Span::new().days(back))
-                    .unwrap_or(time.date()))
-            }
-            Period::Month => on(time.date().first_of_month()),
-            Period::Year => on(time.date().first_of_year()),
-        }
-    }
-
-    /// The start of the period `count` periods after the one holding
-    /// `time` (before it when negative).
-    pub fn shift(self, time: &jiff::Zoned, count: i64) -> Option<jiff::Zoned> {
-        let start = self.start(time);
-        let span = match self {
-            Period::Minute => jiff::Span::new().try_minutes(count),
-            Period::Hour => jiff::Span::new().try_hours(count),
-            Period::Day => jiff::Span::new().try_days(count),
-            Period::Week => jiff::Span::new().try_weeks(count),
-            Period::Month => jiff::Span::new().try_months(count),
-            Period::Year => jiff::Span::new().try_years(count),
-        }
-        .ok()?;
-        // Calendar units keep the wall clock; a start is re-found after,
-        // in case a DST change moved it.
-        Some(self.start(&start.checked_add(span).ok()?))
     }
 }
 
@@ -342,27 +304,53 @@ mod tests {
     }
 
     #[test]
-    fn periods_start_and_shift() {
-        let now = at("2026-03-04T23:05:09+01:00[Europe/Paris]");
+    fn periods_of_templates() {
         let period = |text: &str| Template::parse(text).unwrap().period();
-        assert_eq!(period("b-{date}-{hour}"), Some(Period::Hour));
+        assert_eq!(period("b-{date}-{hour}"), Some(Period::Hours(1)));
         assert_eq!(period("b-{month}"), Some(Period::Month));
         assert_eq!(period("b-{host}"), None);
-        let text = |time: jiff::Zoned| time.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string();
-        assert_eq!(text(Period::Day.start(&now)), "2026-03-04T00:00:00+01:00");
-        assert_eq!(text(Period::Week.start(&now)), "2026-03-02T00:00:00+01:00");
-        assert_eq!(text(Period::Month.start(&now)), "2026-03-01T00:00:00+01:00");
-        assert_eq!(text(Period::Hour.start(&now)), "2026-03-04T23:00:00+01:00");
+        assert_eq!(period("b-{minute/5}"), Some(Period::Minutes(5)));
+        assert_eq!(period("b-{hour/6}-{date}"), Some(Period::Hours(6)));
+        assert_eq!(period("b-{hour}-{minute/30}"), Some(Period::Minutes(30)));
+    }
+
+    #[test]
+    fn steps_name_their_period_start() {
+        let at_time = |time: &str, template: &str| {
+            Template::parse(template)
+                .unwrap()
+                .expand(&at(time), "h")
+                .unwrap()
+        };
+        let time = "2026-01-01T10:07:59+01:00[Europe/Paris]";
+        assert_eq!(at_time(time, "{minute/5}"), "2026-01-01T10:05");
+        assert_eq!(at_time(time, "{minute/15}"), "2026-01-01T10:00");
+        assert_eq!(at_time(time, "{minute/1}"), at_time(time, "{minute}"));
+        assert_eq!(at_time(time, "{hour/6}"), "2026-01-01T06");
+        assert_eq!(at_time(time, "{hour/1}"), "2026-01-01T10");
+        let late = "2026-01-01T23:59:00+01:00[Europe/Paris]";
         assert_eq!(
-            text(Period::Day.shift(&now, -4).unwrap()),
-            "2026-02-28T00:00:00+01:00"
+            at_time(late, "{hour/8}-{minute/20}"),
+            "2026-01-01T16-2026-01-01T23:40"
         );
-        // Across the change to summer time, a day still starts at midnight.
-        let summer = at("2026-03-30T12:00:00+02:00[Europe/Paris]");
-        assert_eq!(
-            text(Period::Day.shift(&summer, -1).unwrap()),
-            "2026-03-29T00:00:00+01:00"
-        );
+    }
+
+    #[test]
+    fn rejects_bad_steps() {
+        for (bad, says) in [
+            ("{minute/7}", "{minute/7}: a step of minutes must divide an hour (2 3 4 5 6 10 12 15 20 30), or use {hour}"),
+            ("{minute/0}", "must divide an hour"),
+            ("{minute/60}", "must divide an hour"),
+            ("{minute/x}", "must divide an hour"),
+            ("{hour/5}", "{hour/5}: a step of hours must divide a day (2 3 4 6 8 12), or use {date}"),
+            ("{hour/}", "must divide a day"),
+            ("{date/2}", "{date/2}: only {minute/N} and {hour/N} take a step"),
+        ] {
+            let error = expand(bad).unwrap_err();
+            assert_eq!(error.code, crate::exit::USAGE, "{bad:?}");
+            assert!(error.message.starts_with("invalid --key: "), "{}", error.message);
+            assert!(error.message.contains(says), "{bad}: {}", error.message);
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod host;
 pub mod id;
 pub mod key;
 pub mod ledger;
+pub mod period;
 pub mod process;
 pub mod render;
 pub mod report;

@@ -41,18 +41,9 @@ pub fn check_ping(address: &str) -> Result<()> {
 
 /// The schedule of a period (see [`Schedule`]).
 pub fn schedule(period: crate::key::Period, zone: Option<String>) -> Schedule {
-    use crate::key::Period;
-    let (crontab, period_secs) = match period {
-        Period::Minute => ("* * * * *", 60),
-        Period::Hour => ("0 * * * *", 3600),
-        Period::Day => ("0 0 * * *", 86_400),
-        Period::Week => ("0 0 * * 1", 7 * 86_400),
-        Period::Month => ("0 0 1 * *", 30 * 86_400),
-        Period::Year => ("0 0 1 1 *", 365 * 86_400),
-    };
     Schedule {
-        crontab,
-        period_secs,
+        crontab: period.crontab(),
+        period_secs: period.seconds(),
         zone,
     }
 }
@@ -77,8 +68,9 @@ pub struct Settings {
 /// A job's period as monitors take it.
 #[derive(Debug, Clone)]
 pub struct Schedule {
-    /// Five-field crontab of the period's start: `0 * * * *` hourly.
-    pub crontab: &'static str,
+    /// Five-field crontab of the period's start: `0 * * * *` hourly,
+    /// `*/5 * * * *` every five minutes.
+    pub crontab: String,
     pub period_secs: u64,
     /// The IANA time zone of the job's keys.
     pub zone: Option<String>,

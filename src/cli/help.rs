@@ -170,6 +170,8 @@ In local time (TZ honoured), as they read on 1 December 2026 at 08:30:
   {date}    2026-12-01
   {hour}    2026-12-01T08
   {minute}  2026-12-01T08:30
+  {minute/20}  2026-12-01T08:20 (every N minutes, N dividing an hour)
+  {hour/6}  2026-12-01T06 (every N hours, N dividing a day)
   {week}    2026-W49 (the ISO week and its year)
   {month}   2026-12
   {year}    2026

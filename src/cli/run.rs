@@ -21,7 +21,8 @@ const DEPENDENCIES: &str = "Dependencies";
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Idempotency key; may hold {date} {hour} {minute} {week} {month}
-    /// {year} {host} (local time, TZ honoured); {{ and }} for braces
+    /// {year} {host} (local time, TZ honoured), {minute/N} and {hour/N}
+    /// (every N minutes or hours); {{ and }} for braces
     // No environment twin: the command itself gets IDEM_KEY, and a nested
     // idem must not take its parent's key for its own.
     #[arg(short, long, value_name = "KEY")]

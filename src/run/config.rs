@@ -230,7 +230,7 @@ fn job_info(args: &RunArgs, template: &Template) -> Result<JobInfo> {
 fn catch_up_period(template: &Template, typed: &str) -> Result<Period> {
     template.period().ok_or_else(|| {
         Failure::usage(format!(
-            "--catch-up needs a key template with a time placeholder ({{minute}} {{hour}} {{date}} {{week}} {{month}} {{year}}); key '{}' has none",
+            "--catch-up needs a key template with a time placeholder ({{minute}} {{minute/N}} {{hour}} {{hour/N}} {{date}} {{week}} {{month}} {{year}}); key '{}' has none",
             crate::render::printable(typed)
         ))
         .into()

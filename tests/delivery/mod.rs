@@ -3,6 +3,7 @@
 //! given up after a day (see `monitor.rs` for the monitor they go to).
 
 mod monitor;
+mod periods;
 mod protocols;
 
 use std::time::{Duration, Instant};

@@ -6,6 +6,7 @@
 mod catch_up;
 mod ledger;
 mod locks;
+mod periods;
 mod status;
 
 use std::process::{Command, Output, Stdio};
