@@ -13,6 +13,7 @@ mod containment;
 mod containment_scan;
 mod control;
 mod delivery;
+mod docs;
 mod env_defaults;
 mod examples;
 mod failures;
