@@ -18,6 +18,7 @@ pub mod report;
 pub mod run;
 pub mod serve;
 pub mod start;
+pub mod url;
 
 use anyhow::Result;
 

@@ -98,10 +98,7 @@ pub fn healthchecks<'a>(url: &str, event: &'a NewEvent, payload: &Payload) -> Re
 
 /// Whether a Healthchecks URL names its check by slug: `/ping/KEY/SLUG`.
 fn slug_url(base: &str) -> bool {
-    let path = base
-        .split_once("://")
-        .and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..]))
-        .unwrap_or("");
+    let path = crate::url::Url::parse(base).map_or("", |url| url.rest);
     let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
     matches!(parts.as_slice(), ["ping", _, _])
 }
@@ -110,18 +107,23 @@ fn slug_url(base: &str) -> bool {
 /// `/` missing after the port) would otherwise reach the monitor's host
 /// name, and every line that names the URL, with its secret inside.
 pub fn check(url: &str) -> Result<(), String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err("--ping needs a URL like https://hc-ping.com/UUID (no scheme found)".into());
+    let parsed = match crate::url::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(crate::url::UrlError::NoScheme) => {
+            return Err("--ping needs a URL like https://hc-ping.com/UUID (no scheme found)".into())
+        }
+        Err(error) => return Err(format!("--ping {}: {error}", mask(url))),
     };
+    let scheme = parsed.scheme;
     if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
         return Err(format!(
             "--ping needs an http:// or https:// URL, not {scheme}://; give one like https://hc-ping.com/UUID"
         ));
     }
-    if rest.is_empty() || rest.starts_with('/') {
+    if parsed.hosts.is_empty() {
         return Err("--ping names no host; give a URL like https://hc-ping.com/UUID".into());
     }
-    if shown_host(authority(rest)).is_none() {
+    if shown_host(parsed.hosts).is_none() {
         return Err(format!(
             "--ping's host is not a host name ({}); check the URL for a \\ instead of a / \
              or a / missing after the host or port",
@@ -135,33 +137,21 @@ pub fn check(url: &str) -> Result<(), String> {
 /// password dropped, and the host itself hidden when it does not look like
 /// one a person typed (it may hold the secret a typo ran into it).
 pub fn mask(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "***".to_owned();
+    let Ok(parsed) = crate::url::Url::parse(url) else {
+        return crate::url::masked(url);
     };
-    let authority = authority(rest);
-    let Some(host) = shown_host(authority) else {
-        return format!("{scheme}://***");
-    };
-    if authority.len() == rest.len() {
-        format!("{scheme}://{host}")
-    } else {
-        format!("{scheme}://{host}/***")
+    let scheme = parsed.scheme;
+    match shown_host(parsed.hosts) {
+        None => format!("{scheme}://***"),
+        Some(host) if parsed.rest.is_empty() => format!("{scheme}://{host}"),
+        Some(host) => format!("{scheme}://{host}/***"),
     }
 }
 
-/// The authority of what follows `scheme://`: up to its path, query or
-/// fragment.
-fn authority(rest: &str) -> &str {
-    &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())]
-}
-
-/// The `host[:port]` of an authority, without its user and password, when
+/// `host[:port]` (a URL's hosts, see [`crate::url::Url`]) when
 /// it is a host name, an IPv4 or a bracketed IPv6 address with a port that
 /// fits, and no label is long or hex enough to be a secret run into it.
-fn shown_host(authority: &str) -> Option<&str> {
-    let host_port = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
+fn shown_host(host_port: &str) -> Option<&str> {
     let (host, port) = match host_port.rsplit_once(':') {
         Some((host, port)) if !host.ends_with(':') && !port.contains(']') => (host, Some(port)),
         _ => (host_port, None),

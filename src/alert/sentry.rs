@@ -29,22 +29,23 @@ impl Dsn {
                 "--ping sentry: needs a DSN like https://KEY@o0.ingest.sentry.io/123 ({why})"
             ))
         };
-        let Some((scheme, rest)) = dsn.split_once("://") else {
-            return unusable("no scheme");
+        let Ok(url) = crate::url::Url::parse(dsn) else {
+            return unusable("no scheme, or an @ after the host");
         };
-        let Some((key, place)) = rest.split_once('@') else {
+        let Some(key) = url.user().filter(|key| !key.is_empty()) else {
             return unusable("no key before the host");
         };
-        let key = key.split(':').next().unwrap_or("");
-        let Some((host_path, project)) = place.trim_end_matches('/').rsplit_once('/') else {
+        let key = String::from_utf8_lossy(&key).into_owned();
+        let Some((path, project)) = url.rest.trim_end_matches('/').rsplit_once('/') else {
             return unusable("no project id after the host");
         };
-        if key.is_empty() || project.is_empty() || !project.bytes().all(|b| b.is_ascii_digit()) {
+        if project.is_empty() || !project.bytes().all(|b| b.is_ascii_digit()) {
             return unusable("its key or project id is missing");
         }
+        let (scheme, host_path) = (url.scheme, format!("{}{path}", url.hosts));
         Ok(Dsn {
             base: format!("{scheme}://{host_path}"),
-            key: key.to_owned(),
+            key,
             project: project.to_owned(),
         })
     }

@@ -35,6 +35,7 @@ impl Location {
                     Ok(Location::Postgres(url.to_owned()))
                 } else {
                     Location::refuse_unknown_scheme(db)?;
+                    Location::refuse_mistyped_scheme(db)?;
                     Ok(Location::Sqlite(PathBuf::from(db)))
                 }
             }
@@ -51,40 +52,9 @@ impl Location {
     pub fn display(&self) -> String {
         match self {
             Location::Sqlite(path) => path.display().to_string(),
-            Location::Postgres(url) => mask_password(url),
+            Location::Postgres(url) => crate::url::masked(url),
         }
     }
-}
-
-pub(super) fn mask_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let tail = mask_password_option(tail);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => format!("{scheme}://{authority}{tail}"),
-        },
-        None => format!("{scheme}://{authority}{tail}"),
-    }
-}
-
-/// Masks a `password=` option in a URL's query.
-fn mask_password_option(tail: &str) -> String {
-    let Some((path, query)) = tail.split_once('?') else {
-        return tail.to_owned();
-    };
-    let options: Vec<String> = query
-        .split('&')
-        .map(|option| match option.split_once('=') {
-            Some(("password", _)) => "password=***".to_owned(),
-            _ => option.to_owned(),
-        })
-        .collect();
-    format!("{path}?{}", options.join("&"))
 }
 
 /// Opens the ledger for `run`, creating and migrating it when needed.
@@ -164,23 +134,4 @@ pub fn folder_of(path: &Path) -> &Path {
     path.parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn masks_passwords() {
-        assert_eq!(
-            mask_password("postgres://idem:s3cret@db.example/idem?sslmode=require"),
-            "postgres://idem:***@db.example/idem?sslmode=require"
-        );
-        assert_eq!(mask_password("postgres://db/idem"), "postgres://db/idem");
-        assert_eq!(mask_password("postgresql://u@h/d"), "postgresql://u@h/d");
-        assert_eq!(
-            mask_password("postgres://u@h/d?sslmode=require&password=x%26y"),
-            "postgres://u@h/d?sslmode=require&password=***"
-        );
-    }
 }

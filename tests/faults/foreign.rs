@@ -96,3 +96,38 @@ fn a_url_of_another_scheme_is_a_usage_error_not_a_file() {
         );
     }
 }
+
+/// A PostgreSQL URL whose `://` lost a character is refused as one, by a
+/// run and by a reader, showing nothing after its scheme: taken as a
+/// path, it made a SQLite ledger of this host's own and ran the command.
+#[test]
+fn a_postgres_url_missing_part_of_its_colon_slash_slash_is_a_usage_error() {
+    let env = Env::new();
+    let count = env.count_cmd("count");
+    for db in [
+        "postgresql//idem:secretpw@127.0.0.1/idem",
+        "postgres:/idem:secretpw@127.0.0.1/idem",
+    ] {
+        for args in [
+            &["run", "--key", "k", "--shell", "--", &count][..],
+            &["status"],
+            &["ledger", "list"],
+        ] {
+            env.cmd(args)
+                .env("IDEM_DB", db)
+                .expect_code(2)
+                .stderr_one_line()
+                .stderr_has("is not a URL")
+                .stderr_has("://")
+                .stderr_lacks("secretpw")
+                .stderr_lacks("127.0.0.1");
+        }
+        let scheme = &db[..db.find(['/', ':']).unwrap()];
+        assert!(!env.path(scheme).exists(), "{db} left a folder behind");
+        assert!(
+            !env.path(&format!("{scheme}:")).exists(),
+            "{db} left a folder behind"
+        );
+    }
+    assert_eq!(env.count("count"), 0);
+}

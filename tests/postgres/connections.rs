@@ -168,6 +168,55 @@ fn postgres_tls_and_passwords_where_the_url_asks() {
     run(&wrong, "f", &[]).expect_code(125).stderr_lacks("nope");
 }
 
+/// A password that holds every character that ends a part of a URL,
+/// each beside two letters no other part of the URL holds: written as a
+/// person would (`@ : ? #` as they are, `/` and `%` encoded), it is the
+/// password, the host is the URL's host, and no output shows any of it.
+#[test]
+fn postgres_a_password_of_url_delimiters_connects_to_the_urls_host_and_never_shows() {
+    let Some(server) = Server::start_tcp(
+        "postgres_a_password_of_url_delimiters_connects_to_the_urls_host_and_never_shows",
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let port = server.port.unwrap();
+    server.sql(
+        "postgres",
+        "CREATE ROLE odd LOGIN SUPERUSER PASSWORD 'Zq@Xy:Wv?Ut#Sr/Qp%'",
+    );
+    let pieces = ["Zq", "Xy", "Wv", "Ut", "Sr", "Qp"];
+    let url = |password: &str| format!("postgresql://odd:{password}@localhost:{port}/idem");
+    let good = url("Zq@Xy:Wv?Ut#Sr%2FQp%25");
+    let shows_none = |ran: crate::util::Ran| {
+        let all = format!("{}{}", ran.stdout(), ran.stderr());
+        for piece in pieces {
+            assert!(!all.contains(piece), "{piece} shown: {all}");
+        }
+        ran
+    };
+    let run = |url: &str, key: &str| {
+        env.cmd(["run", "--key", key, "--", "true"])
+            .db(url)
+            .env_remove("PGPASSWORD")
+    };
+    shows_none(run(&good, "a").succeeds());
+    let path = shows_none(env.cmd(["ledger", "path"]).db(&good).succeeds());
+    assert_eq!(
+        path.stdout().trim(),
+        format!("postgresql://odd:***@localhost:{port}/idem")
+    );
+    shows_none(env.cmd(["ledger", "list"]).db(&good).succeeds());
+    // A wrong password: refused by the server at the URL's host.
+    let wrong = url("Zq@Xy:Wv?Ut#Sr%2FQp%25Nn");
+    shows_none(run(&wrong, "b").expect_code(125).stderr_has("localhost"));
+    // A `/` left unencoded cannot be told from the path: refused, the
+    // credentials unshown, and nothing runs.
+    let slash = url("Zq@Xy:Wv?Ut#Sr/Qp%25");
+    shows_none(run(&slash, "c").expect_code(125).stderr_has("%2F"));
+    assert_eq!(server.value("SELECT count(*)::text FROM idem.runs"), "1");
+}
+
 #[test]
 fn postgres_url_gaps_are_filled_from_libpq_variables() {
     let Some(pg) = Pg::new("postgres_url_gaps_are_filled_from_libpq_variables") else {

@@ -36,7 +36,15 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 pub(crate) fn config(url: &str, shown: &str) -> Result<Config, LedgerError> {
     // The driver knows disable, prefer and require; idem's require already
     // verifies the certificate and the host name, as verify-full does.
-    let url = url
+    // The driver splits credentials at the first `@` and `:`; idem reads
+    // them as crate::url does, and hands it the URL written back so that
+    // it splits there too, whatever the password holds.
+    let url = crate::url::Url::parse(url)
+        .map_err(|error| LedgerError::BadUrl {
+            url: shown.to_owned(),
+            why: error.to_string(),
+        })?
+        .normalized()
         .replace("sslmode=verify-full", "sslmode=require")
         .replace("sslmode=verify-ca", "sslmode=require");
     let mut config = Config::from_str(&url).map_err(|error| LedgerError::BadUrl {

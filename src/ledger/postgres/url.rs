@@ -9,7 +9,6 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::exit::Failure;
 
-use super::super::location::mask_password;
 use super::super::Location;
 
 /// The schemes of a PostgreSQL ledger's URL.
@@ -33,24 +32,48 @@ impl Location {
         }
         Err(Failure::usage(format!(
             "--db {} is a {scheme}:// URL, which idem does not know; give a postgres:// or postgresql:// URL, or a file path (./NAME for a file whose name looks like a URL)",
-            mask_password(&String::from_utf8_lossy(bytes))
+            crate::url::masked(&String::from_utf8_lossy(bytes))
         )))
     }
 }
 
-/// The scheme of `text` when it starts `scheme://`: a letter, then letters,
-/// digits, `+`, `-` or `.`.
+impl Location {
+    /// Refuses `db` when it starts as a PostgreSQL URL with its `://`
+    /// mistyped (`postgres:/`, `postgresql//`, `postgres:host`): taken
+    /// as a path, it would make a SQLite ledger of this host's own in a
+    /// folder called `postgresql`, where the fleet meant to share one.
+    /// What follows the scheme is not shown: it may hold a password.
+    pub fn refuse_mistyped_scheme(db: &OsStr) -> Result<(), Failure> {
+        let bytes = db.as_bytes();
+        for scheme in ["postgresql", "postgres"] {
+            let Some(tail) = bytes
+                .get(..scheme.len())
+                .filter(|head| head.eq_ignore_ascii_case(scheme.as_bytes()))
+                .map(|_| &bytes[scheme.len()..])
+            else {
+                continue;
+            };
+            let typed = tail.iter().take_while(|b| matches!(b, b':' | b'/')).count();
+            if tail.starts_with(b"://") || (tail.first() != Some(&b':') && !tail.starts_with(b"//"))
+            {
+                return Ok(());
+            }
+            let typed = String::from_utf8_lossy(&bytes[..scheme.len() + typed]);
+            return Err(Failure::usage(format!(
+                "--db {typed}... is not a URL: a PostgreSQL ledger's URL starts {scheme}:// \
+                 (postgresql://USER@HOST/DATABASE); for a file of that name write ./NAME"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The scheme of `text` when it starts `scheme://`.
 fn url_scheme(text: &[u8]) -> Option<&str> {
     let end = text.windows(3).position(|three| three == b"://")?;
-    let scheme = &text[..end];
-    let first = scheme.first()?;
-    let rest_ok = scheme
-        .iter()
-        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'-' | b'.'));
-    if !first.is_ascii_alphabetic() || !rest_ok {
-        return None;
-    }
-    std::str::from_utf8(scheme).ok()
+    std::str::from_utf8(&text[..end])
+        .ok()
+        .filter(|scheme| crate::url::is_scheme(scheme))
 }
 
 #[cfg(test)]
@@ -76,6 +99,43 @@ mod tests {
             "1x://y",
             "://nothing",
             "",
+        ] {
+            assert_eq!(refused(db), None, "{db}");
+        }
+    }
+
+    #[test]
+    fn a_mistyped_postgres_scheme_is_a_usage_error_that_shows_no_more_than_it() {
+        let refused = |db: &str| {
+            Location::refuse_mistyped_scheme(OsStr::new(db))
+                .err()
+                .map(|failure| (failure.code, failure.message))
+        };
+        let (code, message) = refused("postgresql//idem:hunter2@127.0.0.1/idem").unwrap();
+        assert_eq!(code, crate::exit::USAGE);
+        assert_eq!(
+            message,
+            "--db postgresql//... is not a URL: a PostgreSQL ledger's URL starts postgresql:// \
+             (postgresql://USER@HOST/DATABASE); for a file of that name write ./NAME"
+        );
+        for db in [
+            "postgres:/idem@127.0.0.1/idem",
+            "postgres:idem:hunter2@h/idem",
+            "POSTGRES//h/idem",
+        ] {
+            let shown = refused(db).map(|(_, message)| message);
+            let message = shown.unwrap_or_else(|| panic!("{db} passed"));
+            assert!(
+                !message.contains("hunter2") && !message.contains("idem@"),
+                "{message}"
+            );
+        }
+        for db in [
+            "postgresql://u@h/idem",
+            "postgres/ledger.db",
+            "postgres.db",
+            "postgresql",
+            "./postgres:/x",
         ] {
             assert_eq!(refused(db), None, "{db}");
         }
