@@ -114,7 +114,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
-            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered')
+            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer)')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -278,7 +278,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
-            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered')
+            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer)')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -444,7 +444,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('mark', 'mark', [CompletionResultType]::ParameterValue, 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs')
             [CompletionResult]::new('path', 'path', [CompletionResultType]::ParameterValue, 'Print the resolved ledger location')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Per-job metrics in the Prometheus text format')
-            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered')
+            [CompletionResult]::new('deliver', 'deliver', [CompletionResultType]::ParameterValue, 'Deliver the pings and hooks still owed (run it from a timer)')
             break
         }
         'idem;help;ledger;list' {

@@ -109,7 +109,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
-            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer)'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;list'= {
@@ -262,7 +262,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
-            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer)'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'idem;ledger;help;list'= {
@@ -407,7 +407,7 @@ set edit:completion:arg-completer[idem] = {|@words|
             cand mark 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
             cand path 'Print the resolved ledger location'
             cand metrics 'Per-job metrics in the Prometheus text format'
-            cand deliver 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+            cand deliver 'Deliver the pings and hooks still owed (run it from a timer)'
         }
         &'idem;help;ledger;list'= {
         }

@@ -106,7 +106,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_su
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l key -d 'Only keys matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l job -d 'Only runs of jobs matching this glob (* ? [..])' -r
@@ -220,7 +220,7 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
-complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand status" -l job -d 'Only jobs matching this glob (* ? [..])' -r
 complete -c idem -n "__fish_idem_using_subcommand status" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
@@ -309,7 +309,7 @@ complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcomma
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "mark" -d 'Record a success that did not run (by whom, why): the key is skipped and the runs that wait for it (--after) go on; refused (75) while the key runs'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "path" -d 'Print the resolved ledger location'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "metrics" -d 'Per-job metrics in the Prometheus text format'
-complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer); exit 1 when one could not be delivered'
+complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "deliver" -d 'Deliver the pings and hooks still owed (run it from a timer)'
 
 # After `run ... --`, the command's own completion; keys from the ledger
 # after `run --key` and for `ledger show` and `ledger forget`.

@@ -376,10 +376,17 @@ fn quiet_quiet_alert_recovery(env: &Env, db: Option<&str>) {
     assert_eq!(hooks_of("d4")[0]["event"], "recovery");
     assert_eq!(hooks_of("d5").as_array().map(Vec::len), Some(0));
     assert_eq!(hooks_of("d1").as_array().map(Vec::len), Some(0));
+    // A failure hook that did its work reads as such, not as a failure.
+    let shown = show("d3", false);
     assert!(
-        show("d3", false).contains("hook failure: exit 0"),
+        shown.contains("hook --on-failure (IDEM_EVENT=failure): exited 0 at "),
+        "{shown}"
+    );
+    assert!(!shown.contains("hook failure"), "{shown}");
+    assert!(
+        show("d4", false).contains("hook --on-recovery (IDEM_EVENT=recovery): exited 0 at "),
         "{}",
-        show("d3", false)
+        show("d4", false)
     );
 }
 

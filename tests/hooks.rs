@@ -155,3 +155,50 @@ fn hooks_run_under_quiet_success() {
     assert_eq!(output.stderr(), "");
     assert_eq!(lines(&env, "hooks"), ["failure", "recovery"]);
 }
+
+/// A run frees its key and its named locks once its outcome is recorded,
+/// before it delivers: a hook (or a monitor) that is slow to answer holds
+/// neither the next run of the key nor a run sharing its lock.
+#[test]
+fn a_run_delivering_its_events_holds_neither_its_key_nor_its_locks() {
+    let env = Env::new();
+    let entered = env.path("entered");
+    let release = env.path("release");
+    // The hook says it is running, then waits for the test.
+    let hook = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done",
+        entered.display(),
+        release.display()
+    );
+    let mut first = env
+        .cmd([
+            "run",
+            "-k",
+            "k",
+            "--retries",
+            "0",
+            "--lock",
+            "disk",
+            "--on-failure",
+            &hook,
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .command()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::util::wait_for_file(&entered, Duration::from_secs(30), &mut first);
+    // The first run is still delivering: its key runs again, and another
+    // key under its lock runs, each at once.
+    env.cmd(["run", "-k", "k", "--", "true"]).succeeds();
+    env.cmd(["run", "-k", "other", "--lock", "disk", "--", "true"])
+        .succeeds();
+    assert!(first.try_wait().unwrap().is_none(), "the hook still runs");
+    std::fs::write(&release, "").unwrap();
+    let output = first.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+}

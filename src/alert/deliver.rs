@@ -1,7 +1,6 @@
 //! Delivering the events owed: one event to its ping or hook, and a sweep
-//! of a ledger's outbox by any idem (`run`, `status`, `ledger deliver`).
+//! of a ledger's outbox by a run or `ledger deliver` (never by a read).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -195,15 +194,6 @@ fn settle(
         (true, Err(_)) => swept.failed += 1,
     }
     Ok(())
-}
-
-/// What `status` does with the outbox: delivers the due pings for at most
-/// a run's budget (quietly: a ledger that refuses, read-only or older,
-/// delivers nothing), then reads what is still owed, per job.
-pub fn deliver_owed(ledger: &mut dyn Ledger) -> HashMap<String, u64> {
-    let quiet = Reporter::new(true, false, false);
-    let _ = sweep(ledger, super::ping::BUDGET, false, None, &quiet);
-    ledger.owed().unwrap_or_default().into_iter().collect()
 }
 
 /// The line under `status`'s table naming the jobs with events owed.

@@ -55,9 +55,12 @@ impl Http {
         }
     }
 
-    /// Sends `request`, tried three times with backoff, for at most
-    /// `most` in all; the last failure's words, masked, when none went
-    /// through.
+    /// Sends `request` for at most `most` in all: tried again with
+    /// backoff, up to three times, only while the monitor answers with an
+    /// error status (a 500 may pass); a monitor that refuses the
+    /// connection, cannot be found or does not answer in time is down,
+    /// and trying it again would only hold the run. The last failure's
+    /// words, masked, when none went through.
     pub fn send(&self, request: &Request<'_>, most: Duration) -> Result<Duration, String> {
         let began = Instant::now();
         let mut failure = String::new();
@@ -69,9 +72,15 @@ impl Http {
                 }
                 break;
             }
-            match self.try_once(request, TRY_FOR.min(left)) {
+            let timeout = TRY_FOR.min(left);
+            match self.try_once(request, timeout) {
                 Ok(()) => return Ok(began.elapsed()),
-                Err(error) => failure = self.words(&error, &request.url),
+                Err(error) => {
+                    failure = self.words(&error, &request.url, timeout);
+                    if !matches!(error, ureq::Error::StatusCode(_)) {
+                        break;
+                    }
+                }
             }
             if let Some(wait) = BACKOFF.get(try_number) {
                 std::thread::sleep((*wait).min(most.saturating_sub(began.elapsed())));
@@ -105,9 +114,31 @@ impl Http {
         Ok(())
     }
 
-    /// An error's words, with the secrets taken out wherever they appear.
-    fn words(&self, error: &ureq::Error, url: &str) -> String {
-        let mut text = error.to_string().replace(url, &mask(url));
+    /// An error's words, said as a person would (ureq's own say `timeout:
+    /// global`), with the secrets taken out wherever they appear.
+    fn words(&self, error: &ureq::Error, url: &str, timeout: Duration) -> String {
+        let said = match error {
+            ureq::Error::Timeout(_) => format!(
+                "no answer within {}",
+                humantime::format_duration(Duration::from_millis(
+                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
+                ))
+            ),
+            ureq::Error::StatusCode(code) => format!("it answered HTTP {code}"),
+            ureq::Error::HostNotFound => "its host was not found".to_owned(),
+            ureq::Error::ConnectionFailed => "the connection failed".to_owned(),
+            ureq::Error::Io(io) => match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "the connection was refused".to_owned(),
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof => {
+                    "the connection was closed without an answer".to_owned()
+                }
+                _ => io.to_string(),
+            },
+            other => other.to_string(),
+        };
+        let mut text = said.replace(url, &mask(url));
         for secret in &self.secrets {
             text = text.replace(secret.as_str(), "***");
         }

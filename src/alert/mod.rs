@@ -26,7 +26,7 @@ use anyhow::Result;
 use crate::exit::Failure;
 use crate::ledger::{Attempt, Claim, HookRun, Ledger, NewEvent, Outcome, Owed, Status};
 use crate::report::Reporter;
-pub use deliver::{deliver_owed, doctor_outbox, owed_line, sweep, Swept};
+pub use deliver::{doctor_outbox, owed_line, sweep, Swept};
 pub use events::{event_text, pausing, EventJson, Origin};
 pub use hooks::HOOK_LIMIT;
 /// How a URL is shown where it might be a secret, shared with `idem

@@ -49,9 +49,10 @@ pub fn monitor(address: &str) -> Monitor<'_> {
 /// Checks a `--ping` address of any monitor without printing it.
 pub fn check_address(address: &str) -> Result<(), String> {
     match monitor(address) {
-        Monitor::Healthchecks(url) | Monitor::Cronitor(url) => check(url),
+        Monitor::Healthchecks(url) => check(url, ""),
+        Monitor::Cronitor(url) => check(url, "cronitor: "),
         Monitor::Sentry(dsn) => {
-            check(dsn)?;
+            check(dsn, "sentry: ")?;
             super::sentry::Dsn::parse(dsn).map(|_| ())
         }
     }
@@ -103,30 +104,44 @@ fn slug_url(base: &str) -> bool {
     matches!(parts.as_slice(), ["ping", _, _])
 }
 
+/// The forms a `--ping` takes, as its errors give them.
+const FORMS: &str = "https://hc-ping.com/UUID, sentry:https://KEY@o0.ingest.sentry.io/ID \
+    or cronitor:https://cronitor.link/p/KEY/JOB";
+
 /// Checks a `--ping` URL without printing it: a typo (a `\\` for a `/`, a
 /// `/` missing after the port) would otherwise reach the monitor's host
 /// name, and every line that names the URL, with its secret inside.
-pub fn check(url: &str) -> Result<(), String> {
+/// `form` is the address's prefix (`sentry: `, `cronitor: `, or none).
+pub fn check(url: &str, form: &str) -> Result<(), String> {
     let parsed = match crate::url::Url::parse(url) {
         Ok(parsed) => parsed,
         Err(crate::url::UrlError::NoScheme) => {
-            return Err("--ping needs a URL like https://hc-ping.com/UUID (no scheme found)".into())
+            return Err(format!(
+                "--ping {form}needs a URL with its scheme (none found); give one like {FORMS}"
+            ))
         }
-        Err(error) => return Err(format!("--ping {}: {error}", mask(url))),
+        Err(error) => {
+            return Err(format!(
+                "--ping {form}{}: {error}; give a URL like {FORMS}",
+                mask(url)
+            ))
+        }
     };
     let scheme = parsed.scheme;
     if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
         return Err(format!(
-            "--ping needs an http:// or https:// URL, not {scheme}://; give one like https://hc-ping.com/UUID"
+            "--ping {form}needs an http:// or https:// URL, not {scheme}://; give one like {FORMS}"
         ));
     }
     if parsed.hosts.is_empty() {
-        return Err("--ping names no host; give a URL like https://hc-ping.com/UUID".into());
+        return Err(format!(
+            "--ping {form}names no host; give a URL like {FORMS}"
+        ));
     }
     if shown_host(parsed.hosts).is_none() {
         return Err(format!(
-            "--ping's host is not a host name ({}); check the URL for a \\ instead of a / \
-             or a / missing after the host or port",
+            "--ping {form}has a host that is not a host name ({}); check the URL for a \\ \
+             instead of a / or a / missing after the host or port",
             mask(url)
         ));
     }
@@ -278,22 +293,44 @@ mod tests {
         for url in &typos {
             let masked = mask(url);
             assert!(!masked.contains("5d1fa0b2"), "{url}: {masked}");
-            if let Err(said) = check(url) {
+            if let Err(said) = check(url, "") {
                 assert!(!said.contains("5d1fa0b2"), "{url}: {said}");
             }
         }
         for typo in &typos[..3] {
-            assert!(check(typo).is_err(), "{typo} was taken");
+            assert!(check(typo, "").is_err(), "{typo} was taken");
         }
-        assert!(check(&typos[6]).is_ok());
+        assert!(check(&typos[6], "").is_ok());
+    }
+
+    /// Whichever form was meant, the error shows all three.
+    #[test]
+    fn a_bad_ping_is_told_every_form_a_ping_takes() {
+        for bad in [
+            "hc-ping.com/x",
+            "ftp://hc/x",
+            "https:///x",
+            "cronitor:ftp://c/x",
+        ] {
+            let said = check_address(bad).unwrap_err();
+            for form in [
+                "https://hc-ping.com/",
+                "sentry:https://",
+                "cronitor:https://",
+            ] {
+                assert!(said.contains(form), "{bad}: {said}");
+            }
+        }
+        let said = check_address("cronitor:ftp://c/x").unwrap_err();
+        assert!(said.starts_with("--ping cronitor: needs an http"), "{said}");
     }
 
     #[test]
     fn checks_the_scheme_without_printing_the_url() {
-        assert!(check("https://hc-ping.com/x").is_ok());
-        let said = check("ftp://hc/secret").unwrap_err();
+        assert!(check("https://hc-ping.com/x", "").is_ok());
+        let said = check("ftp://hc/secret", "").unwrap_err();
         assert!(!said.contains("secret"), "{said}");
-        assert!(check("hc-ping.com/secret")
+        assert!(check("hc-ping.com/secret", "")
             .unwrap_err()
             .find("secret")
             .is_none());

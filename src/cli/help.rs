@@ -161,6 +161,25 @@ Files:
 See also:
 idem-run(1), flock(1), crontab(5), systemd.timer(5)";
 
+/// `idem ledger deliver --help` and its man page: its own exit codes
+/// (1 says an event is still owed), and the ledger's environment.
+pub const DELIVER_EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    every event tried was delivered (or nothing was owed)
+  1    an event could not be delivered (it stays owed, and is tried again after its backoff)
+  2    usage error: bad flag or duration
+  125  idem itself failed (ledger unreadable, unwritable, corrupt, full or newer)
+
+Environment:
+  IDEM_DB   the ledger, as --db
+  PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD  as for idem run
+
+Files:
+  ~/.local/share/idem/ledger.db  the ledger, unless --db or IDEM_DB names another
+
+See also:
+idem-run(1), idem-ledger(1), systemd.timer(5)";
+
 /// `idem run --help` and the man pages of idem and idem run: the exit
 /// codes, the environment, the key templates' formats, examples, files.
 pub const RUN_NOTES: &str = concat!(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::help::LEDGER_EXIT_CODES_HELP;
+use super::help::{DELIVER_EXIT_CODES_HELP, LEDGER_EXIT_CODES_HELP};
 use super::values::duration;
 
 #[derive(Debug, Subcommand)]
@@ -89,9 +89,8 @@ pub enum LedgerCommand {
         #[arg(long)]
         per_key: bool,
     },
-    /// Deliver the pings and hooks still owed (run it from a timer); exit 1
-    /// when one could not be delivered
-    #[command(after_long_help = LEDGER_EXIT_CODES_HELP)]
+    /// Deliver the pings and hooks still owed (run it from a timer)
+    #[command(after_long_help = DELIVER_EXIT_CODES_HELP)]
     Deliver(DeliverArgs),
 }
 

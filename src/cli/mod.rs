@@ -19,8 +19,8 @@ use std::ffi::OsString;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use help::{
-    EXIT_CODES_HELP, FILES_HELP, LEDGER_EXIT_CODES_HELP, RUN_NOTES, SEE_ALSO_HELP,
-    SERVE_EXIT_CODES_HELP, STATUS_EXIT_CODES_HELP,
+    DELIVER_EXIT_CODES_HELP, EXIT_CODES_HELP, FILES_HELP, LEDGER_EXIT_CODES_HELP, RUN_NOTES,
+    SEE_ALSO_HELP, SERVE_EXIT_CODES_HELP, STATUS_EXIT_CODES_HELP,
 };
 pub use ledger::{DeliverArgs, DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
 pub use pause::{PauseArgs, ResumeArgs, PAUSE_EXIT_CODES_HELP};

@@ -25,7 +25,7 @@ const WINDOW: i64 = 10;
 /// when one needs a person.
 pub fn run(args: &StatusArgs, location: &Location, colour: crate::cli::ColorChoice) -> Result<u8> {
     let mut ledger = super::ledger::open_to_read(location)?;
-    let owed = crate::alert::deliver_owed(ledger.as_mut());
+    let owed: HashMap<String, u64> = ledger.owed().unwrap_or_default().into_iter().collect();
     let jobs = ledger.jobs(args.job.as_deref())?;
     let pauses = ledger.pauses(args.job.as_deref())?;
     if let (true, Some(glob)) = (jobs.is_empty(), &args.job) {

@@ -47,6 +47,8 @@ fn the_help_tables_list_the_codes_of_exit_rs() {
     assert_eq!(listed(cli::STATUS_EXIT_CODES_HELP), status);
     let ledger = [SUCCESS, NOT_FOUND, USAGE, CONFLICT, IDEM_FAILED];
     assert_eq!(listed(cli::LEDGER_EXIT_CODES_HELP), ledger);
+    let deliver = [SUCCESS, NOT_FOUND, USAGE, IDEM_FAILED];
+    assert_eq!(listed(cli::DELIVER_EXIT_CODES_HELP), deliver);
     let pause = [SUCCESS, NOT_FOUND, USAGE, IDEM_FAILED];
     assert_eq!(listed(cli::PAUSE_EXIT_CODES_HELP), pause);
 }

@@ -155,11 +155,23 @@ fn cut_note(tails: &Tails) -> String {
     )
 }
 
+/// A hook that ran: `hook --on-failure (IDEM_EVENT=failure): exited 0 at
+/// ...`, its flag and the event it was told, so that a failure hook that
+/// did its work does not read as a hook that failed.
 fn hook_text(hook: &HookRun, zone: &TimeZone) -> String {
+    let flag = if hook.event == "recovery" {
+        "--on-recovery"
+    } else {
+        "--on-failure"
+    };
     let ended = hook
         .exit_code
-        .map_or("could not start".into(), |code| format!("exit {code}"));
-    format!("hook {}: {ended} at {}", hook.event, local(hook.at, zone))
+        .map_or("could not start".into(), |code| format!("exited {code}"));
+    format!(
+        "hook {flag} (IDEM_EVENT={}): {ended} at {}",
+        hook.event,
+        local(hook.at, zone)
+    )
 }
 
 /// `show --json`: the latest run's fields, its attempts with their output,

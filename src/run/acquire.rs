@@ -160,6 +160,7 @@ impl Acquirer<'_> {
         };
         let mut planner = Planner {
             config: self.config,
+            key: self.key,
             rules,
             run_id,
             decided: None,
@@ -251,6 +252,7 @@ impl Acquirer<'_> {
 /// ledger's write lock, and keeps that decision, which is final.
 struct Planner<'a> {
     config: &'a Config,
+    key: &'a str,
     rules: &'a Rules,
     run_id: Uuid,
     decided: Option<Verdict>,
@@ -299,7 +301,7 @@ impl Planner<'_> {
             owed: crate::alert::Origin {
                 run_id: self.run_id,
                 job: &self.config.job.name,
-                key: "",
+                key: self.key,
                 duration_ms: None,
             }
             .start(&self.config.alerts),

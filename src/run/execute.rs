@@ -335,9 +335,10 @@ impl Run<'_> {
         Some(Ending::interrupted(signal))
     }
 
-    /// Records how the run ended, shows held output when a person should
-    /// see it, and tells the alerts once the outcome is durable. `lost`:
-    /// the run was stopped because its lease could not be kept.
+    /// Records how the run ended and shows held output when a person
+    /// should see it; the exit code, and the events the outcome owes, for
+    /// the alerts to tell once the run has let go of its key. `lost`: the
+    /// run was stopped because its lease could not be kept.
     pub fn conclude(
         &self,
         ending: Ending,
@@ -345,7 +346,7 @@ impl Run<'_> {
         ledger: &mut dyn Ledger,
         mut output: Output,
         alerts: &Alerts,
-    ) -> Result<u8> {
+    ) -> Result<(u8, Vec<NewEvent>)> {
         let (code, outcome, last) = match ending {
             Ending::Outcome {
                 code,
@@ -398,8 +399,7 @@ impl Run<'_> {
                 outcome.exit_code
             ))
         })?;
-        alerts.tell(&owed, ledger);
-        Ok(code)
+        Ok((code, owed))
     }
 
     /// Records the outcome, trying again while the ledger refuses for a

@@ -132,7 +132,15 @@ fn run_key(
     drop(heartbeat);
     drop(reserve);
     let lost = supervisor.stopped().is_some();
-    let code = run.conclude(ending, lost, ledger.as_mut(), output, &alerts);
+    let concluded = run.conclude(ending, lost, ledger.as_mut(), output, &alerts);
+    // The outcome is recorded: the key and its named locks are free now,
+    // so that a monitor or a hook slow to answer holds no next run.
+    let mut claim = claim;
+    drop(claim.hold.take());
+    let code = concluded.map(|(code, owed)| {
+        alerts.tell(&owed, ledger.as_mut());
+        code
+    });
     ledger.leave();
     code
 }

@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,6 +61,8 @@ pub struct Monitor {
     pings: Arc<Mutex<Vec<Ping>>>,
     /// Requests that broke the protocol, in words.
     wrong: Arc<Mutex<Vec<String>>>,
+    /// Connections made to it, answered or not.
+    connections: Arc<AtomicUsize>,
 }
 
 impl Monitor {
@@ -76,14 +79,17 @@ impl Monitor {
             mode: Arc::new(Mutex::new(mode)),
             pings: Arc::default(),
             wrong: Arc::default(),
+            connections: Arc::default(),
         };
         let (mode, pings, wrong) = (
             Arc::clone(&monitor.mode),
             Arc::clone(&monitor.pings),
             Arc::clone(&monitor.wrong),
         );
+        let connections = Arc::clone(&monitor.connections);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
+                connections.fetch_add(1, Ordering::SeqCst);
                 let protocol = protocol;
                 let (mode, pings, wrong) =
                     (Arc::clone(&mode), Arc::clone(&pings), Arc::clone(&wrong));
@@ -112,6 +118,11 @@ impl Monitor {
         self.check();
         let pings = self.pings.lock().unwrap();
         pings.iter().filter(|ping| ping.answered).cloned().collect()
+    }
+
+    /// The connections made to it so far, answered or not.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 
     /// Fails the test on a request that broke the protocol.
