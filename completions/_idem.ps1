@@ -32,6 +32,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND under KEY unless KEY already succeeded')
+            [CompletionResult]::new('backfill', 'backfill', [CompletionResultType]::ParameterValue, 'Run the periods of a job between two times that never succeeded')
             [CompletionResult]::new('ledger', 'ledger', [CompletionResultType]::ParameterValue, 'Inspect and maintain the ledger')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
             [CompletionResult]::new('pause', 'pause', [CompletionResultType]::ParameterValue, 'Pause a job: its runs start nothing until `idem resume` or --until')
@@ -79,6 +80,61 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             [CompletionResult]::new('--blocked-exit-code', '--blocked-exit-code', [CompletionResultType]::ParameterName, 'Exit code when blocked by --after (nothing ran)')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run the words after -- as one /bin/sh -c script')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Run even though the key succeeded (or its command changed)')
+            [CompletionResult]::new('--replace', '--replace', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, stop that run (as `idem stop` does), wait until none of it lives, then run this one')
+            [CompletionResult]::new('--quiet-success', '--quiet-success', [CompletionResultType]::ParameterName, 'Hold the command''s output and print it only if the run fails')
+            [CompletionResult]::new('--replay', '--replay', [CompletionResultType]::ParameterName, 'When skipping, print the recorded output of the successful run')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print none of idem''s own lines (errors that stop idem still print)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Also print the lines idem keeps quiet under cron (skips)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'idem;backfill' {
+            [CompletionResult]::new('--from', '--from', [CompletionResultType]::ParameterName, 'The first period: the one holding this time (a duration ago like 3d, a date, a date and time, RFC 3339)')
+            [CompletionResult]::new('--to', '--to', [CompletionResultType]::ParameterName, 'The last period: the one holding this time [default: now]')
+            [CompletionResult]::new('--job', '--job', [CompletionResultType]::ParameterName, 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]')
+            [CompletionResult]::new('--retries', '--retries', [CompletionResultType]::ParameterName, 'Further attempts after a failed one; 0 = one attempt')
+            [CompletionResult]::new('--backoff', '--backoff', [CompletionResultType]::ParameterName, 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))')
+            [CompletionResult]::new('--max-backoff', '--max-backoff', [CompletionResultType]::ParameterName, 'Cap on one delay between attempts')
+            [CompletionResult]::new('--retry-on', '--retry-on', [CompletionResultType]::ParameterName, 'Retry only these exit codes, e.g. 1,3,10-20')
+            [CompletionResult]::new('--no-retry-on', '--no-retry-on', [CompletionResultType]::ParameterName, 'Never retry these exit codes')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Per attempt: SIGTERM the command''s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried')
+            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'Grace between SIGTERM and SIGKILL on timeout')
+            [CompletionResult]::new('--timeout-signal', '--timeout-signal', [CompletionResultType]::ParameterName, 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)')
+            [CompletionResult]::new('--splay', '--splay', [CompletionResultType]::ParameterName, 'Wait a random time in [0, DUR] before claiming (spreads a fleet''s load)')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'A success counts for DUR; after that the key runs again [default: forever]')
+            [CompletionResult]::new('--catch-up', '--catch-up', [CompletionResultType]::ParameterName, 'First run, oldest first, the earlier periods of the key''s template within the last N whose key never succeeded, back to the job''s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, wait up to DUR and adopt its outcome')
+            [CompletionResult]::new('--lock', '--lock', [CompletionResultType]::ParameterName, 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)')
+            [CompletionResult]::new('--on-abandoned', '--on-abandoned', [CompletionResultType]::ParameterName, 'What to do when the last run died without an outcome')
+            [CompletionResult]::new('--skipped-exit-code', '--skipped-exit-code', [CompletionResultType]::ParameterName, 'Exit code when skipped because the key succeeded')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the key is running elsewhere')
+            [CompletionResult]::new('--paused-exit-code', '--paused-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the job is paused (`idem pause`); nothing ran')
+            [CompletionResult]::new('--pause-after', '--pause-after', [CompletionResultType]::ParameterName, 'Pause the job by itself at its Nth failure in a row (or a later one), an alert with IDEM_EVENT=paused; `idem resume JOB` ends it')
+            [CompletionResult]::new('--capture', '--capture', [CompletionResultType]::ParameterName, 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger')
+            [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error')
+            [CompletionResult]::new('--lease', '--lease', [CompletionResultType]::ParameterName, 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)')
+            [CompletionResult]::new('--on-failure', '--on-failure', [CompletionResultType]::ParameterName, 'Run `sh -c CMD` after a failed run is recorded, when it is an alert (see --alert-after), and with IDEM_EVENT=slow for --warn-after')
+            [CompletionResult]::new('--on-recovery', '--on-recovery', [CompletionResultType]::ParameterName, 'Run `sh -c CMD` after the first success that follows an alerted failure')
+            [CompletionResult]::new('--alert-after', '--alert-after', [CompletionResultType]::ParameterName, 'A failure is an alert only when it is the job''s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)')
+            [CompletionResult]::new('--warn-after', '--warn-after', [CompletionResultType]::ParameterName, 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running')
+            [CompletionResult]::new('--warn-every', '--warn-every', [CompletionResultType]::ParameterName, 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)')
+            [CompletionResult]::new('--ping', '--ping', [CompletionResultType]::ParameterName, 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole')
+            [CompletionResult]::new('--after', '--after', [CompletionResultType]::ParameterName, 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)')
+            [CompletionResult]::new('--after-wait', '--after-wait', [CompletionResultType]::ParameterName, 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have')
+            [CompletionResult]::new('--blocked-exit-code', '--blocked-exit-code', [CompletionResultType]::ParameterName, 'Exit code when blocked by --after (nothing ran)')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'List the periods that would run, and run nothing')
+            [CompletionResult]::new('--all', '--all', [CompletionResultType]::ParameterName, 'Every period, its success too (as --force would)')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run the words after -- as one /bin/sh -c script')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Run even though the key succeeded (or its command changed)')
             [CompletionResult]::new('--replace', '--replace', [CompletionResultType]::ParameterName, 'If the key is running elsewhere, stop that run (as `idem stop` does), wait until none of it lives, then run this one')
@@ -420,6 +476,7 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
         }
         'idem;help' {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND under KEY unless KEY already succeeded')
+            [CompletionResult]::new('backfill', 'backfill', [CompletionResultType]::ParameterValue, 'Run the periods of a job between two times that never succeeded')
             [CompletionResult]::new('ledger', 'ledger', [CompletionResultType]::ParameterValue, 'Inspect and maintain the ledger')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'One line per job: its state, last run and success, failures in a row')
             [CompletionResult]::new('pause', 'pause', [CompletionResultType]::ParameterValue, 'Pause a job: its runs start nothing until `idem resume` or --until')
@@ -432,6 +489,9 @@ Register-ArgumentCompleter -Native -CommandName 'idem' -ScriptBlock {
             break
         }
         'idem;help;run' {
+            break
+        }
+        'idem;help;backfill' {
             break
         }
         'idem;help;ledger' {

@@ -33,6 +33,7 @@ complete -c idem -n "__fish_idem_needs_command" -s v -l verbose -d 'Also print t
 complete -c idem -n "__fish_idem_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_needs_command" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_needs_command" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_needs_command" -f -a "backfill" -d 'Run the periods of a job between two times that never succeeded'
 complete -c idem -n "__fish_idem_needs_command" -f -a "ledger" -d 'Inspect and maintain the ledger'
 complete -c idem -n "__fish_idem_needs_command" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
 complete -c idem -n "__fish_idem_needs_command" -f -a "pause" -d 'Pause a job: its runs start nothing until `idem resume` or --until'
@@ -89,6 +90,57 @@ complete -c idem -n "__fish_idem_using_subcommand run" -s q -l quiet -d 'Print n
 complete -c idem -n "__fish_idem_using_subcommand run" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand run" -s V -l version -d 'Print version'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l from -d 'The first period: the one holding this time (a duration ago like 3d, a date, a date and time, RFC 3339)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l to -d 'The last period: the one holding this time [default: now]' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l job -d 'The job this run belongs to, for `idem status` and metrics [default: the key as typed, before expansion]' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l retries -d 'Further attempts after a failed one; 0 = one attempt' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l backoff -d 'Base delay before a retry; attempt n waits a random time in [d/2, d] with d = min(max-backoff, backoff * 2^(n-1))' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l max-backoff -d 'Cap on one delay between attempts' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l retry-on -d 'Retry only these exit codes, e.g. 1,3,10-20' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l no-retry-on -d 'Never retry these exit codes' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l timeout -d 'Per attempt: SIGTERM the command\'s process group after DUR, SIGKILL after --kill-after more; counts as exit 124 and is retried' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l kill-after -d 'Grace between SIGTERM and SIGKILL on timeout' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l timeout-signal -d 'The signal --timeout sends first (a name like TERM, INT, HUP, or a number)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l splay -d 'Wait a random time in [0, DUR] before claiming (spreads a fleet\'s load)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
+fail\t'Exit 69 and leave the key for a person'"
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l conflict-exit-code -d 'Exit code when the key is running elsewhere' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l paused-exit-code -d 'Exit code when the job is paused (`idem pause`); nothing ran' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l pause-after -d 'Pause the job by itself at its Nth failure in a row (or a later one), an alert with IDEM_EVENT=paused; `idem resume JOB` ends it' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l capture -d 'Bytes of the output tail kept per attempt and stream (0 = none, at most 1MiB); --capture 0 keeps secrets a command prints out of the ledger' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l progress -d 'Spinner for waits (backoff, --wait): auto (when stderr is a terminal) or never; a bad IDEM_PROGRESS is a warning, not an error' -r -f -a "auto\t'A spinner when stderr is a terminal'
+never\t'Plain lines only'"
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l lease -d 'Shared ledger: how long a claim lives without a heartbeat (at least 1s)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l on-failure -d 'Run `sh -c CMD` after a failed run is recorded, when it is an alert (see --alert-after), and with IDEM_EVENT=slow for --warn-after' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l on-recovery -d 'Run `sh -c CMD` after the first success that follows an alerted failure' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l alert-after -d 'A failure is an alert only when it is the job\'s Nth in a row or later; below that it is recorded but quiet (output held as with --quiet-success)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l warn-after -d 'Report an attempt still running after DUR, once (a line, the slow event of --on-failure, a ping to URL/log); it keeps running' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l warn-every -d 'With --warn-after: report the attempt again every DUR while it runs (each a line, a slow event, a ping)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l ping -d 'A monitor to ping (repeatable): a Healthchecks URL (URL/start at the claim, URL on success, URL/fail on an alert, URL/log otherwise), sentry:DSN (cron check-ins) or cronitor:URL (telemetry); a secret, never printed whole' -r -f
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l after -d 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l after-wait -d 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l blocked-exit-code -d 'Exit code when blocked by --after (nothing ran)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
+always\t'Always, even into a pipe'
+never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l dry-run -d 'List the periods that would run, and run nothing'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l all -d 'Every period, its success too (as --force would)'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l shell -d 'Run the words after -- as one /bin/sh -c script'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l force -d 'Run even though the key succeeded (or its command changed)'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l replace -d 'If the key is running elsewhere, stop that run (as `idem stop` does), wait until none of it lives, then run this one'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l quiet-success -d 'Hold the command\'s output and print it only if the run fails'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l replay -d 'When skipping, print the recorded output of the successful run'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c idem -n "__fish_idem_using_subcommand backfill" -s V -l version -d 'Print version'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
@@ -290,16 +342,17 @@ complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 
 complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "pause" -d 'Pause a job: its runs start nothing until `idem resume` or --until'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "resume" -d 'Resume a paused job: its next run runs'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "stop" -d 'Stop the running runs of keys, wherever they run'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "serve" -d 'Serve the ledger over HTTP: a status board, each job\'s runs, metrics, and buttons that pause, resume and stop'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run ledger status pause resume stop doctor serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "run" -d 'Run COMMAND under KEY unless KEY already succeeded'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "backfill" -d 'Run the periods of a job between two times that never succeeded'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "ledger" -d 'Inspect and maintain the ledger'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "status" -d 'One line per job: its state, last run and success, failures in a row'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "pause" -d 'Pause a job: its runs start nothing until `idem resume` or --until'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "resume" -d 'Resume a paused job: its next run runs'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "stop" -d 'Stop the running runs of keys, wherever they run'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "doctor" -d 'Check a ledger for problems without changing anything'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "serve" -d 'Serve the ledger over HTTP: a status board, each job\'s runs, metrics, and buttons that pause, resume and stop'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c idem -n "__fish_idem_using_subcommand help; and not __fish_seen_subcommand_from run backfill ledger status pause resume stop doctor serve completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "list" -d 'Runs, newest first'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "show" -d 'A key\'s state, its runs and attempts, with captured output'
 complete -c idem -n "__fish_idem_using_subcommand help; and __fish_seen_subcommand_from ledger" -f -a "forget" -d 'Make keys run again next time; history stays unless --purge'

@@ -36,6 +36,11 @@ pub fn run(cli: Cli) -> Result<u8> {
             let location = location()?;
             run::run(&run::Config::from_args(args)?, &location, &reporter)
         }
+        Command::Backfill(args) => {
+            let spinners = args.run.progress == cli::Progress::Auto;
+            let reporter = report::Reporter::new(global.quiet, global.verbose, spinners);
+            backfill(args, &location()?, &reporter)
+        }
         Command::Ledger(command) => {
             cmd::ledger::run(command, &location()?, global.quiet, global.color)
         }
@@ -54,4 +59,36 @@ pub fn run(cli: Cli) -> Result<u8> {
             Ok(cmd::complete::run(*what, prefix, global.db.as_deref()))
         }
     }
+}
+
+/// `idem backfill`: its job or template found, its times read, then the
+/// run engine's backfill.
+fn backfill(
+    args: &cli::BackfillArgs,
+    location: &Location,
+    reporter: &report::Reporter,
+) -> Result<u8> {
+    use cmd::ledger::parse_time;
+    if !args.run.key.is_empty() {
+        return Err(exit::Failure::usage(
+            "idem backfill takes its job or key template as its first word, not --key",
+        )
+        .into());
+    }
+    let now = jiff::Timestamp::now();
+    let from = parse_time("--from", &args.from, false)?.at(now);
+    let to = match &args.to {
+        Some(to) => parse_time("--to", to, true)?.at(now),
+        None => now,
+    };
+    let (template, job) = run::resolve_backfill(&args.target, location)?;
+    let job = job.or_else(|| args.run.job.clone());
+    let config = run::Config::with_key(&args.run, &template, job.as_deref())?;
+    let plan = run::Backfill {
+        from,
+        to,
+        dry_run: args.dry_run,
+        all: args.all,
+    };
+    run::backfill(&config, &plan, location, reporter)
 }

@@ -85,6 +85,21 @@ impl Reporter {
     }
 }
 
+impl Reporter {
+    /// A bar of `len` steps, at a terminal only (`idem backfill`); drawn
+    /// when told, never on a tick, so it stays out of the command's output.
+    pub fn bar(&self, len: u64) -> Option<Spinner> {
+        if self.quiet || !self.terminal {
+            return None;
+        }
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("idem: [{bar:30}] {pos}/{len} {wide_msg}") {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        Some(Spinner(bar))
+    }
+}
+
 /// A wait's spinner, cleared from the screen when the wait ends.
 pub struct Spinner(ProgressBar);
 

@@ -6,6 +6,7 @@
 //! subcommand's arguments, the value parsers and the help texts have a
 //! module of their own, re-exported here.
 
+mod backfill;
 mod help;
 mod ledger;
 mod pause;
@@ -18,6 +19,7 @@ use std::ffi::OsString;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use backfill::{BackfillArgs, BACKFILL_EXIT_CODES_HELP};
 pub use help::{
     DELIVER_EXIT_CODES_HELP, EXIT_CODES_HELP, FILES_HELP, LEDGER_EXIT_CODES_HELP, RUN_NOTES,
     SEE_ALSO_HELP, SERVE_EXIT_CODES_HELP, STATUS_EXIT_CODES_HELP,
@@ -97,6 +99,19 @@ pub enum Command {
     /// Run COMMAND under KEY unless KEY already succeeded
     #[command(after_long_help = RUN_NOTES)]
     Run(Box<RunArgs>),
+    /// Run the periods of a job between two times that never succeeded
+    ///
+    /// Each period of the job's key template from --from to --to whose key
+    /// has no success (every period with --all) runs now, oldest first and
+    /// one at a time: each is a run of its own key, as `idem run` would make
+    /// it in that period, with IDEM_SLOT set to the period's start, and the
+    /// options `idem run` takes (retries, --lock, --after waits for the
+    /// upstream's same period, pings). A success marked by hand counts as a
+    /// success. A period running elsewhere is passed by and said; a paused
+    /// job runs nothing more. --dry-run lists the periods and runs nothing.
+    /// At a terminal a progress bar, elsewhere a line per period.
+    #[command(after_long_help = BACKFILL_EXIT_CODES_HELP)]
+    Backfill(Box<BackfillArgs>),
     /// Inspect and maintain the ledger
     #[command(subcommand, after_long_help = LEDGER_EXIT_CODES_HELP)]
     Ledger(LedgerCommand),

@@ -28,7 +28,7 @@ pub(super) fn stamp(job: &JobInfo, head: Option<&Head>, rules: &Rules, ledger: &
 
 /// The start of a period as `IDEM_SLOT` gives it: RFC 3339 with the offset
 /// of the zone the key was made in.
-fn slot(start: &jiff::Zoned) -> String {
+pub(super) fn slot(start: &jiff::Zoned) -> String {
     start.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string()
 }
 

@@ -83,7 +83,14 @@ impl Config {
     /// the clock, the command, the limits, locks, ping, lease, job and
     /// catch-up.
     pub fn from_args(args: &RunArgs) -> Result<Config> {
-        let template = Template::parse(&args.key)?;
+        Config::with_key(args, &args.key, args.job.as_deref())
+    }
+
+    /// As [`Config::from_args`], for the key template `typed` of the job
+    /// `job` (else the template names the job): `idem backfill` finds them
+    /// from its first word.
+    pub fn with_key(args: &RunArgs, typed: &str, job: Option<&str>) -> Result<Config> {
+        let template = Template::parse(typed)?;
         let key = template.expand_now()?;
         check(args)?;
         let locks = super::locks::parse(&args.lock)?;
@@ -98,13 +105,13 @@ impl Config {
             ))
             .into());
         }
-        let job = job_info(args, &template)?;
+        let job = job_info(job.unwrap_or(typed), typed, &template)?;
         let after = super::after::After::from_args(args)?;
         let schedule = template
             .period()
             .map(|period| alert::schedule(period, job.zone.clone()));
         let catch_up = match args.catch_up {
-            Some(periods) => Some((catch_up_period(&template, &args.key)?, periods)),
+            Some(periods) => Some((catch_up_period(&template, typed)?, periods)),
             None => None,
         };
         Ok(Config {
@@ -204,8 +211,8 @@ pub(super) fn printable_name(name: &str) -> bool {
 
 /// The run's job: `--job`, else the key as typed, with the zone its keys
 /// are made in (so that `status` judges periods as the keys were cut).
-fn job_info(args: &RunArgs, template: &Template) -> Result<JobInfo> {
-    let name = args.job.clone().unwrap_or_else(|| args.key.clone());
+fn job_info(name: &str, typed: &str, template: &Template) -> Result<JobInfo> {
+    let name = name.to_owned();
     if name.is_empty() || !printable_name(&name) {
         return Err(Failure::usage(format!(
             "invalid --job '{}': name the job with 1 to {} bytes of printable characters",
@@ -221,7 +228,7 @@ fn job_info(args: &RunArgs, template: &Template) -> Result<JobInfo> {
     };
     Ok(JobInfo {
         name,
-        template: args.key.clone(),
+        template: typed.to_owned(),
         zone,
     })
 }

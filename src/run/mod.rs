@@ -25,6 +25,7 @@
 
 mod acquire;
 mod after;
+mod backfill;
 mod catchup;
 mod config;
 mod decide;
@@ -51,6 +52,7 @@ use crate::ledger::{self, Ledger, Location};
 use crate::process::Supervisor;
 use crate::report::{self, Reporter};
 use acquire::{acquire, Acquired};
+pub use backfill::{backfill, resolve as resolve_backfill, Backfill};
 pub use config::Config;
 use execute::Run;
 use streams::Streams;

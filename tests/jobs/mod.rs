@@ -3,6 +3,7 @@
 //! that speak jobs. Days pass under `faketime`, started at a time each test
 //! names, so the periods are the test's, not the calendar's.
 
+mod backfill;
 mod catch_up;
 mod ledger;
 mod locks;
