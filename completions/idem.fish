@@ -77,6 +77,10 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l ping -d 'A monitor to 
 complete -c idem -n "__fish_idem_using_subcommand run" -l after -d 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l after-wait -d 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l blocked-exit-code -d 'Exit code when blocked by --after (nothing ran)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l contain -d 'What holds the run\'s processes together: auto (a cgroup of the attempt\'s own where cgroup v2 is writable, else the guardian; never one that changes the command\'s pids), or the one named' -r -f -a "auto\t'A cgroup where cgroup v2 is writable, else the guardian'
+cgroup\t'A cgroup of the attempt\'s own, or refuse to run'
+pid-namespace\t'A PID namespace: the command\'s $$ and parent are not the host\'s'
+guardian\t'The guardian alone: a subreaper, and the IDEM_RUN_ID look'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
@@ -125,6 +129,10 @@ complete -c idem -n "__fish_idem_using_subcommand backfill" -l ping -d 'A monito
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l after -d 'Start only once the upstream key TEMPLATE has succeeded (expanded now, or at IDEM_SLOT under --catch-up); until then the run is blocked and claims nothing (repeatable; the variable takes a list, a,b)' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l after-wait -d 'When blocked by --after, wait up to DUR for the upstream keys to succeed, and start as soon as they have' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l blocked-exit-code -d 'Exit code when blocked by --after (nothing ran)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l contain -d 'What holds the run\'s processes together: auto (a cgroup of the attempt\'s own where cgroup v2 is writable, else the guardian; never one that changes the command\'s pids), or the one named' -r -f -a "auto\t'A cgroup where cgroup v2 is writable, else the guardian'
+cgroup\t'A cgroup of the attempt\'s own, or refuse to run'
+pid-namespace\t'A PID namespace: the command\'s $$ and parent are not the host\'s'
+guardian\t'The guardian alone: a subreaper, and the IDEM_RUN_ID look'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'

@@ -18,32 +18,6 @@ pub fn name() -> String {
     .clone()
 }
 
-/// Where this process's cgroup v2 is, if the cgroup2 file system is
-/// mounted (at /sys/fs/cgroup, or /sys/fs/cgroup/unified in the hybrid
-/// layout), and whether this user may make cgroups under it.
-pub fn cgroup2() -> Option<(std::path::PathBuf, bool)> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    // Fields: id parent dev root mount-point options... - type source ...
-    let mount = mounts.lines().find_map(|line| {
-        let (before, after) = line.split_once(" - ")?;
-        let root = before.split(' ').nth(3)?;
-        (after.split(' ').next()? == "cgroup2").then(|| (root, before.split(' ').nth(4)))
-    })?;
-    let (root, point) = (mount.0, mount.1?);
-    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let own = groups.lines().find_map(|line| line.strip_prefix("0::"))?;
-    let own = own
-        .strip_prefix(root)
-        .unwrap_or(own)
-        .trim_start_matches('/');
-    let dir = match own {
-        "" => std::path::PathBuf::from(point),
-        own => std::path::Path::new(point).join(own),
-    };
-    let writable = nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK).is_ok();
-    Some((dir, writable))
-}
-
 /// This boot's id: tells that a claim recorded by an older idem, which did
 /// not lock, cannot still be running (see `ledger::sqlite`).
 /// Read once a process, in one `read` (a claim stamps it, and judging an

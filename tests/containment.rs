@@ -1,8 +1,11 @@
 //! What holds a run together when everything of idem is killed: a worker
 //! that closed every inherited descriptor (so holds no lock of the run)
 //! and left for a session of its own still belongs to its run, and the
-//! next run of the key never executes beside it. The `flock -n` detector
-//! (see `util::guarded`) counts overlaps.
+//! next run of the key never executes beside it. Here under a PID
+//! namespace, chosen (`--contain pid-namespace`), whose worker dies with
+//! the guardian; under a cgroup, whose worker lives on and keeps the key,
+//! see `containment_cgroup`. The `flock -n` detector (see
+//! `util::guarded`) counts overlaps.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -45,7 +48,7 @@ pub(crate) fn children_of(pid: u32) -> Vec<i32> {
 
 #[test]
 fn a_worker_that_closed_its_descriptors_dies_with_idem_and_its_guardian() {
-    worker_dies_with_idem(&Env::new(), &[]);
+    worker_dies_with_idem(&Env::new(), &["--contain", "pid-namespace"]);
 }
 
 /// On a shared ledger the next run takes the key once its lease has run
@@ -55,7 +58,10 @@ fn on_postgresql_a_worker_that_closed_its_descriptors_dies_with_idem() {
     let Some(server) = crate::pg::Server::start("containment_on_postgresql") else {
         return;
     };
-    worker_dies_with_idem(&Env::on_ledger(server.url()), &["--lease", "3s"]);
+    worker_dies_with_idem(
+        &Env::on_ledger(server.url()),
+        &["--lease", "3s", "--contain", "pid-namespace"],
+    );
 }
 
 /// A run whose worker closed its descriptors and left its session, then
@@ -181,21 +187,22 @@ fn doctor_and_a_verbose_run_say_what_holds_a_run() {
     assert_code(&env.run(["run", "--key", "k", "--", "true"]), 0);
     let doctor = env.run(["doctor", "--json"]);
     let found: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    let namespaces = found["pid_namespaces"].as_bool().unwrap();
+    let writable = found["cgroup2"]["writable"].as_bool().unwrap_or(false);
     let check = found["checks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|check| check["check"] == "containment")
         .unwrap();
-    assert_eq!(check["status"], if namespaces { "ok" } else { "warn" });
+    assert_eq!(check["status"], if writable { "ok" } else { "warn" });
+    let (name, said) = if writable {
+        ("cgroup", "containment: cgroup")
+    } else {
+        ("guardian", "containment: guardian only")
+    };
+    assert_eq!(found["containment"], name, "{found}");
     let run = env.run(["-v", "run", "--key", "k", "--force", "--", "true"]);
     assert_code(&run, 0);
-    let said = if namespaces {
-        "containment: pid namespace"
-    } else {
-        "containment: guardian only"
-    };
     assert!(text(&run.stderr).contains(said), "{}", text(&run.stderr));
     let quiet = env.run(["run", "--key", "k", "--force", "--", "true"]);
     assert!(!text(&quiet.stderr).contains("containment"));

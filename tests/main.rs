@@ -10,6 +10,7 @@ mod attempts;
 mod completions;
 mod concurrency;
 mod containment;
+mod containment_cgroup;
 mod containment_scan;
 mod control;
 mod delivery;

@@ -17,6 +17,7 @@ const OUTPUT: &str = "Output";
 const FLEET: &str = "Fleet";
 const ALERTS: &str = "Alerts";
 const DEPENDENCIES: &str = "Dependencies";
+const RESOURCES: &str = "Resources";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -448,6 +449,20 @@ pub struct RunArgs {
     )]
     pub blocked_exit_code: u8,
 
+    /// What holds the run's processes together: auto (a cgroup of the
+    /// attempt's own where cgroup v2 is writable, else the guardian; never
+    /// one that changes the command's pids), or the one named
+    #[arg(
+        long,
+        env = "IDEM_CONTAIN",
+        hide_env_values = true,
+        help_heading = RESOURCES,
+        value_enum,
+        default_value_t = Contain::Auto,
+        value_name = "HOW"
+    )]
+    pub contain: Contain,
+
     /// The command and its arguments, after --
     #[arg(
         last = true,
@@ -464,6 +479,18 @@ pub enum OnAbandoned {
     Rerun,
     /// Exit 69 and leave the key for a person
     Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Contain {
+    /// A cgroup where cgroup v2 is writable, else the guardian
+    Auto,
+    /// A cgroup of the attempt's own, or refuse to run
+    Cgroup,
+    /// A PID namespace: the command's $$ and parent are not the host's
+    PidNamespace,
+    /// The guardian alone: a subreaper, and the IDEM_RUN_ID look
+    Guardian,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -27,10 +27,11 @@ pub unsafe fn execute(
     hold: Option<RawFd>,
     guardian: pid_t,
     terminal: Option<RawFd>,
+    cgroup: Option<*const libc::c_char>,
     report: RawFd,
 ) -> ! {
     // SAFETY: our contract's descriptors, open.
-    if let Err(failed) = unsafe { set_up(hold, guardian, terminal) } {
+    if let Err(failed) = unsafe { enter(cgroup).and_then(|()| set_up(hold, guardian, terminal)) } {
         // SAFETY: `report` is open (our contract).
         unsafe { tell(report, failed) };
     }
@@ -47,6 +48,33 @@ pub unsafe fn execute(
             },
         )
     }
+}
+
+/// Writes this process into the attempt's cgroup (its `cgroup.procs`),
+/// first, so that nothing it starts is outside it.
+///
+/// # Safety
+/// `cgroup` is a NUL-terminated path, if any.
+unsafe fn enter(cgroup: Option<*const libc::c_char>) -> Result<(), Failed> {
+    let Some(procs) = cgroup else {
+        return Ok(());
+    };
+    // SAFETY: open reads the NUL-terminated path (our contract); write
+    // reads one byte of a live array ("0" names the writer itself); the
+    // descriptor just opened is closed once.
+    unsafe {
+        let fd = libc::open(procs, libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(Failed::now(Step::EnterCgroup));
+        }
+        let wrote = libc::write(fd, b"0".as_ptr().cast(), 1);
+        let failed = Failed::now(Step::EnterCgroup);
+        libc::close(fd);
+        if wrote != 1 {
+            return Err(failed);
+        }
+    }
+    Ok(())
 }
 
 /// Everything before the exec, each step checked.

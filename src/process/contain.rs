@@ -1,24 +1,25 @@
 //! The kernel's hold on a run: which containment an attempt gets on this
 //! host, and the forks that make it.
 //!
-//! Where idem may make one (root, or CAP_SYS_ADMIN), the guardian is
-//! forked as the init of a PID namespace of its own. When it dies, for
-//! whatever reason (a SIGKILL of it and idem together, as `pkill -9 idem`
-//! does), the kernel SIGKILLs every process left in the namespace: nothing
-//! of the run outlives it, not even a worker that closed every descriptor
-//! it inherited (and so the run's lock) and left for a session of its own.
+//! `--contain auto` (the default) never changes the command's pids: where
+//! cgroup v2 is writable (root, or a subtree delegated to the user), each
+//! attempt gets a cgroup of its own (see `cgroup`), which the command's
+//! process enters before its exec; everywhere else, the guardian alone: a
+//! subreaper that holds the run's lock and stops the run when idem dies,
+//! with the `IDEM_RUN_ID` look (`scan`) for a worker that closed the lock
+//! and outlived both.
 //!
-//! What that changes for the command: its pids are the namespace's (`$$`
-//! is small, and it is not pid 1: the guardian is), while `/proc` is still
-//! the host's, so `ps` and `/proc/self` show host pids. Its files, users,
-//! network, mounts and `IDEM_` variables are the same.
+//! `--contain pid-namespace` forks the guardian as the init of a PID
+//! namespace of its own. When it dies, for whatever reason (a SIGKILL of
+//! it and idem together, as `pkill -9 idem` does), the kernel SIGKILLs
+//! every process left in the namespace. What that changes for the
+//! command: its pids are the namespace's (`$$` is small, its parent is
+//! pid 1) while `/proc` is still the host's, so `ps -p $$` and a pidfile
+//! name another process: it is used only where it is chosen.
 //!
-//! At a terminal the guardian is forked as before: job control (Ctrl-Z of
-//! the command stopping idem's group, the terminal given back) crosses the
-//! namespace's border. Where the kernel refuses a namespace (no privilege;
-//! a user namespace would also change the command's users), idem falls
-//! back, silently, to the guardian alone: a subreaper that holds the run's
-//! lock and stops the run when idem dies.
+//! At a terminal the guardian is forked outside any PID namespace: job
+//! control (Ctrl-Z of the command stopping idem's group, the terminal
+//! given back) crosses the namespace's border.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,35 @@ pub enum Containment {
     PidNamespace,
     /// The guardian alone: a subreaper holding the run's lock.
     GuardianOnly,
+    /// The command's processes are in a cgroup of the attempt's own.
+    Cgroup,
+}
+
+/// `--contain`: what a run asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// A cgroup where cgroup v2 is writable, else the guardian.
+    Auto,
+    Cgroup,
+    PidNamespace,
+    Guardian,
+}
+
+/// What this host gives a run for `choice`; `Err`, the one line that says
+/// why it cannot, before anything is claimed.
+pub fn resolve(choice: Choice) -> Result<Containment, String> {
+    match choice {
+        Choice::Auto if super::cgroup::base().is_some() => Ok(Containment::Cgroup),
+        Choice::Auto | Choice::Guardian => Ok(Containment::GuardianOnly),
+        Choice::Cgroup => match super::cgroup::base() {
+            Some(_) => Ok(Containment::Cgroup),
+            None => Err("--contain cgroup: this host gives idem no writable cgroup v2 (none mounted, read-only, or no subtree delegated to this user); use --contain auto".into()),
+        },
+        Choice::PidNamespace => match pid_namespaces() {
+            true => Ok(Containment::PidNamespace),
+            false => Err("--contain pid-namespace: the kernel refuses idem a PID namespace here (it takes root or CAP_SYS_ADMIN); use --contain auto".into()),
+        },
+    }
 }
 
 impl Containment {
@@ -40,6 +70,7 @@ impl Containment {
         match self {
             Containment::PidNamespace => "pid namespace",
             Containment::GuardianOnly => "guardian only",
+            Containment::Cgroup => "cgroup",
         }
     }
 
@@ -49,6 +80,7 @@ impl Containment {
         match self {
             Containment::PidNamespace => "pid-namespace",
             Containment::GuardianOnly => "guardian",
+            Containment::Cgroup => "cgroup",
         }
     }
 
@@ -57,6 +89,7 @@ impl Containment {
         Some(match name {
             "pid-namespace" => Containment::PidNamespace,
             "guardian" => Containment::GuardianOnly,
+            "cgroup" => Containment::Cgroup,
             _ => return None,
         })
     }

@@ -100,7 +100,7 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
     // attempt and syncs the ledger, and waits at a gate of its own:
     // leave lets it exec at once.
     // SAFETY: the guardian's own descriptors, just settled.
-    let ahead = match unsafe { fork_ahead(prepared, &settled, me) } {
+    let ahead = match unsafe { fork_ahead(prepared, fds, &settled, me) } {
         Ok(ahead) => ahead,
         Err(failed) => give_up(door, failed, None),
     };
@@ -124,8 +124,10 @@ unsafe fn guardian(prepared: &Prepared, fds: &Fds) -> ! {
     let terminal = settled.foreground.map(|(tty, _)| tty);
     // SAFETY: `terminal` is the guardian's open copy, if any.
     let command = unsafe { let_in(ahead, terminal) };
-    // SAFETY: the guardian's own descriptors, settled above.
-    unsafe { watch_over(settled, root, command, deadline, grace) }
+    let cgroup_kill = fds.cgroup.map_or(std::ptr::null(), |(_, kill)| kill);
+    // SAFETY: the guardian's own descriptors, settled above; the path
+    // lives as long as `fds` (our contract).
+    unsafe { watch_over(settled, root, command, (deadline, grace), cgroup_kill) }
 }
 
 /// Tells idem how letting the command in went, then watches the run to
@@ -138,8 +140,8 @@ unsafe fn watch_over(
     settled: Settled,
     root: Root,
     command: Result<pid_t, Failed>,
-    deadline: i64,
-    grace: i64,
+    (deadline, grace): (i64, i64),
+    cgroup_kill: *const libc::c_char,
 ) -> ! {
     let mut frame = [0u8; FROM_GUARDIAN];
     // Our copies of the output pipes and stdin must not keep the
@@ -177,10 +179,10 @@ unsafe fn watch_over(
             door,
             root,
             command.unwrap_or(0),
-            deadline,
-            grace,
+            (deadline, grace),
             foreground,
             children,
+            cgroup_kill,
         )
     }
 }
@@ -376,8 +378,13 @@ struct Ahead {
 ///
 /// # Safety
 /// Only in the guardian, with `settled` its own open descriptors and
-/// `prepared` valid.
-unsafe fn fork_ahead(prepared: &Prepared, settled: &Settled, me: pid_t) -> Result<Ahead, Failed> {
+/// `prepared` and `fds`' paths valid.
+unsafe fn fork_ahead(
+    prepared: &Prepared,
+    fds: &Fds,
+    settled: &Settled,
+    me: pid_t,
+) -> Result<Ahead, Failed> {
     let mut report = [0 as c_int; 2];
     let mut gate = [0 as c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array we own; close
@@ -423,7 +430,8 @@ unsafe fn fork_ahead(prepared: &Prepared, settled: &Settled, me: pid_t) -> Resul
             }
             libc::close(wait_end);
             let terminal = settled.foreground.map(|(tty, _)| tty);
-            command::execute(prepared, settled.hold, me, terminal, write_end)
+            let cgroup = fds.cgroup.map(|(procs, _)| procs);
+            command::execute(prepared, settled.hold, me, terminal, cgroup, write_end)
         },
         pid => {
             // SAFETY: the child's ends, not used here.

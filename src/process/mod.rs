@@ -15,6 +15,7 @@
 //! `IDEM_RUN_ID` they inherit, where nothing else can; `lockers` finds who
 //! holds a byte of a lock file by their descriptors.
 
+mod cgroup;
 mod command;
 mod contain;
 mod events;
@@ -40,7 +41,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::exit;
-pub use contain::{pid_namespaces, Containment};
+pub use cgroup::{describe as cgroup_base, kill_run};
+pub use contain::{pid_namespaces, resolve, Choice, Containment};
 pub use scan::{processes_of_run, run_lives, run_of};
 pub use signals::ignore_sigpipe;
 pub use stdin::Spool;
@@ -74,6 +76,11 @@ pub struct Spec<'a> {
     /// pseudo-terminal for its output (so it sees a terminal), which idem
     /// copies to the real one while keeping the tail. Implies `merged`.
     pub terminal: bool,
+    /// What holds the attempt's processes together, as `--contain` was
+    /// resolved for this host (see `contain`).
+    pub contain: Containment,
+    /// The attempt's cgroup under `contain` cgroup: `<run id>-<attempt>`.
+    pub cgroup_name: String,
 }
 
 /// What happens during an attempt that a person should hear of.

@@ -111,6 +111,11 @@ pub struct Fds {
     /// The lowest number the guardian moves its own descriptors to (see
     /// [`kept_fds_floor`]).
     pub floor: RawFd,
+    /// The attempt's cgroup, by the paths of its `cgroup.procs` (which the
+    /// command's process enters before its exec) and `cgroup.kill` (which
+    /// the guardian writes to end the run), opened only when written: no
+    /// descriptor of idem's or the guardian's is spent on them.
+    pub cgroup: Option<(*const c_char, *const c_char)>,
 }
 
 /// Where the guardian keeps the door, the lock and the terminal: at 100 and

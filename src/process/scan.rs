@@ -1,4 +1,5 @@
-//! A run's processes found by what each inherits: `IDEM_RUN_ID=<id>` in
+//! A run's processes: those in its cgroups, where it had some (see
+//! `cgroup`), and those found by what each inherits: `IDEM_RUN_ID=<id>` in
 //! its environment. Where the kernel holds no run together (no PID
 //! namespace, no cgroup of the run's own), a process that closed the
 //! run's lock and left the guardian's tree is still found so, as long as
@@ -11,9 +12,21 @@ use std::sync::Mutex;
 
 use memchr::memmem::Finder;
 
+/// The pids of the processes of run `run_id`: in its cgroups, and started
+/// with `IDEM_RUN_ID=<run_id>` as far as `/proc` lets this user read them.
+pub fn processes_of_run(run_id: &str) -> Vec<i32> {
+    let mut pids = super::cgroup::processes_of_run(run_id);
+    for pid in started_with(run_id) {
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// The pids of the processes started with `IDEM_RUN_ID=<run_id>`, as far
 /// as `/proc` lets this user read them.
-pub fn processes_of_run(run_id: &str) -> Vec<i32> {
+fn started_with(run_id: &str) -> Vec<i32> {
     // A whole entry: at the start, or after the NUL ending the one before.
     let entry = format!("\0IDEM_RUN_ID={run_id}\0");
     let finder = Finder::new(entry.as_bytes());
@@ -53,7 +66,12 @@ pub fn run_lives(run_id: &str) -> bool {
     if GONE.lock().is_ok_and(|list| gone(&list)) {
         return false;
     }
-    let lives = !processes_of_run(run_id).is_empty();
+    // A run that had cgroups is judged by them alone: the kernel knows
+    // each of its processes there, whatever its environment.
+    let lives = match super::cgroup::run_lives(run_id) {
+        Some(lives) => lives,
+        None => !started_with(run_id).is_empty(),
+    };
     if !lives {
         if let Ok(mut list) = GONE.lock() {
             list.push(run_id.to_owned());

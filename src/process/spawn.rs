@@ -14,6 +14,7 @@ use nix::libc;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
+use super::cgroup::RunCgroup;
 use super::prepare::{Fds, Prepared};
 use super::steps::Failed;
 use super::wire::{self, read_report};
@@ -33,6 +34,9 @@ pub struct Forked {
     pub err: Option<OwnedFd>,
     /// Where the spool feeds the command's stdin.
     pub stdin: Option<OwnedFd>,
+    /// The attempt's cgroup, removed when this is dropped (after the
+    /// guardian's reap: the attempt is over then).
+    pub _cgroup: Option<RunCgroup>,
 }
 
 /// Forks the attempt's guardian with its ends of the pipes and `hold`;
@@ -45,6 +49,15 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
     } = Pipes::open(spec)?;
     let (gate, door) =
         UnixStream::pair().context("could not create a socket pair to start the command")?;
+    let cgroup = match spec.contain {
+        Containment::Cgroup => Some(RunCgroup::make(&spec.cgroup_name).map_err(|error| {
+            anyhow::anyhow!(
+                "could not make the attempt's cgroup: {}; nothing ran (--contain guardian runs without one)",
+                exit::io_words(&error)
+            )
+        })?),
+        _ => None,
+    };
     let fds = Fds {
         door: door.as_raw_fd(),
         stdin: stdin_read.as_ref().map(AsRawFd::as_raw_fd),
@@ -55,11 +68,17 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
             .terminal
             .then(|| (libc::STDIN_FILENO, nix::unistd::getpgrp().as_raw())),
         floor: super::prepare::kept_fds_floor(),
+        cgroup: cgroup.as_ref().map(RunCgroup::paths),
     };
+    let namespace = spec.contain == Containment::PidNamespace && !spec.terminal;
     // SAFETY: `prepared` and `fds` outlive the fork; the child runs only
     // the guardian's async-signal-safe code.
-    let (pid, contained) = unsafe { guardian::start(prepared, &fds, !spec.terminal) }
+    let (pid, contained) = unsafe { guardian::start(prepared, &fds, namespace) }
         .context("could not start the command (fork failed)")?;
+    let contained = match cgroup {
+        Some(_) => Containment::Cgroup,
+        None => contained,
+    };
     // The attempt's processes hold the lock now; idem has its own.
     drop((out_write, err_write, door, hold, stdin_read));
     Ok(Forked {
@@ -69,6 +88,7 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
         out: out_read,
         err: err_read,
         stdin: stdin_write,
+        _cgroup: cgroup,
     })
 }
 

@@ -28,10 +28,11 @@ pub enum Step {
     KeepLock,
     SignalDefaults,
     UnblockSignals,
+    EnterCgroup,
 }
 
 /// Every step, in the order of their numbers.
-const STEPS: [Step; 16] = [
+const STEPS: [Step; 17] = [
     Step::Exec,
     Step::BlockSignals,
     Step::GuardianGroup,
@@ -48,6 +49,7 @@ const STEPS: [Step; 16] = [
     Step::KeepLock,
     Step::SignalDefaults,
     Step::UnblockSignals,
+    Step::EnterCgroup,
 ];
 
 impl Step {
@@ -56,6 +58,7 @@ impl Step {
         match self {
             Step::KeepFds => Some("raise the open files limit, ulimit -n, to 103 or more"),
             Step::ForkCommand => Some("raise ulimit -u or the cgroup's pids.max"),
+            Step::EnterCgroup => Some("--contain guardian runs without one"),
             _ => None,
         }
     }
@@ -81,6 +84,7 @@ impl Step {
             Step::KeepLock => "could not pass the run's lock on to the command",
             Step::SignalDefaults => "could not restore the command's signal dispositions",
             Step::UnblockSignals => "could not unblock the command's signals",
+            Step::EnterCgroup => "could not move the command into the attempt's cgroup",
         }
     }
 }

@@ -22,19 +22,22 @@ use super::wire::{
 /// # Safety
 /// Only in the guardian's process, after its fork, with SIGCHLD blocked:
 /// `door` is -1 or its own open end of the control socket, `children` its
-/// signalfd for SIGCHLD, and the terminal in `foreground` is open. It never returns: the guardian exits
-/// from here.
+/// signalfd for SIGCHLD, the terminal in `foreground` is open, and
+/// `cgroup_kill` is null or the NUL-terminated path of the attempt's
+/// `cgroup.kill`, valid for the guardian's life. It never returns: the
+/// guardian exits from here.
 pub unsafe fn watch(
     door: RawFd,
     root: Root,
     command: pid_t,
-    deadline: i64,
-    grace: i64,
+    (deadline, grace): (i64, i64),
     foreground: Option<(RawFd, pid_t)>,
     children: RawFd,
+    cgroup_kill: *const libc::c_char,
 ) -> ! {
     let mut watch = Watch {
         door,
+        cgroup_kill,
         root,
         command,
         foreground,
@@ -72,6 +75,8 @@ struct Watch {
     /// Its end of the control socket, open and its own; -1 once idem is
     /// gone (closed then).
     door: RawFd,
+    /// The path of the attempt's `cgroup.kill`, or null.
+    cgroup_kill: *const libc::c_char,
     /// The guardian as `/proc` knows it.
     root: Root,
     /// The command's main process (and group); 0 if it never ran.
@@ -203,6 +208,30 @@ impl Watch {
         unsafe { send(self.door, &self.frame) };
     }
 
+    /// SIGKILL to every process of the run: its tree, and its cgroup,
+    /// where one holds it, at once (a process forking meanwhile is in it).
+    fn kill(&mut self) {
+        if !self.cgroup_kill.is_null() {
+            // SAFETY: open reads a NUL-terminated path valid for the
+            // guardian's life (see `watch`); write reads one byte of a
+            // live array; the descriptor is closed once.
+            unsafe {
+                let fd = libc::open(self.cgroup_kill, libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    libc::write(fd, b"1".as_ptr().cast(), 1);
+                    libc::close(fd);
+                }
+            }
+        }
+        signal_run(
+            self.root,
+            self.command,
+            libc::SIGKILL,
+            false,
+            &mut self.seen,
+        );
+    }
+
     /// Stops the run: SIGTERM to all of it, SIGKILL `grace` ms later.
     fn stop(&mut self, now: i64, grace: i64) {
         signal_run(self.root, self.command, libc::SIGTERM, true, &mut self.seen);
@@ -221,13 +250,7 @@ impl Watch {
             self.again_at = now + 200;
         }
         if self.kill_at != 0 && now >= self.kill_at {
-            signal_run(
-                self.root,
-                self.command,
-                libc::SIGKILL,
-                false,
-                &mut self.seen,
-            );
+            self.kill();
             // Again soon: a process may have forked meanwhile.
             self.kill_at = now + 100;
         }
@@ -235,6 +258,7 @@ impl Watch {
 
     fn on_message(&mut self, message: Option<(u8, i64, i64)>) {
         match message {
+            Some((SIGNAL, signal, _)) if signal == i64::from(libc::SIGKILL) => self.kill(),
             Some((SIGNAL, signal, cont)) => {
                 signal_run(
                     self.root,

@@ -76,6 +76,8 @@ pub struct Config {
     pub alerts: alert::Settings,
     /// `--after`: the upstream keys a run waits for.
     pub after: super::after::After,
+    /// `--contain`, as this host gives it.
+    pub contain: crate::process::Containment,
 }
 
 impl Config {
@@ -107,6 +109,7 @@ impl Config {
         }
         let job = job_info(job.unwrap_or(typed), typed, &template)?;
         let after = super::after::After::from_args(args)?;
+        let contain = containment(args.contain)?;
         let schedule = template
             .period()
             .map(|period| alert::schedule(period, job.zone.clone()));
@@ -155,6 +158,7 @@ impl Config {
             },
             template,
             after,
+            contain,
         })
     }
 
@@ -173,6 +177,19 @@ impl Config {
     pub fn holds_output(&self) -> bool {
         self.alerts.holds_output()
     }
+}
+
+/// What `--contain` gets on this host; a choice it cannot give is
+/// refused before anything is claimed.
+fn containment(choice: cli::Contain) -> Result<crate::process::Containment> {
+    use crate::process::Choice;
+    let choice = match choice {
+        cli::Contain::Auto => Choice::Auto,
+        cli::Contain::Cgroup => Choice::Cgroup,
+        cli::Contain::PidNamespace => Choice::PidNamespace,
+        cli::Contain::Guardian => Choice::Guardian,
+    };
+    crate::process::resolve(choice).map_err(|refusal| Failure::usage(refusal).into())
 }
 
 /// The checks that need nothing but the flags.

@@ -97,6 +97,8 @@ impl Run<'_> {
             merged: streams.merged,
             stdin: streams.spool.as_ref(),
             terminal: streams.merged && super::streams::at_the_terminal(),
+            contain: config.contain,
+            cgroup_name: String::new(),
         };
         let mut number = 1;
         loop {
@@ -140,6 +142,7 @@ impl Run<'_> {
             });
         }
         (spec.env, spec.env_remove) = self.env(number);
+        spec.cgroup_name = format!("{}-{number}", claim.run_id);
         let share = match claim
             .hold
             .as_ref()

@@ -117,7 +117,12 @@ impl Stopping {
             return;
         }
         let kill = self.asked_at.elapsed() >= self.grace;
-        let pids = processes_of_run(&self.head.run.run_id.to_string());
+        let run_id = self.head.run.run_id.to_string();
+        // A run in cgroups ends at once, a process forking meanwhile too.
+        if kill && crate::process::kill_run(&run_id) {
+            self.killed = true;
+        }
+        let pids = processes_of_run(&run_id);
         for pid in pids {
             let signal = if kill {
                 libc::SIGKILL

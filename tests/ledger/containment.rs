@@ -1,6 +1,6 @@
-//! Which containment each attempt had (a PID namespace of the run's own,
-//! or the guardian alone), as `ledger show` tells it and as export and
-//! import carry it.
+//! Which containment each attempt had (a cgroup of its own, a PID
+//! namespace, or the guardian alone), as `ledger show` tells it and as
+//! export and import carry it.
 
 use serde_json::Value;
 
@@ -20,10 +20,10 @@ on_every_backend!(
 /// and the words `idem -v run` says.
 fn this_hosts() -> (&'static str, &'static str) {
     let doctor = Env::new().cmd(["doctor", "--json"]).run().json();
-    match doctor["pid_namespaces"].as_bool() {
-        Some(true) => ("pid-namespace", "pid namespace"),
-        Some(false) => ("guardian", "guardian only"),
-        None => panic!("doctor says nothing of PID namespaces: {doctor}"),
+    match doctor["containment"].as_str() {
+        Some("cgroup") => ("cgroup", "cgroup"),
+        Some("guardian") => ("guardian", "guardian only"),
+        _ => panic!("doctor says nothing of what holds a run: {doctor}"),
     }
 }
 

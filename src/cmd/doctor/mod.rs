@@ -77,10 +77,16 @@ pub fn run(args: &DoctorArgs, location: &Location) -> Result<u8> {
 }
 
 /// What this host offers to hold a run's processes together (see
-/// `process::contain`): a PID namespace per run, and cgroup v2.
+/// `process::contain`): what `--contain auto` gets, a cgroup of the run's
+/// own, and a PID namespace where it is chosen.
 fn containment(report: &mut Report) {
+    use crate::process::{resolve, Choice, Containment};
     let namespaces = crate::process::pid_namespaces();
-    let cgroup = crate::host::cgroup2();
+    let cgroup = crate::process::cgroup_base();
+    let auto = resolve(Choice::Auto).unwrap_or(Containment::GuardianOnly);
+    report
+        .facts
+        .insert("containment".into(), json!(auto.name()));
     report
         .facts
         .insert("pid_namespaces".into(), json!(namespaces));
@@ -91,23 +97,30 @@ fn containment(report: &mut Report) {
             "writable": writable,
         }))),
     );
-    let cgroup = match &cgroup {
-        Some((path, true)) => format!("cgroup2 at {}, writable", path.display()),
-        Some((path, false)) => format!("cgroup2 at {}, not writable", path.display()),
-        None => "no cgroup2".to_owned(),
+    let namespace = match namespaces {
+        true => "a PID namespace with --contain pid-namespace",
+        false => "no PID namespace",
     };
-    if namespaces {
-        report.ok(
+    match (auto, &cgroup) {
+        (Containment::Cgroup, Some((path, _))) => report.ok(
             "containment",
-            format!("a run gets a PID namespace of its own ({cgroup})"),
-        );
-    } else {
-        report.push(
-            "containment",
-            Level::Warn,
-            format!("no PID namespace for a run: the guardian alone holds it ({cgroup})"),
-            Some("run idem as root for a run's processes to end with its guardian"),
-        );
+            format!(
+                "each attempt gets a cgroup of its own under {} ({namespace})",
+                path.display()
+            ),
+        ),
+        _ => {
+            let why = match &cgroup {
+                Some((path, _)) => format!("cgroup2 at {} is not writable", path.display()),
+                None => "no cgroup2 of this user's".to_owned(),
+            };
+            report.push(
+                "containment",
+                Level::Warn,
+                format!("the guardian alone holds a run, with the IDEM_RUN_ID look: {why} ({namespace})"),
+                Some("run idem as root, or in a cgroup v2 subtree delegated to this user (systemd's user@.service), for a cgroup of each run's own"),
+            );
+        }
     }
 }
 
