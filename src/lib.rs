@@ -6,9 +6,11 @@
 pub mod alert;
 pub mod cli;
 pub mod cmd;
+pub mod control;
 pub mod exit;
 pub mod host;
 pub mod id;
+pub mod jobs;
 pub mod key;
 pub mod ledger;
 pub mod period;
@@ -19,6 +21,7 @@ pub mod run;
 pub mod serve;
 pub mod start;
 pub mod url;
+pub mod when;
 
 use anyhow::Result;
 
@@ -68,7 +71,7 @@ fn backfill(
     location: &Location,
     reporter: &report::Reporter,
 ) -> Result<u8> {
-    use cmd::ledger::parse_time;
+    use when::parse_time;
     if !args.run.key.is_empty() {
         return Err(exit::Failure::usage(
             "idem backfill takes its job or key template as its first word, not --key",

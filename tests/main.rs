@@ -36,6 +36,7 @@ mod run;
 mod run_engine;
 mod serve;
 mod serve_actions;
+mod serve_states;
 mod truth;
 mod wrapper;
 mod wrapper_ux;

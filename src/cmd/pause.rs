@@ -2,15 +2,13 @@
 //! shared ledger, until resumed or until a time.
 
 use anyhow::Result;
-use jiff::Timestamp;
 
-use super::ledger::{parse_time, When};
 use crate::cli::{PauseArgs, ResumeArgs};
+use crate::control::pause::until;
 use crate::exit::{self, Failure};
 use crate::ledger::{self, is_glob, Location, Pause, PauseRequest};
 use crate::render;
 use crate::render::doctor::{Check, Level};
-use crate::render::status::Paused;
 
 /// Pauses the job or the jobs a glob matches; a glob that matches none is
 /// an error (1), while a job not known yet is paused before its first run.
@@ -62,34 +60,6 @@ pub fn resume(args: &ResumeArgs, location: &Location, quiet: bool) -> Result<u8>
         }
     }
     Ok(exit::SUCCESS)
-}
-
-/// A pause as `status` shows it.
-pub fn shown(pause: &Pause) -> Paused {
-    Paused {
-        by: pause.by.clone(),
-        since: render::json::rfc3339(pause.since),
-        reason: pause.reason.clone(),
-        until: pause.until.map(render::json::rfc3339),
-    }
-}
-
-/// `--until`: a duration from now, or a time to come (`idem serve`'s
-/// pause button reads its field so too).
-pub fn until(text: &str) -> Result<Timestamp> {
-    let now = Timestamp::now();
-    let at = match parse_time("--until", text, false)? {
-        When::Ago(after) => now.checked_add(after).unwrap_or(Timestamp::MAX),
-        When::At(at) => at,
-    };
-    if at <= now {
-        return Err(Failure::usage(format!(
-            "--until {} has passed; give a time to come or a duration (2h)",
-            render::printable(text)
-        ))
-        .into());
-    }
-    Ok(at)
 }
 
 fn no_match(glob: &str) -> anyhow::Error {

@@ -1,14 +1,14 @@
 //! `idem stop`: stops the running runs of keys wherever they run, and
-//! waits until they are recorded over (see `run::stop`).
+//! waits until they are recorded over (see `control::stop`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use crate::cli::StopArgs;
+use crate::control::stop::{stop, Found, State, Stopping};
 use crate::exit;
 use crate::ledger::{self, Head, Ledger, Location};
-use crate::run::stop::{stop, Found, State, Stopping};
 
 /// How often the stopped runs are looked at again.
 const POLL: Duration = Duration::from_millis(100);

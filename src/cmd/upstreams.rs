@@ -1,42 +1,13 @@
-//! `idem status` for jobs that wait for each other (`--after`): a job whose
-//! latest call was blocked is `blocked`, whatever its runs were, unless a
-//! run of it goes on or it is paused; `status --after` lists each job's upstreams.
+//! `idem status` for jobs that wait for each other (`--after`): what each
+//! blocked job waits for, under the table; `status --after` lists each
+//! job's upstreams.
 
 use std::io::Write;
 
 use anyhow::Result;
 
-use crate::ledger::Ledger;
 use crate::render;
-use crate::render::status::{JobStatus, State};
-
-/// Gives each job its upstreams and, while its latest call is blocked,
-/// the state `blocked` with the keys it waits for; the jobs that need a
-/// person stay first.
-pub fn apply(
-    ledger: &mut dyn Ledger,
-    glob: Option<&str>,
-    statuses: &mut [JobStatus],
-) -> Result<()> {
-    let upstreams = ledger.upstreams(glob)?;
-    if upstreams.is_empty() {
-        return Ok(());
-    }
-    for status in statuses.iter_mut() {
-        let Some(found) = upstreams.iter().find(|found| found.job == status.job) else {
-            continue;
-        };
-        status.after.clone_from(&found.templates);
-        if !matches!(status.state, State::Running | State::Paused) {
-            if let Some(keys) = &found.blocked_on {
-                status.state = State::Blocked;
-                status.blocked_on = Some(keys.clone());
-            }
-        }
-    }
-    statuses.sort_by(|a, b| a.state.cmp(&b.state).then_with(|| a.job.cmp(&b.job)));
-    Ok(())
-}
+use crate::render::status::JobStatus;
 
 /// Under the table: what each blocked job waits for.
 pub fn blocked_lines(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {

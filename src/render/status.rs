@@ -15,6 +15,9 @@ use crate::render;
 /// Marks in the strip of latest runs.
 pub const STRIP: usize = 10;
 
+/// What `status` says of a ledger that holds no job.
+pub const NO_JOBS: &str = "no jobs yet: nothing has run under this ledger";
+
 /// A job's state now, in the order they are shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

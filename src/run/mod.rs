@@ -36,7 +36,6 @@ mod locks;
 mod paused;
 mod replace;
 mod reserve;
-pub mod stop;
 mod stopped;
 mod streams;
 

@@ -11,7 +11,7 @@ use anyhow::Result;
 use nix::libc;
 
 use super::config::Config;
-use super::stop::{stop_head, Found, Stopping};
+use crate::control::stop::{stop_head, Found, Stopping};
 use crate::ledger::{Head, Ledger};
 use crate::report::Reporter;
 

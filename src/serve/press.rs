@@ -20,8 +20,8 @@ use super::auth::Who;
 use super::forms::{field, fields, same_site};
 use super::pages::{self, Done};
 use super::routes::{blocking, html, page_failed, text, unknown_job, Handle, Shared};
-use crate::ledger::{self, glob_literal, is_glob, Ledger, ListFilter, PauseRequest, Status};
-use crate::run::stop::{stop_head_by, Found, Stopping};
+use crate::control::stop::{stop_job, Found, Stopping};
+use crate::ledger::{self, glob_literal, is_glob, Ledger, PauseRequest};
 
 /// The grace between SIGTERM and SIGKILL for a run stopped from the page,
 /// as `idem stop`'s `--kill-after` has it by default.
@@ -95,7 +95,7 @@ fn pause_action(form: &[(String, String)]) -> Result<Action, String> {
     };
     let reason = given("reason").map(|reason| reason.chars().take(REASON_CHARS).collect());
     let until = given("until")
-        .map(crate::cmd::pause::until)
+        .map(crate::control::pause::until)
         .transpose()
         .map_err(|error| crate::exit::words(&format!("{error:#}")).replace('\n', " "))?;
     Ok(Action::Pause { reason, until })
@@ -152,32 +152,7 @@ fn stop(shared: &Shared, job: &str, by: String) -> anyhow::Result<Option<Done>> 
         if !known(ledger, job)? {
             return Ok(None);
         }
-        let filter = ListFilter {
-            job_glob: Some(glob_literal(job)),
-            statuses: vec![Status::Running],
-            // More running runs of one job than any fleet has at once.
-            limit: 10_000,
-            ..ListFilter::default()
-        };
-        let mut keys: Vec<String> = ledger
-            .list(&filter)?
-            .into_iter()
-            .map(|run| run.key)
-            .collect();
-        keys.sort();
-        keys.dedup();
-        let mut found = Vec::new();
-        for key in keys {
-            if let Some(head) = ledger.head(&key)? {
-                found.push(stop_head_by(
-                    ledger,
-                    head,
-                    libc::SIGTERM,
-                    STOP_GRACE,
-                    by.clone(),
-                )?);
-            }
-        }
+        let found = stop_job(ledger, job, libc::SIGTERM, STOP_GRACE, &by)?;
         Ok(Some(found))
     })?;
     let Some(found) = found else {

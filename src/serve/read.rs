@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use anyhow::Result;
 use jiff::Timestamp;
 
-use crate::cmd::status::{judge, Zones};
 use crate::ledger::{self, Attempt, Ledger, ListFilter, Location, Run};
 use crate::render::status::JobStatus;
 
@@ -79,10 +78,7 @@ pub fn statuses(ledger: Option<&mut dyn Ledger>, now: Timestamp) -> Result<Vec<J
     let Some(ledger) = ledger else {
         return Ok(Vec::new());
     };
-    let (jobs, pauses) = (ledger.jobs(None)?, ledger.pauses(None)?);
-    let mut statuses = crate::cmd::status::judged(&jobs, &pauses, now);
-    crate::cmd::upstreams::apply(ledger, None, &mut statuses)?;
-    Ok(statuses)
+    crate::jobs::read(ledger, None, now)
 }
 
 /// A job's page: its figures and its latest runs.
@@ -126,17 +122,9 @@ impl Tail {
 
 /// The job's page, or `None` for a job the ledger does not know.
 pub fn job_page(ledger: &mut dyn Ledger, job: &str, now: Timestamp) -> Result<Option<JobPage>> {
-    let Some(state) = ledger::job_state(ledger, job)? else {
+    let Some(status) = crate::jobs::one(ledger, job, now)? else {
         return Ok(None);
     };
-    let pause = ledger.paused(job)?;
-    let status = judge(
-        &state,
-        pause.as_ref(),
-        now,
-        &mut Zones::default(),
-        &crate::host::name(),
-    );
     let filter = ListFilter {
         job_glob: Some(crate::ledger::glob_literal(job)),
         // One more than shown, to tell whether more are there.

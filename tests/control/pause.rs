@@ -99,7 +99,9 @@ fn a_pause_until_a_time_ends_by_itself(backend: &Backend) {
         .expect_code(9);
     assert_eq!(env.count("n"), 0);
     let status = env.cmd(["status", "--json"]).succeeds().json();
-    assert!(status.as_array().is_some_and(Vec::is_empty), "{status}");
+    assert_eq!(status[0]["job"], "nightly", "{status}");
+    assert_eq!(status[0]["state"], "paused", "{status}");
+    assert!(status[0]["paused"]["until"].is_string(), "{status}");
     // Once the until passes, the next run runs, with nothing resumed.
     eventually(
         "the pause to end by itself",

@@ -9,6 +9,7 @@ mod ledger;
 mod locks;
 mod periods;
 mod status;
+mod truth;
 
 use std::process::{Command, Output, Stdio};
 

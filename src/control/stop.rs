@@ -1,6 +1,6 @@
 //! Stopping a running run wherever it runs (`idem stop`, `run
 //! --replace`): the request is written in the ledger, where the run's
-//! owner reads it (see `stopped`). On a local ledger the run's processes
+//! owner reads it (see `run::stopped`). On a local ledger the run's processes
 //! are also signalled here, found by the `IDEM_RUN_ID` they inherit, so
 //! that the stop works even when the owning idem is frozen; its guardian
 //! ends once they are gone. On a shared ledger the owner's heartbeat
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use nix::libc;
 
-use crate::ledger::{self, Head, Ledger, Plan, Status, StopRequest};
+use crate::ledger::{self, Head, Ledger, ListFilter, Plan, Status, StopRequest};
 use crate::process::processes_of_run;
 
 /// A stop under way: what was asked of which run, and, on a local ledger,
@@ -96,6 +96,38 @@ pub fn stop_head_by(
     };
     stopping.press();
     Ok(Found::Stopping(Box::new(stopping)))
+}
+
+/// Asks every running run of `job` to stop, as `by` (`user@host`), each
+/// key's running run once: what each look found.
+pub fn stop_job(
+    ledger: &mut dyn Ledger,
+    job: &str,
+    signal: i32,
+    grace: Duration,
+    by: &str,
+) -> Result<Vec<Found>> {
+    let filter = ListFilter {
+        job_glob: Some(ledger::glob_literal(job)),
+        statuses: vec![Status::Running],
+        // More running runs of one job than any fleet has at once.
+        limit: 10_000,
+        ..ListFilter::default()
+    };
+    let mut keys: Vec<String> = ledger
+        .list(&filter)?
+        .into_iter()
+        .map(|run| run.key)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let mut found = Vec::new();
+    for key in keys {
+        if let Some(head) = ledger.head(&key)? {
+            found.push(stop_head_by(ledger, head, signal, grace, by.to_owned())?);
+        }
+    }
+    Ok(found)
 }
 
 /// What became of a stop, looked at once.

@@ -1,0 +1,110 @@
+//! The board, a job's page, `/api/status` and `idem status --json` take a
+//! job's state from one judgement: for a job in each state they agree.
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::serve::{dom, get, Server};
+use crate::util::{wait_for_file, Env};
+
+/// A running run of job `slow`, ended by `idem stop` when dropped.
+struct Slow<'a> {
+    env: &'a Env,
+    child: Child,
+}
+
+impl<'a> Slow<'a> {
+    fn start(env: &'a Env) -> Slow<'a> {
+        let started = env.path("started");
+        let script = format!("touch '{}'; sleep 60", started.display());
+        let mut child = env
+            .idem(["run", "--key", "slow", "--shell", "--", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("idem run starts");
+        wait_for_file(&started, Duration::from_secs(30), &mut child);
+        Slow { env, child }
+    }
+}
+
+impl Drop for Slow<'_> {
+    fn drop(&mut self) {
+        let _ = self.env.run(["stop", "slow"]);
+        let _ = self.child.wait();
+    }
+}
+
+/// A job in each state the ledger can be brought to here without a clock
+/// of its own: ok, failing, blocked, paused (before its first run and
+/// after runs) and running.
+fn jobs_in_every_state(env: &Env) {
+    env.cmd(["run", "--key", "report", "--", "true"]).succeeds();
+    env.cmd(["run", "--key", "import", "--", "false"])
+        .expect_code(1);
+    env.cmd(["run", "--key", "load", "--after", "extract", "--", "true"])
+        .succeeds();
+    env.cmd(["run", "--key", "backup", "--", "true"]).succeeds();
+    env.cmd(["pause", "backup", "--reason", "disk swap"])
+        .succeeds();
+    env.cmd(["pause", "nightly"]).succeeds();
+}
+
+/// The state a page shows in its first `state` span.
+fn page_state(html: &str) -> String {
+    let after = html
+        .split("<span class=\"state ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no state on the page: {html}"));
+    after.split('"').next().unwrap_or_default().to_owned()
+}
+
+/// The board's rows as the browser built them: (job, state).
+fn board_rows(dom: &str) -> Vec<(String, String)> {
+    dom.split("<tr class=\"")
+        .skip(1)
+        .map(|row| {
+            let state = row.split('"').next().unwrap_or_default().to_owned();
+            let job = row
+                .split("<a href=\"/job/")
+                .nth(1)
+                .and_then(|rest| rest.split('>').nth(1))
+                .and_then(|rest| rest.split('<').next())
+                .unwrap_or_default()
+                .to_owned();
+            (job, state)
+        })
+        .collect()
+}
+
+#[test]
+fn the_board_a_job_page_the_api_and_status_agree_in_every_state() {
+    let env = Env::new();
+    jobs_in_every_state(&env);
+    let slow = Slow::start(&env);
+    let status = env.cmd(["status", "--json"]).expect_code(1).stdout();
+    let json: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let cli: Vec<(String, String)> = json
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|job| {
+            let name = job["job"].as_str().expect("a name").to_owned();
+            (name, job["state"].as_str().expect("a state").to_owned())
+        })
+        .collect();
+    let states: Vec<&str> = cli.iter().map(|(_, state)| state.as_str()).collect();
+    for state in ["ok", "failing", "blocked", "paused", "running"] {
+        assert!(states.contains(&state), "no {state} job: {cli:?}");
+    }
+    let server = Server::start(&env, &[]);
+    let api = get(&format!("{}/api/status", server.url), None);
+    assert_eq!(api.body, status, "/api/status is status --json");
+    assert_eq!(board_rows(&dom(&env, &format!("{}/", server.url))), cli);
+    for (job, state) in &cli {
+        let page = get(&format!("{}/job/{job}", server.url), None);
+        assert_eq!(page.status, 200, "/job/{job}");
+        assert_eq!(&page_state(&page.body), state, "the page of {job}");
+    }
+    drop(slow);
+}
