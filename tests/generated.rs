@@ -290,6 +290,38 @@ fn the_status_page_explains_every_column_and_mark() {
     for mark in ["+ succeeded", "x failed", "? abandoned", "> running"] {
         assert!(page.contains(mark), "idem-status.1 does not explain {mark}");
     }
+    for state in ["failing", "overdue", "paused", "blocked", "running", "ok"] {
+        assert!(
+            page.contains(&format!("{state},")) || page.contains(&format!("{state} ")),
+            "idem-status.1 does not name the state {state}"
+        );
+    }
+    assert!(
+        page.contains("blocked (its latest"),
+        "the description names blocked"
+    );
+}
+
+#[test]
+fn no_paragraph_of_a_man_page_is_a_heading() {
+    for (path, bytes) in expected() {
+        if path.extension().is_none_or(|ext| ext != "1") {
+            continue;
+        }
+        let page = String::from_utf8_lossy(&bytes).into_owned();
+        for line in page.lines() {
+            let Some(title) = line.strip_prefix(".SH ") else {
+                continue;
+            };
+            // A heading is a few words; a paragraph taken for one is long.
+            let title = title.trim_matches('"').trim();
+            assert!(
+                title.len() <= 20 && title.split_whitespace().count() <= 3,
+                "{} renders a paragraph as a heading: {title}",
+                path.display()
+            );
+        }
+    }
 }
 
 #[test]

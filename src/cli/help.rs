@@ -63,8 +63,9 @@ pub const SEE_ALSO_HELP: &str = see_also_help!();
 pub const STATUS_EXIT_CODES_HELP: &str = "\
 Columns:
   JOB           the job: --job, else the key as typed (backup-{date})
-  STATE         failing, overdue, paused, running or ok (above); a paused job's pause is told
-                under the table: by whom, since when, until when, why
+  STATE         failing, overdue, paused, blocked, running or ok (above); a paused job's pause
+                is told under the table (by whom, since when, until when, why), and what a
+                blocked job waits for
   LAST RUN      when its latest run started
   LAST SUCCESS  when its latest success was recorded (never: none yet)
   FAILS         failed and abandoned runs in a row, across its keys, in the order they finished
@@ -76,9 +77,10 @@ Columns:
   COMMAND       what it runs: the program's base name and its last arguments where the width
                 is short (backup.sh … --daily)
 
-  The table fits the terminal (else $COLUMNS): the command shrinks first, then LAST SUCCESS,
-  MISSED and LAST RUN give way, RECENT keeps its latest 6, then FAILS and RECENT give way.
-  --wide shows every column and the whole command.
+Width:
+The table fits the terminal (else $COLUMNS): the command shrinks first, then LAST SUCCESS,
+MISSED and LAST RUN give way, RECENT keeps its latest 6, then FAILS and RECENT give way.
+--wide shows every column and the whole command.
 
 Examples:
   idem status                       every job, those that need a person first
@@ -87,7 +89,7 @@ Examples:
   idem status >/dev/null || echo 'a job needs a person'   a check for a monitor
 
 Exit codes:
-  0    every job is ok, paused or running (or there are none)
+  0    every job is ok, paused, blocked or running (or there are none)
   1    a job is failing or overdue; or no ledger at --db (nothing has run with it yet), or no
        job matches --job
   2    usage error: bad flag or glob

@@ -122,11 +122,12 @@ pub enum Command {
     /// person come first: failing (its latest finished run failed), overdue
     /// (a periodic job with no success since its last finished period
     /// began, or that nothing called in its current period by the time it
-    /// used to be called), then paused (`idem pause`), running and ok. Its
-    /// figures follow the order in which its runs finished, however they
-    /// overlap; a paused job's periods since its pause are not missed.
-    /// Exit 0 when every job is ok, paused or running, 1 otherwise, so it
-    /// can serve as a check.
+    /// used to be called), then paused (`idem pause`), blocked (its latest
+    /// call waited for an upstream, `--after`), running and ok. Its figures
+    /// follow the order in which its runs finished, however they overlap; a
+    /// paused job's periods since its pause are not missed. Exit 0 when
+    /// every job is ok, paused, blocked or running, 1 otherwise, so it can
+    /// serve as a check.
     #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
     Status(StatusArgs),
     /// Pause a job: its runs start nothing until `idem resume` or --until
