@@ -277,9 +277,10 @@ fn bad_input_is_a_one_line_usage_error() {
 #[test]
 fn ledger_is_private() {
     let env = Env::new();
-    let db = env.path("deep/er/ledger.db");
+    // The default location, the one folder idem makes.
+    let db = env.path("data/idem/ledger.db");
     env.cmd(["run", "--key", "k", "--", "true"])
-        .db(&db)
+        .env_remove("IDEM_DB")
         .succeeds();
     let mode =
         |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;

@@ -158,6 +158,10 @@ pub(crate) enum Refusal {
 /// What is wrong with the ledger's folder.
 #[derive(Debug)]
 pub(crate) enum FolderFault {
+    /// Missing where it is not the default location, which alone is made:
+    /// a `--db` into a folder that is not there is more often a typo than
+    /// a wish for a new folder.
+    Missing,
     NotCreated(String),
     /// A folder above it cannot be searched.
     Unreachable(String),
@@ -325,6 +329,11 @@ impl fmt::Display for Refusal {
 /// The refusals of the ledger's folder.
 fn folder_refusal(folder: &str, fault: &FolderFault, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     match fault {
+        FolderFault::Missing => write!(
+            f,
+            "ledger folder {folder} does not exist; make it (mkdir -p {}) or set --db or IDEM_DB to a file in a folder that exists",
+            shell_word(folder)
+        ),
         FolderFault::NotCreated(why) => write!(
             f,
             "could not create ledger folder {folder}: {why}; set --db or IDEM_DB"
@@ -353,6 +362,16 @@ fn folder_refusal(folder: &str, fault: &FolderFault, f: &mut fmt::Formatter<'_>)
             f,
             "ledger folder {folder} is mode {mode}: other users can replace the ledger in it; chmod 700 {folder}, or set --db"
         ),
+    }
+}
+
+/// `text` as one word of a shell command a person may paste.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 

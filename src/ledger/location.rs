@@ -40,12 +40,18 @@ impl Location {
                 }
             }
             None => {
-                let data = dirs::data_dir().ok_or_else(|| {
+                let folder = default_folder().ok_or_else(|| {
                     Failure::usage("no data directory is known for this user; set --db or IDEM_DB")
                 })?;
-                Ok(Location::Sqlite(data.join("idem").join("ledger.db")))
+                Ok(Location::Sqlite(folder.join("ledger.db")))
             }
         }
+    }
+
+    /// Whether `folder` is the default ledger's, the one folder `run`
+    /// makes when it is missing.
+    pub fn is_default_folder(folder: &Path) -> bool {
+        default_folder().is_some_and(|default| default == folder)
     }
 
     /// The location for people: a password in a URL is masked.
@@ -55,6 +61,11 @@ impl Location {
             Location::Postgres(url) => crate::url::masked(url),
         }
     }
+}
+
+/// The default ledger's folder: `idem` in the user's data folder.
+fn default_folder() -> Option<PathBuf> {
+    dirs::data_dir().map(|data| data.join("idem"))
 }
 
 /// Opens the ledger for `run`, creating and migrating it when needed.

@@ -94,6 +94,7 @@ fn doctor_finds_a_healthy_ledger_healthy_and_changes_nothing() {
 fn doctor_names_each_problem_and_its_fix() {
     let env = Env::new();
     let folder = env.path("shared");
+    fs::create_dir(&folder).unwrap();
     let db = folder.join("ledger.db");
     assert_code(
         &run_with_db(&env, &db, &["run", "--key", "ok", "--", "true"]),
@@ -357,8 +358,17 @@ fn doctor_promises_a_new_ledger_only_where_run_would_create_it() {
         assert!(!db.exists());
     }
 
-    // A missing folder run can make: promised, and kept.
+    // A missing folder is not made for a --db: refused by both, with the
+    // mkdir to run; once made, promised, and kept.
     let fresh = env.path("new/sub/ledger.db");
+    let (_, report) = doctor_json(&env, &fresh);
+    let mkdir = format!("mkdir -p {}", env.path("new/sub").display());
+    assert!(missing_ledger_fix(&report).contains(&mkdir), "{report}");
+    let output = run_with_db(&env, &fresh, &["run", "--key", "k", "--", "true"]);
+    assert_code(&output, 125);
+    assert!(text(&output.stderr).contains(&mkdir));
+    assert!(!env.path("new").exists());
+    fs::create_dir_all(env.path("new/sub")).unwrap();
     let (_, report) = doctor_json(&env, &fresh);
     assert!(missing_ledger_fix(&report).contains("the first `idem run` creates it"));
     assert_code(

@@ -131,3 +131,28 @@ fn a_postgres_url_missing_part_of_its_colon_slash_slash_is_a_usage_error() {
     }
     assert_eq!(env.count("count"), 0);
 }
+
+/// A `--db` whose folder is not there is refused with the mkdir to run,
+/// making nothing: idem makes the default location's folder alone, since
+/// a mistyped folder would otherwise become a ledger of its own.
+#[test]
+fn an_explicit_ledger_in_a_missing_folder_is_refused_with_the_mkdir_to_run() {
+    let env = Env::new();
+    let count = env.count_cmd("count");
+    let db = env.path("no such/ledger.db");
+    let run = || {
+        env.cmd(["run", "--key", "k", "--shell", "--", &count])
+            .db(&db)
+    };
+    let folder = env.path("no such").display().to_string();
+    run()
+        .expect_code(125)
+        .stderr_one_line()
+        .stderr_has(&format!("ledger folder {folder} does not exist"))
+        .stderr_has(&format!("(mkdir -p '{folder}')"));
+    assert!(!env.path("no such").exists());
+    assert_eq!(env.count("count"), 0);
+    fs::create_dir(env.path("no such")).unwrap();
+    run().succeeds();
+    assert_eq!(env.count("count"), 1);
+}

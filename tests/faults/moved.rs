@@ -300,6 +300,7 @@ fn a_link_in_a_folder_above_the_ledger_is_followed() {
     let env = Env::new();
     fs::create_dir_all(env.path("var/home/alice")).unwrap();
     std::os::unix::fs::symlink("var/home", env.path("home")).unwrap();
+    fs::create_dir_all(env.path("var/home/alice/.local/idem")).unwrap();
     let db = env.path("home/alice/.local/idem/ledger.db");
     let command = env.count_cmd("count");
     for _ in 0..2 {

@@ -17,10 +17,11 @@ fn a_read_only_ledger_runs_nothing_but_can_be_read() {
         return;
     };
     // Characters a file: URI must escape, and bytes that are not UTF-8.
-    let db = mount
+    let folder = mount
         .dir
-        .join(OsString::from_vec(b"we?ird #%20 \xff".to_vec()))
-        .join("ledger.db");
+        .join(OsString::from_vec(b"we?ird #%20 \xff".to_vec()));
+    fs::create_dir(&folder).unwrap();
+    let db = folder.join("ledger.db");
     assert_code(
         &run_with_db(&env, &db, &["run", "--key", "done", "--", "echo", "hi"]),
         0,

@@ -11,7 +11,8 @@ use crate::util::{assert_code, Env};
 #[test]
 fn the_ledger_is_private_under_a_permissive_umask() {
     let env = Env::new();
-    let db = env.path("deep/er/ledger.db");
+    // The default location, the one folder idem makes.
+    let db = env.path("deep/er/idem/ledger.db");
     let modes = env.path("modes");
     let script = format!(
         "stat -c '%a' '{db}' '{db}-wal' '{db}-shm' > '{modes}'",
@@ -24,7 +25,8 @@ fn the_ledger_is_private_under_a_permissive_umask() {
         .arg("sh")
         .arg(env!("CARGO_BIN_EXE_idem"))
         .args(["run", "--key", "k", "--shell", "--", &script])
-        .env("IDEM_DB", &db)
+        .env_remove("IDEM_DB")
+        .env("XDG_DATA_HOME", env.path("deep/er"))
         .env("HOME", env.dir.path())
         .output()
         .unwrap();

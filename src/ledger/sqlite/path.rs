@@ -106,7 +106,8 @@ fn check_mode(path: &Path, metadata: &std::fs::Metadata) -> Result<()> {
 pub(super) enum Folder {
     /// There, and fit to hold the ledger.
     Ready,
-    /// Missing, and `run` can make it (0700, with the folders above it).
+    /// Missing, and `run` can make it (0700, with the folders above it):
+    /// only the default location's folder is made.
     Missing,
 }
 
@@ -121,7 +122,10 @@ pub(super) fn judge_folder(path: &Path) -> Result<Folder> {
     let metadata = match std::fs::metadata(folder) {
         Ok(metadata) => metadata,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return makeable(folder).map(|()| Folder::Missing)
+            if !crate::ledger::Location::is_default_folder(folder) {
+                return Err(folder_fault(folder, FolderFault::Missing));
+            }
+            return makeable(folder).map(|()| Folder::Missing);
         }
         Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
             return Err(folder_fault(
