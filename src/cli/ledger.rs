@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::help::{DELIVER_EXIT_CODES_HELP, LEDGER_EXIT_CODES_HELP};
-use super::values::duration;
+use super::values::{count, duration};
 
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {
@@ -143,7 +143,8 @@ pub struct ListArgs {
         long,
         default_value_t = 50,
         value_name = "N",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = count
     )]
     pub limit: u32,
     /// Print a JSON array

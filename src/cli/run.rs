@@ -4,7 +4,7 @@ use std::ffi::OsString;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use super::values::{duration, signal, switch, ByteSize, CodeSet, SignalNumber};
+use super::values::{count, duration, signal, switch, ByteSize, CodeSet, SignalNumber};
 
 // The groups of `idem run --help` (and sections of its man page). A new
 // `run` option joins one of them and gets its environment twin: `IDEM_` and
@@ -54,7 +54,8 @@ pub struct RunArgs {
         help_heading = RETRIES,
         default_value_t = 3,
         value_name = "N",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = count
     )]
     pub retries: u32,
 
@@ -171,7 +172,9 @@ pub struct RunArgs {
         env = "IDEM_CATCH_UP",
         hide_env_values = true,
         help_heading = TIME,
-        value_name = "N"
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = count
     )]
     pub catch_up: Option<u32>,
 

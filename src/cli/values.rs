@@ -43,6 +43,21 @@ pub fn duration(text: &str) -> Result<humantime::Duration, String> {
     Ok(parsed)
 }
 
+/// Parses a count (`--retries`, `--catch-up`, `--limit`): a whole number,
+/// 0 or more, said in words a person reads rather than as a type's range.
+pub fn count(text: &str) -> Result<u32, String> {
+    let trimmed = text.trim();
+    if trimmed.starts_with('-') {
+        return Err("a count cannot be negative; write 0 or more, like 3".to_owned());
+    }
+    if trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{text} is not a whole number; write one like 3"));
+    }
+    trimmed
+        .parse()
+        .map_err(|_| format!("{text} is more than idem counts to ({})", u32::MAX))
+}
+
 /// Parses the value of a switch's environment twin (`IDEM_QUIET_SUCCESS=1`);
 /// on the command line the switch takes no value.
 pub fn switch(text: &str) -> Result<bool, String> {

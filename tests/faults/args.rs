@@ -476,3 +476,41 @@ fn a_typo_gets_the_nearest_flag_or_subcommand() {
             .stderr_lacks("tip:");
     }
 }
+
+/// A count out of range is said in words, not as the range of a type.
+#[test]
+fn a_bad_count_says_how_to_write_one() {
+    let env = Env::new();
+    for (args, said) in [
+        (
+            &["run", "--key", "k", "--retries", "-1"][..],
+            "a count cannot be negative; write 0 or more",
+        ),
+        (
+            &["run", "--key", "k", "--catch-up", "-2"],
+            "a count cannot be negative",
+        ),
+        (
+            &["ledger", "list", "--limit", "-1"],
+            "a count cannot be negative",
+        ),
+        (
+            &["run", "--key", "k", "--retries", "3x"],
+            "3x is not a whole number",
+        ),
+        (
+            &["run", "--key", "k", "--retries", "99999999999"],
+            "more than idem counts to",
+        ),
+    ] {
+        let mut args = args.to_vec();
+        if args[0] == "run" {
+            args.extend(["--", "true"]);
+        }
+        env.cmd(&args)
+            .expect_code(2)
+            .stderr_one_line()
+            .stderr_has(said)
+            .stderr_lacks("0..=");
+    }
+}
