@@ -480,3 +480,33 @@ fn a_signal_during_the_wait_to_retry_ends_the_run_at_once() {
     assert_eq!(run["status"], "failed");
     assert_eq!(run["attempts"], 1);
 }
+
+/// What outlives a timeout's first signal is waited for as the attempt
+/// ending, not told as if the command had left it running.
+#[test]
+fn a_process_that_outlives_the_timeouts_signal_is_told_as_ending_not_left_running() {
+    let env = Env::new();
+    let script = "(trap '' TERM; sleep 300) & wait";
+    let ran = env
+        .cmd([
+            "run",
+            "--key",
+            "k",
+            "--retries",
+            "0",
+            "--timeout",
+            "1s",
+            "--kill-after",
+            "1s",
+            "--shell",
+            "--",
+            script,
+        ])
+        .expect_code(124);
+    let said = ran.stderr();
+    assert!(
+        said.contains("process(es) of the attempt to end: pid "),
+        "{said}"
+    );
+    assert!(!said.contains("left running"), "{said}");
+}

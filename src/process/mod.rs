@@ -86,8 +86,14 @@ pub struct Spec<'a> {
 /// What happens during an attempt that a person should hear of.
 pub enum Notice<'a> {
     /// The command's main process ended; `count` processes it started
-    /// still run (the first of them are `pids`).
-    LeftRunning { count: i32, pids: &'a [i32] },
+    /// still run (the first of them are `pids`). `ending`: the attempt is
+    /// being stopped (a timeout, a signal, a stop), so they are waited for
+    /// to end, not left running.
+    LeftRunning {
+        count: i32,
+        pids: &'a [i32],
+        ending: bool,
+    },
     /// idem was sent `signal` and passed it on; a second one kills.
     Interrupted(i32),
     /// What holds the attempt's processes together (see `contain`).

@@ -384,7 +384,7 @@ impl Supervisor {
                         break status;
                     }
                 }
-                Some(Event::Told(report)) => self.on_report(&report, &mut watch.main, waiting),
+                Some(Event::Told(report)) => self.on_report(&report, &mut watch, waiting),
                 Some(Event::Continued) => self.tell(wire::RESUME, 0, 0),
                 Some(Event::Stop { reason, grace }) => {
                     self.on_stop(&mut watch, reason, grace.min(spec.kill_after));
@@ -483,14 +483,15 @@ impl Supervisor {
     fn on_report(
         &self,
         report: &wire::Report,
-        main: &mut Option<i32>,
+        watch: &mut Supervision,
         waiting: &mut dyn FnMut(Notice<'_>),
     ) {
         match report.kind {
-            wire::EXITED => *main = Some(report.a),
+            wire::EXITED => watch.main = Some(report.a),
             wire::LEFT_RUNNING => waiting(Notice::LeftRunning {
                 count: report.a,
                 pids: &report.pids,
+                ending: watch.kill_at.is_some() || watch.interrupted.is_some(),
             }),
             wire::LEASE_RAN_OUT => self.note_stop(
                 "the lease was not renewed in time (idem was frozen or cut off from the ledger), so the command's guardian stopped it so that it does not run unowned"

@@ -219,15 +219,24 @@ impl Run<'_> {
     fn tell(&self, notice: Notice<'_>) {
         let key = &self.claim.key;
         let line = match notice {
-            Notice::LeftRunning { count, pids } => {
+            Notice::LeftRunning {
+                count,
+                pids,
+                ending,
+            } => {
                 let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
                 let more = if count as usize > pids.len() {
                     ", ..."
                 } else {
                     ""
                 };
+                let what = if ending {
+                    "of the attempt to end"
+                } else {
+                    "it left running"
+                };
                 format!(
-                    "{key}: the command exited; waiting for {count} process(es) it left running: pid {}{more}",
+                    "{key}: the command exited; waiting for {count} process(es) {what}: pid {}{more}",
                     pids.join(", ")
                 )
             }
