@@ -207,7 +207,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__backfill)
-            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -267,6 +267,10 @@ _idem_clap() {
                     ;;
                 --catch-up)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --misfire)
+                    COMPREPLY=($(compgen -W "all latest" -- "${cur}"))
                     return 0
                     ;;
                 --wait)
@@ -1231,7 +1235,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1291,6 +1295,10 @@ _idem_clap() {
                     ;;
                 --catch-up)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --misfire)
+                    COMPREPLY=($(compgen -W "all latest" -- "${cur}"))
                     return 0
                     ;;
                 --wait)

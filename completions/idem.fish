@@ -56,6 +56,8 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l timeout-signal -d 'The
 complete -c idem -n "__fish_idem_using_subcommand run" -l splay -d 'Wait a random time in [0, DUR] before claiming (spreads a fleet\'s load)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l misfire -d 'With --catch-up: run every period due (all), or only the newest and record the older ones skipped by policy (latest)' -r -f -a "all\t'Every missed period, oldest first, then the current one'
+latest\t'The newest period due only; the older ones are recorded skipped'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
@@ -108,6 +110,8 @@ complete -c idem -n "__fish_idem_using_subcommand backfill" -l timeout-signal -d
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l splay -d 'Wait a random time in [0, DUR] before claiming (spreads a fleet\'s load)' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l ttl -d 'A success counts for DUR; after that the key runs again [default: forever]' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l catch-up -d 'First run, oldest first, the earlier periods of the key\'s template within the last N whose key never succeeded, back to the job\'s first run (each its own key, IDEM_SLOT set; one still running is passed by until the next call)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l misfire -d 'With --catch-up: run every period due (all), or only the newest and record the older ones skipped by policy (latest)' -r -f -a "all\t'Every missed period, oldest first, then the current one'
+latest\t'The newest period due only; the older ones are recorded skipped'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'

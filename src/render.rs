@@ -406,6 +406,7 @@ pub fn human_bytes(bytes: u64) -> String {
 /// A run's status for people: a success marked by hand says so.
 pub fn status_text(run: &Run) -> String {
     match &run.note {
+        Some(note) if note == crate::ledger::MISFIRE_NOTE => "skipped (misfire)".to_owned(),
         Some(_) => format!("{} (marked)", run.status.as_str()),
         None => run.status.as_str().to_owned(),
     }

@@ -178,6 +178,19 @@ pub struct RunArgs {
     )]
     pub catch_up: Option<u32>,
 
+    /// With --catch-up: run every period due (all), or only the newest and
+    /// record the older ones skipped by policy (latest)
+    #[arg(
+        long,
+        env = "IDEM_MISFIRE",
+        hide_env_values = true,
+        help_heading = TIME,
+        value_enum,
+        default_value_t = Misfire::All,
+        value_name = "WHICH"
+    )]
+    pub misfire: Misfire,
+
     /// Run even though the key succeeded (or its command changed)
     #[arg(
         long,
@@ -474,6 +487,14 @@ pub struct RunArgs {
         value_hint = clap::ValueHint::CommandWithArguments
     )]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Misfire {
+    /// Every missed period, oldest first, then the current one
+    All,
+    /// The newest period due only; the older ones are recorded skipped
+    Latest,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -67,6 +67,11 @@ pub fn decode_lines(text: Option<String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The note of a period that `--misfire latest` passed over for a newer
+/// one: recorded as a success with no attempt (so it is neither missed nor
+/// failed, and its dependents go on), told apart by this note.
+pub const MISFIRE_NOTE: &str = "skipped by --misfire latest: a newer period ran instead";
+
 /// The note of a success marked by hand: who, and why.
 pub fn mark_note(who: &str, reason: &str) -> String {
     format!("marked succeeded by {who}: {reason}")

@@ -47,11 +47,26 @@ pub(super) fn run(
     let now = crate::host::now();
     let host = crate::host::name();
     let current = period.start(&now);
-    let missed = match missed(config, period, &now, periods, &host, location, reporter)? {
+    let Missed {
+        mut periods,
+        current_done,
+    } = match missed(config, period, &now, periods, &host, location, reporter)? {
         Ok(missed) => missed,
         // A paused job runs no slot.
         Err(code) => return Ok(code),
     };
+    if config.misfire_latest && !periods.is_empty() {
+        // The newest period due runs: the current one, unless it already
+        // succeeded, then the newest missed one.
+        let newest = if current_done {
+            periods.split_off(periods.len() - 1)
+        } else {
+            Vec::new()
+        };
+        super::misfire::skip(config, &periods, location, reporter)?;
+        periods = newest;
+    }
+    let missed = periods;
     let mut first_failure = None;
     for (key, start) in missed {
         let code = match run_key(config, &key, Some(&slot(&start)), location, reporter) {
@@ -87,6 +102,14 @@ pub(super) fn run(
     })
 }
 
+/// What a catch-up finds in the ledger.
+struct Missed {
+    /// The earlier periods to run, oldest first.
+    periods: Vec<(String, jiff::Zoned)>,
+    /// Whether the current period's key has a success that counts.
+    current_done: bool,
+}
+
 /// The earlier periods to run: within the last `periods`, not before the
 /// job's first recorded run, whose key has no success that still counts,
 /// oldest first.
@@ -98,9 +121,13 @@ fn missed(
     host: &str,
     location: &Location,
     reporter: &Reporter,
-) -> Result<Result<Vec<(String, jiff::Zoned)>, u8>> {
+) -> Result<Result<Missed, u8>> {
+    let nothing = Missed {
+        periods: Vec::new(),
+        current_done: false,
+    };
     let Some(mut ledger) = ledger::open_existing(location)? else {
-        return Ok(Ok(Vec::new()));
+        return Ok(Ok(nothing));
     };
     if let Some(code) = super::paused::check(config, ledger.as_mut(), reporter)? {
         return Ok(Err(code));
@@ -109,7 +136,7 @@ fn missed(
     // A new job does not replay history.
     let Some((first_run, zone)) = state.and_then(|state| Some((state.first_run?, state.zone)))
     else {
-        return Ok(Ok(Vec::new()));
+        return Ok(Ok(nothing));
     };
     // Past periods are those of the zone the job's keys were made in: after
     // a change of TZ the same hours have other names, and judged in the new
@@ -133,12 +160,20 @@ fn missed(
         if missed.last().is_some_and(|(last, _)| *last == key) {
             continue;
         }
-        let succeeded = ledger
-            .head(&key)?
-            .is_some_and(|head| head.run.status == Status::Succeeded && rules.fresh(&head));
-        if !succeeded {
+        if !succeeded(ledger.as_mut(), &key, &rules)? {
             missed.push((key, start));
         }
     }
-    Ok(Ok(missed))
+    let current = config.template.expand(&period.start(now), host)?;
+    Ok(Ok(Missed {
+        periods: missed,
+        current_done: succeeded(ledger.as_mut(), &current, &rules)?,
+    }))
+}
+
+/// Whether `key` has a success that still counts.
+fn succeeded(ledger: &mut dyn crate::ledger::Ledger, key: &str, rules: &Rules) -> Result<bool> {
+    Ok(ledger
+        .head(key)?
+        .is_some_and(|head| head.run.status == Status::Succeeded && rules.fresh(&head)))
 }

@@ -22,7 +22,7 @@ use crate::ledger::{JobInfo, NamedLock};
 /// its own (it does not wait for the outer run's lock, nor ping and alert
 /// as the outer job). The twins that are defaults (`IDEM_DB`, retries,
 /// backoff, timeouts, output) pass on, as a crontab's header means them.
-pub const NOT_INHERITED: [&str; 9] = [
+pub const NOT_INHERITED: [&str; 10] = [
     "IDEM_LOCK",
     "IDEM_AFTER",
     "IDEM_PING_URL",
@@ -32,6 +32,7 @@ pub const NOT_INHERITED: [&str; 9] = [
     "IDEM_WARN_AFTER",
     "IDEM_WARN_EVERY",
     "IDEM_CATCH_UP",
+    "IDEM_MISFIRE",
 ];
 
 /// The shortest `--lease`: shorter, and one slow round trip to a shared
@@ -46,6 +47,8 @@ pub struct Config {
     pub job: JobInfo,
     /// `--catch-up N`: the template's period, and N.
     pub catch_up: Option<(Period, u32)>,
+    /// `--misfire latest`: a catch-up runs the newest period due only.
+    pub misfire_latest: bool,
     pub command: Vec<OsString>,
     pub shell: bool,
     /// The command's fingerprint (see [`key::fingerprint`]).
@@ -121,6 +124,7 @@ impl Config {
             key,
             job,
             catch_up,
+            misfire_latest: args.misfire == cli::Misfire::Latest,
             fingerprint: key::fingerprint(&args.command, args.shell),
             command: args.command.clone(),
             shell: args.shell,

@@ -33,6 +33,7 @@ mod execute;
 mod lease;
 mod lock_wait;
 mod locks;
+mod misfire;
 mod paused;
 mod replace;
 mod reserve;

@@ -7,6 +7,7 @@ mod backfill;
 mod catch_up;
 mod ledger;
 mod locks;
+mod misfire;
 mod periods;
 mod status;
 mod truth;
