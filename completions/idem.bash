@@ -185,7 +185,7 @@ _idem_clap() {
 
     case "${cmd}" in
         idem)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version run backfill ledger status pause resume stop doctor serve completions help"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version run backfill ledger status pause resume stop doctor serve completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -199,6 +199,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -207,7 +211,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__backfill)
-            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -369,6 +373,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -377,7 +385,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__completions)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version bash elvish fish powershell zsh"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -389,6 +397,10 @@ _idem_clap() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -399,7 +411,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__doctor)
-            opts="-q -v -h -V --json --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --json --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -411,6 +423,10 @@ _idem_clap() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -729,7 +745,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version list show forget prune export import mark path metrics deliver help"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version list show forget prune export import mark path metrics deliver help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -743,6 +759,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -751,7 +771,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__deliver)
-            opts="-q -v -h -V --for --json --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --for --json --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -769,6 +789,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -777,7 +801,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__export)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -789,6 +813,10 @@ _idem_clap() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -799,7 +827,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__forget)
-            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --purge --dry-run --force --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -811,6 +839,10 @@ _idem_clap() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -989,7 +1021,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__import)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1003,6 +1035,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1011,7 +1047,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__list)
-            opts="-q -v -h -V --key --job --status --since --until --limit --json --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --key --job --status --since --until --limit --json --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1049,6 +1085,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1057,7 +1097,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__mark)
-            opts="-q -v -h -V --succeeded --reason --job --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --succeeded --reason --job --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1079,6 +1119,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1087,7 +1131,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__metrics)
-            opts="-q -v -h -V --per-key --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --per-key --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1099,6 +1143,10 @@ _idem_clap() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1109,7 +1157,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__path)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1123,6 +1171,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1131,7 +1183,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__prune)
-            opts="-q -v -h -V --older-than --dry-run --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --older-than --dry-run --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1149,6 +1201,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1157,7 +1213,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__ledger__subcmd__show)
-            opts="-q -v -h -V --json --limit --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --json --limit --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1175,6 +1231,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1183,7 +1243,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__pause)
-            opts="-q -v -h -V --reason --until --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --reason --until --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1205,6 +1265,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1213,7 +1277,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__resume)
-            opts="-q -v -h -V --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1227,6 +1291,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1235,7 +1303,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1389,6 +1457,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1397,7 +1469,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__serve)
-            opts="-q -v -h -V --listen --auth-file --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --listen --auth-file --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1419,6 +1491,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1427,7 +1503,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__status)
-            opts="-q -v -h -V --job --json --wide --after --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --job --json --wide --after --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1445,6 +1521,10 @@ _idem_clap() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1453,7 +1533,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__stop)
-            opts="-q -v -h -V --signal --kill-after --wait --db --quiet --verbose --color --help --version"
+            opts="-q -v -h -V --signal --kill-after --wait --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1477,6 +1557,10 @@ _idem_clap() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)

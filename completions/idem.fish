@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_idem_global_optspecs
-    string join \n db= q/quiet v/verbose color= h/help V/version
+    string join \n db= q/quiet v/verbose color= log-format= h/help V/version
 end
 
 function __fish_idem_needs_command
@@ -28,6 +28,8 @@ complete -c idem -n "__fish_idem_needs_command" -l db -d 'Ledger: a SQLite file 
 complete -c idem -n "__fish_idem_needs_command" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_needs_command" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_needs_command" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_needs_command" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -87,6 +89,8 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLit
 complete -c idem -n "__fish_idem_using_subcommand run" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand run" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l shell -d 'Run the words after -- as one /bin/sh -c script'
 complete -c idem -n "__fish_idem_using_subcommand run" -l force -d 'Run even though the key succeeded (or its command changed)'
 complete -c idem -n "__fish_idem_using_subcommand run" -l replace -d 'If the key is running elsewhere, stop that run (as `idem stop` does), wait until none of it lives, then run this one'
@@ -142,6 +146,8 @@ complete -c idem -n "__fish_idem_using_subcommand backfill" -l db -d 'Ledger: a 
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l dry-run -d 'List the periods that would run, and run nothing'
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l all -d 'Every period, its success too (as --force would)'
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l shell -d 'Run the words after -- as one /bin/sh -c script'
@@ -157,6 +163,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_su
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and not __fish_seen_subcommand_from list show forget prune export import mark path metrics deliver help" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -185,6 +193,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from list" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -195,6 +205,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -l json -d 'Print JSON'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from show" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -204,6 +216,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l purge -d 'Remove the keys\' history too'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l dry-run -d 'Say what would change, change nothing'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from forget" -l force -d 'Also forget a running key whose owner idem cannot judge (its lock file moved or deleted while it ran, or a claim of an idem too old to lock); a live run is never forgotten'
@@ -216,6 +230,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -l dry-run -d 'Say what would be dropped, change nothing'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from prune" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -225,6 +241,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -233,6 +251,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -243,6 +263,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from mark" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from mark" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from mark" -l succeeded -d 'Mark it succeeded (the one mark there is)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from mark" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from mark" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -252,6 +274,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from path" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -260,6 +284,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -l per-key -d 'Also the per-key families (idem_key_*), a series set per key'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from metrics" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -270,6 +296,8 @@ complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcom
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -l json -d 'Print the counts as JSON'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand ledger; and __fish_seen_subcommand_from deliver" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -291,6 +319,8 @@ complete -c idem -n "__fish_idem_using_subcommand status" -l db -d 'Ledger: a SQ
 complete -c idem -n "__fish_idem_using_subcommand status" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand status" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand status" -l json -d 'Print a JSON array'
 complete -c idem -n "__fish_idem_using_subcommand status" -l wide -d 'Every column and the whole command, however wide the table'
 complete -c idem -n "__fish_idem_using_subcommand status" -l after -d 'List each job\'s upstreams (--after) and what a blocked job waits for'
@@ -304,6 +334,8 @@ complete -c idem -n "__fish_idem_using_subcommand pause" -l db -d 'Ledger: a SQL
 complete -c idem -n "__fish_idem_using_subcommand pause" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand pause" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand pause" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand pause" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand pause" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -312,6 +344,8 @@ complete -c idem -n "__fish_idem_using_subcommand resume" -l db -d 'Ledger: a SQ
 complete -c idem -n "__fish_idem_using_subcommand resume" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand resume" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand resume" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand resume" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand resume" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -323,6 +357,8 @@ complete -c idem -n "__fish_idem_using_subcommand stop" -l db -d 'Ledger: a SQLi
 complete -c idem -n "__fish_idem_using_subcommand stop" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand stop" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand stop" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand stop" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand stop" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -331,6 +367,8 @@ complete -c idem -n "__fish_idem_using_subcommand doctor" -l db -d 'Ledger: a SQ
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand doctor" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand doctor" -l json -d 'Print JSON'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand doctor" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
@@ -342,6 +380,8 @@ complete -c idem -n "__fish_idem_using_subcommand serve" -l db -d 'Ledger: a SQL
 complete -c idem -n "__fish_idem_using_subcommand serve" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand serve" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand serve" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand serve" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -350,6 +390,8 @@ complete -c idem -n "__fish_idem_using_subcommand completions" -l db -d 'Ledger:
 complete -c idem -n "__fish_idem_using_subcommand completions" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
 never\t'Never'"
+complete -c idem -n "__fish_idem_using_subcommand completions" -l log-format -d 'idem\'s own lines: text, or json (one object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message); under systemd they go to the journal with fields either way' -r -f -a "text\t'`idem: TEXT`, as a person reads it'
+json\t'One JSON object a line: time, level, event, key, job, run_id, attempt, exit_code, cause, message'"
 complete -c idem -n "__fish_idem_using_subcommand completions" -s q -l quiet -d 'Print none of idem\'s own lines (errors that stop idem still print)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s v -l verbose -d 'Also print the lines idem keeps quiet under cron (skips)'
 complete -c idem -n "__fish_idem_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'

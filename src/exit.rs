@@ -107,7 +107,7 @@ pub fn outcome(result: anyhow::Result<u8>) -> u8 {
         // A closed pipe (`idem ledger list | head`) is the reader's choice.
         Err(error) if is_broken_pipe(&error) => SUCCESS,
         Err(error) => {
-            say(&format!("{error:#}"));
+            crate::console::say(crate::console::Event::Error, &format!("{error:#}"));
             code_for(&error)
         }
     }
@@ -145,8 +145,7 @@ pub fn line(text: &str) -> String {
 /// that the lines of many runs sharing one stderr never interleave
 /// mid-line, as the pieces of a formatted write would.
 pub fn say(text: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(owed_line(text).as_bytes());
+    crate::console::say(crate::console::Event::Message, text);
 }
 
 /// [`line`], after a newline when the command's output on the same

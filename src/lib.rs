@@ -6,6 +6,7 @@
 pub mod alert;
 pub mod cli;
 pub mod cmd;
+pub mod console;
 pub mod control;
 pub mod exit;
 pub mod host;
@@ -31,6 +32,7 @@ use ledger::Location;
 /// Runs a parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<u8> {
     let Cli { global, command } = &cli;
+    console::start(global.log_format);
     let location = || Location::resolve(global.db.as_deref());
     match command {
         Command::Run(args) => {

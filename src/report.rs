@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::console::{self, Event};
 use crate::ledger::Owner;
 
 #[derive(Clone)]
@@ -37,34 +38,34 @@ impl Reporter {
     /// `to` is stderr, or the held stream under `--quiet-success`: an
     /// unbuffered file, so the whole line goes out in one `write(2)` and
     /// never interleaves mid-line with another run's on a shared stderr.
-    pub fn notice(&self, to: &mut dyn Write, text: &str) {
+    pub fn notice(&self, to: &mut dyn Write, event: Event, text: &str) {
         if !self.quiet {
-            let _ = to.write_all(crate::exit::owed_line(text).as_bytes());
+            console::say_to(to, event, text);
         }
     }
 
     /// A line that prints only at a terminal, under CI or with `-v`:
     /// skips, and conflicts made skips. Made only when shown, since it may
     /// need the time-zone database.
-    pub fn info(&self, text: impl FnOnce() -> String) {
+    pub fn info(&self, event: Event, text: impl FnOnce() -> String) {
         if !self.quiet && (self.terminal || self.ci || self.verbose) {
-            crate::exit::say(&text());
+            console::say(event, &text());
         }
     }
 
     /// A line for a person watching, at a terminal or with `-v` only:
     /// recovering an abandoned run, which the ledger records anyway.
-    pub fn aside(&self, text: impl FnOnce() -> String) {
+    pub fn aside(&self, event: Event, text: impl FnOnce() -> String) {
         if !self.quiet && (self.terminal || self.verbose) {
-            crate::exit::say(&text());
+            console::say(event, &text());
         }
     }
 
     /// A line for `-v` only: how idem went about a run (what held its
     /// processes together), which nobody else needs to read.
-    pub fn detail(&self, text: impl FnOnce() -> String) {
+    pub fn detail(&self, event: Event, text: impl FnOnce() -> String) {
         if !self.quiet && self.verbose {
-            crate::exit::say(&text());
+            console::say(event, &text());
         }
     }
 

@@ -28,6 +28,7 @@ mod ledger;
 mod ledger_rules;
 mod limits;
 mod liveness;
+mod logs;
 mod output;
 mod pg;
 mod postgres;

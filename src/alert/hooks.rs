@@ -44,6 +44,7 @@ pub fn run(flag: &str, command: &OsStr, event: &Event, reporter: &Reporter) -> O
     if let Err(what) = failed {
         reporter.notice(
             &mut std::io::stderr(),
+            crate::console::Event::HookFailed,
             &format!("{key}: the {flag} hook {what}; the run's outcome stands"),
         );
     }

@@ -137,7 +137,11 @@ impl Budget {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) += began.elapsed();
         if let Err(line) = &result {
-            reporter.notice(&mut std::io::stderr(), line);
+            reporter.notice(
+                &mut std::io::stderr(),
+                crate::console::Event::PingFailed,
+                line,
+            );
         }
         result
     }
@@ -358,6 +362,7 @@ impl Alerts {
         if let Err(error) = ledger.settle(self.inner.claimed, &settled) {
             self.inner.reporter.notice(
                 &mut std::io::stderr(),
+                crate::console::Event::Ledger,
                 &format!(
                     "{}: could not record the delivery of its pings and hooks ({error:#}); they may be sent again",
                     self.inner.key
@@ -394,6 +399,7 @@ impl Alerts {
         if let Err(error) = ledger.hooks_ran(self.inner.claimed, &ran) {
             self.inner.reporter.notice(
                 &mut std::io::stderr(),
+                crate::console::Event::Ledger,
                 &format!(
                     "{}: could not record its hooks ({error:#}); the run's outcome stands",
                     self.inner.key
@@ -465,7 +471,8 @@ impl Inner {
             self.key,
             humantime::format_duration(after)
         );
-        self.reporter.notice(&mut std::io::stderr(), &line);
+        self.reporter
+            .notice(&mut std::io::stderr(), crate::console::Event::Slow, &line);
         if let Some(command) = &self.settings.on_failure {
             let told = hooks::Event {
                 name: "slow",

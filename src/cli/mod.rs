@@ -81,6 +81,19 @@ pub struct Global {
         value_name = "WHEN"
     )]
     pub color: ColorChoice,
+
+    /// idem's own lines: text, or json (one object a line: time, level,
+    /// event, key, job, run_id, attempt, exit_code, cause, message); under
+    /// systemd they go to the journal with fields either way
+    #[arg(
+        long,
+        global = true,
+        env = "IDEM_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::console::Format::Text,
+        value_name = "FORMAT"
+    )]
+    pub log_format: crate::console::Format,
 }
 
 /// `idem run`'s flags and the global ones in one command, with no

@@ -55,7 +55,7 @@ pub(super) fn acquire(
             Look::Claimed { claim, recovered } => {
                 drop(acquirer.spinner.take());
                 if recovered {
-                    reporter.aside(|| format!("{key}: the last run was abandoned (its outcome is unknown); running it again with IDEM_RECOVERED=1"));
+                    reporter.aside(crate::console::Event::Recovered, || format!("{key}: the last run was abandoned (its outcome is unknown); running it again with IDEM_RECOVERED=1"));
                 }
                 let reserve = acquirer.reserve.take();
                 return Ok(Acquired::Claimed {

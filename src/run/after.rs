@@ -142,7 +142,7 @@ pub(super) fn wait(
         }) {
             continue;
         }
-        reporter.info(|| {
+        reporter.info(crate::console::Event::Waiting, || {
             format!(
                 "blocked {key}: waiting for {names}; {}",
                 if after.wait.is_some() {
@@ -175,7 +175,7 @@ fn blocked(
         Some(&keys),
     );
     if let Some(wait) = config.after.wait {
-        reporter.info(|| {
+        reporter.info(crate::console::Event::Waiting, || {
             format!(
                 "{key}: waiting up to {} for {names}",
                 crate::report::short(wait)

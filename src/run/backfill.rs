@@ -90,6 +90,7 @@ pub fn backfill(
     if due.is_empty() {
         reporter.notice(
             &mut std::io::stderr(),
+            crate::console::Event::Backfill,
             &format!(
                 "backfill {}: every period from {} to {} succeeded; nothing to run",
                 crate::render::printable(&config.job.name),
@@ -181,6 +182,7 @@ fn list(due: &[Due], reporter: &Reporter) {
     let _ = out.flush();
     reporter.notice(
         &mut std::io::stderr(),
+        crate::console::Event::Backfill,
         &format!(
             "dry run: {} period{} due, oldest first; nothing ran",
             due.len(),
@@ -239,7 +241,11 @@ fn run_all(config: &Config, due: &[Due], location: &Location, reporter: &Reporte
                     exit::FINGERPRINT_MISMATCH | exit::ABANDONED
                 ) =>
             {
-                reporter.notice(&mut std::io::stderr(), &format!("{error:#}"));
+                reporter.notice(
+                    &mut std::io::stderr(),
+                    crate::console::Event::Failed,
+                    &format!("{error:#}"),
+                );
                 exit::code_for(&error)
             }
             Err(error) => return Err(error),
@@ -252,6 +258,7 @@ fn run_all(config: &Config, due: &[Due], location: &Location, reporter: &Reporte
         if interrupted(code) {
             reporter.notice(
                 &mut std::io::stderr(),
+                crate::console::Event::Backfill,
                 &format!(
                     "backfill stopped at {} by a signal; the same backfill again starts from it",
                     crate::render::printable(&period.key)
@@ -298,7 +305,11 @@ fn said(
     let line = format!("backfill {place} {}: {what}", crate::render::printable(key));
     match bar {
         Some(bar) => bar.println(format!("idem: {line}")),
-        None => reporter.notice(&mut std::io::stderr(), &line),
+        None => reporter.notice(
+            &mut std::io::stderr(),
+            crate::console::Event::Backfill,
+            &line,
+        ),
     }
 }
 
@@ -329,6 +340,7 @@ fn look(config: &Config, key: &str, location: &Location, reporter: &Reporter) ->
     let look = if let Some(pause) = ledger.paused(&config.job.name)? {
         reporter.notice(
             &mut std::io::stderr(),
+            crate::console::Event::Backfill,
             &format!(
                 "backfill stopped at {}: {} is paused (by {}); idem resume, then the same backfill again, runs the rest",
                 crate::render::printable(key),

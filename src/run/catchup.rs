@@ -80,7 +80,11 @@ pub(super) fn run(
                     exit::FINGERPRINT_MISMATCH | exit::ABANDONED
                 ) =>
             {
-                reporter.notice(&mut std::io::stderr(), &format!("{error:#}"));
+                reporter.notice(
+                    &mut std::io::stderr(),
+                    crate::console::Event::Failed,
+                    &format!("{error:#}"),
+                );
                 exit::code_for(&error)
             }
             Err(error) => return Err(error),

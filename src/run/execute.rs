@@ -8,9 +8,10 @@ use anyhow::Result;
 use super::config::{Config, Retry, RetryPolicy, NOT_INHERITED};
 use super::streams::Output;
 use crate::alert::Alerts;
+use crate::console::Event;
 use crate::exit::{self, Failure};
 use crate::ledger::{Attempt, Claim, Ledger, NewEvent, Outcome, Status};
-use crate::process::{AttemptEnd, AttemptError, End, Notice, Spec, Supervisor};
+use crate::process::{AttemptEnd, AttemptError, End, Spec, Supervisor};
 use crate::report;
 use crate::report::Reporter;
 
@@ -133,8 +134,8 @@ impl Run<'_> {
             }
         }
         if let Some(reason) = supervisor.stopped() {
-            self.reporter
-                .notice(output.lines(), &format!("{key}: {reason}"));
+            let line = format!("{key}: {reason}");
+            self.reporter.notice(output.lines(), Event::Stopped, &line);
             return Step::Over(Ending::Outcome {
                 code: exit::IDEM_FAILED,
                 outcome: failed(exit::IDEM_FAILED, None),
@@ -142,6 +143,7 @@ impl Run<'_> {
             });
         }
         (spec.env, spec.env_remove) = self.env(number);
+        crate::console::attempt(number);
         spec.cgroup_name = format!("{}-{number}", claim.run_id);
         let share = match claim
             .hold
@@ -214,49 +216,6 @@ impl Run<'_> {
         (env, remove)
     }
 
-    /// Says what happens during an attempt (see [`Notice`]); under
-    /// `--quiet-success` only where a skip would be said.
-    fn tell(&self, notice: Notice<'_>) {
-        let key = &self.claim.key;
-        let line = match notice {
-            Notice::LeftRunning {
-                count,
-                pids,
-                ending,
-            } => {
-                let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
-                let more = if count as usize > pids.len() {
-                    ", ..."
-                } else {
-                    ""
-                };
-                let what = if ending {
-                    "of the attempt to end"
-                } else {
-                    "it left running"
-                };
-                format!(
-                    "{key}: the command exited; waiting for {count} process(es) {what}: pid {}{more}",
-                    pids.join(", ")
-                )
-            }
-            Notice::Interrupted(signal) => {
-                format!("{key}: passed signal {signal} on to the command; a second signal kills it")
-            }
-            Notice::Contained(contained) => {
-                let words = contained.words();
-                return self
-                    .reporter
-                    .detail(|| format!("{key}: containment: {words}"));
-            }
-        };
-        if self.config.quiet_success {
-            self.reporter.info(|| line);
-        } else {
-            self.reporter.notice(&mut std::io::stderr(), &line);
-        }
-    }
-
     /// What the end of attempt `number` means for the run; an attempt
     /// that another follows is recorded now.
     fn after(
@@ -276,9 +235,10 @@ impl Run<'_> {
             }
         }
         if let End::NotStarted { reason, .. } = &end.end {
-            self.reporter
-                .notice(output.lines(), &format!("{key}: {reason}"));
+            let line = format!("{key}: {reason}");
+            self.reporter.notice(output.lines(), Event::Failed, &line);
         }
+        let event = super::cause::noted(&end);
         let next = next(&self.config.retry, key, &end, number);
         let record = attempt_record(number, &mut end);
         let said = match next {
@@ -288,7 +248,7 @@ impl Run<'_> {
                 notice,
             } => {
                 if let Some(notice) = notice {
-                    self.reporter.notice(output.lines(), &notice);
+                    self.reporter.notice(output.lines(), event, &notice);
                 }
                 return Step::Over(Ending::Outcome {
                     code,
@@ -321,6 +281,7 @@ impl Run<'_> {
         let delay = self.config.retry.delay(number);
         self.reporter.notice(
             output.lines(),
+            Event::Retry,
             &format!("{key}: {said}; retrying in {}", report::short(delay)),
         );
         let spinner = if self.config.quiet_success {
@@ -342,6 +303,7 @@ impl Run<'_> {
         let signal = interrupted?;
         self.reporter.notice(
             output.lines(),
+            Event::Interrupted,
             &format!("{key}: interrupted by signal {signal} while waiting to retry"),
         );
         Some(Ending::interrupted(signal))
@@ -440,6 +402,7 @@ impl Run<'_> {
                 said = true;
                 self.reporter.notice(
                     &mut std::io::stderr(),
+                    Event::Ledger,
                     &format!(
                         "{}: could not record the outcome yet ({error:#}); trying again for up to {}",
                         self.claim.key,

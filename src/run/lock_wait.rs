@@ -23,7 +23,11 @@ pub(super) fn still_held(
     let held = hold.others_hold();
     if held && !told.replace(true) {
         let line = waiting_line(&claim.key, &claim.run_id.to_string(), &hold.holders());
-        reporter.notice(&mut std::io::stderr(), &line);
+        reporter.notice(
+            &mut std::io::stderr(),
+            crate::console::Event::Waiting,
+            &line,
+        );
     }
     held
 }

@@ -61,7 +61,7 @@ pub(super) fn skip(
         &mut report,
     )?;
     ledger.leave();
-    reporter.info(|| {
+    reporter.info(crate::console::Event::Skipped, || {
         format!(
             "--misfire latest: {} older period{} of {} recorded skipped ({} to {})",
             older.len(),

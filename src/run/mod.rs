@@ -27,6 +27,7 @@ mod acquire;
 mod after;
 mod backfill;
 mod catchup;
+mod cause;
 mod config;
 mod decide;
 mod execute;
@@ -39,6 +40,7 @@ mod replace;
 mod reserve;
 mod stopped;
 mod streams;
+mod tell;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -47,6 +49,7 @@ use anyhow::Result;
 use jiff::Timestamp;
 
 use crate::alert::Alerts;
+use crate::console::Event;
 use crate::exit::{self, Failure};
 use crate::ledger::{self, Ledger, Location};
 use crate::process::Supervisor;
@@ -79,6 +82,7 @@ fn run_key(
     location: &Location,
     reporter: &Reporter,
 ) -> Result<u8> {
+    crate::console::run_of(key, &config.job.name);
     let mut streams = Streams::prepare(config)?;
     if let Some(splay) = config.splay {
         splay_wait(key, splay, reporter);
@@ -99,6 +103,7 @@ fn run_key(
             return Ok(code);
         }
     };
+    crate::console::claimed(&claim.run_id);
     let alerts = Alerts::start(
         &config.alerts,
         &claim,
@@ -222,9 +227,9 @@ fn conflict(config: &Config, reporter: &Reporter, what: &str) -> u8 {
         )
     };
     if config.conflict_exit_code == exit::SUCCESS {
-        reporter.info(line);
+        reporter.info(Event::Conflict, line);
     } else {
-        reporter.notice(&mut std::io::stderr(), &line());
+        reporter.notice(&mut std::io::stderr(), Event::Conflict, &line());
     }
     config.conflict_exit_code
 }
@@ -236,7 +241,7 @@ fn skip(
     ledger: &mut dyn Ledger,
     reporter: &Reporter,
 ) -> Result<u8> {
-    reporter.info(|| {
+    reporter.info(Event::Skipped, || {
         format!(
             "skipped {key}: succeeded at {}; --force runs it again",
             crate::render::local_with_zone(finished_at)

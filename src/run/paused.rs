@@ -19,7 +19,7 @@ pub(super) fn check(
     let Some(pause) = ledger.paused(&config.job.name)? else {
         return Ok(None);
     };
-    reporter.info(|| line(&pause));
+    reporter.info(crate::console::Event::Paused, || line(&pause));
     Ok(Some(config.paused_exit_code))
 }
 
@@ -58,6 +58,7 @@ pub(super) fn judge(
         Ok(Some(pause)) if pause.run_id == Some(claim.run_id) => {
             reporter.notice(
                 &mut std::io::stderr(),
+                crate::console::Event::Paused,
                 &format!(
                     "paused {job}: {failures} failures in a row (--pause-after {after}); idem resume {job} runs it again",
                     job = crate::render::printable(&config.job.name)

@@ -55,7 +55,7 @@ impl Replacer {
         let key = &head.run.key;
         match stop_head(ledger, head.clone(), libc::SIGTERM, config.kill_after)? {
             Found::Stopping(stopping) => {
-                reporter.info(|| {
+                reporter.info(crate::console::Event::Stopped, || {
                     format!(
                         "{key}: --replace: stopping run {} (pid {} on {})",
                         head.run.run_id, head.run.pid, head.run.host

@@ -67,8 +67,11 @@ impl Run<'_> {
     ) -> Option<Ending> {
         let claim = self.claim;
         let request = request(ledger, claim.run_id, &claim.key, requested)?;
-        self.reporter
-            .notice(output.lines(), &words(&claim.key, &request));
+        self.reporter.notice(
+            output.lines(),
+            crate::console::Event::Stopped,
+            &words(&claim.key, &request),
+        );
         let (code, outcome) = outcome(&request, None);
         Some(Ending::Outcome {
             code,
@@ -93,8 +96,11 @@ impl Run<'_> {
         }
         let claim = self.claim;
         let request = request(ledger, claim.run_id, &claim.key, requested)?;
-        self.reporter
-            .notice(output.lines(), &words(&claim.key, &request));
+        self.reporter.notice(
+            output.lines(),
+            crate::console::Event::Stopped,
+            &words(&claim.key, &request),
+        );
         let (code, outcome) = outcome(&request, Some(end.code()));
         Some(Ending::Outcome {
             code,
