@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from budget import installed_build, table as budget_table
 
 ROOT = Path(__file__).resolve().parent.parent
 # The binary the packages ship (scripts/dist): glibc linked in, static-pie.
@@ -581,13 +582,15 @@ def main():
         postgres_rows(table, runs, work, quick)
         print("16 (--quick) / 64 / 256 concurrent runs on one PostgreSQL server, and pgbench", flush=True)
         fleet(table, work, quick)
+        print("instructions and system calls of each path, against its budget", flush=True)
+        budget = budget_table([IDEM] if quick else [IDEM, installed_build()], big_runs, jobs)
         print("storage per run", flush=True)
         storage_rows(table, work, 200 if quick else 2000)
         print("output throughput and memory", flush=True)
         output_rows(table, work, env, floor, (64 << 20) if quick else (1 << 30), import_kib, history)
 
     print()
-    print(table.markdown())
+    print(table.markdown() + "\n\n" + "\n".join(budget))
     machine = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
     print(f"\n{os.cpu_count()} cores, {machine}; hyperfine -N medians of {runs} runs"
           f"{' (--quick: small sizes, not figures to quote)' if quick else ''}")
