@@ -290,7 +290,9 @@ fn the_status_page_explains_every_column_and_mark() {
     for mark in ["+ succeeded", "x failed", "? abandoned", "> running"] {
         assert!(page.contains(mark), "idem-status.1 does not explain {mark}");
     }
-    for state in ["failing", "overdue", "paused", "blocked", "running", "ok"] {
+    for state in [
+        "failing", "overdue", "paused", "blocked", "stopped", "running", "ok",
+    ] {
         assert!(
             page.contains(&format!("{state},")) || page.contains(&format!("{state} ")),
             "idem-status.1 does not name the state {state}"

@@ -10,35 +10,43 @@ use crate::util::{wait_for_file, Env};
 /// A running run of job `slow`, ended by `idem stop` when dropped.
 struct Slow<'a> {
     env: &'a Env,
+    key: &'a str,
     child: Child,
 }
 
 impl<'a> Slow<'a> {
     fn start(env: &'a Env) -> Slow<'a> {
+        Slow::named(env, "slow")
+    }
+
+    /// A running run of job `key`.
+    fn named(env: &'a Env, key: &'a str) -> Slow<'a> {
         let started = env.path("started");
+        let _ = std::fs::remove_file(&started);
         let script = format!("touch '{}'; sleep 60", started.display());
         let mut child = env
-            .idem(["run", "--key", "slow", "--shell", "--", &script])
+            .idem(["run", "--key", key, "--shell", "--", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("idem run starts");
         wait_for_file(&started, Duration::from_secs(30), &mut child);
-        Slow { env, child }
+        Slow { env, key, child }
     }
 }
 
 impl Drop for Slow<'_> {
     fn drop(&mut self) {
-        let _ = self.env.run(["stop", "slow"]);
+        let _ = self.env.run(["stop", self.key]);
         let _ = self.child.wait();
     }
 }
 
 /// A job in each state the ledger can be brought to here without a clock
 /// of its own: ok, failing, blocked, paused (before its first run and
-/// after runs) and running.
+/// after runs), stopped and running.
 fn jobs_in_every_state(env: &Env) {
+    drop(Slow::named(env, "halted"));
     env.cmd(["run", "--key", "report", "--", "true"]).succeeds();
     env.cmd(["run", "--key", "import", "--", "false"])
         .expect_code(1);
@@ -94,7 +102,7 @@ fn the_board_a_job_page_the_api_and_status_agree_in_every_state() {
         })
         .collect();
     let states: Vec<&str> = cli.iter().map(|(_, state)| state.as_str()).collect();
-    for state in ["ok", "failing", "blocked", "paused", "running"] {
+    for state in ["ok", "failing", "blocked", "paused", "stopped", "running"] {
         assert!(states.contains(&state), "no {state} job: {cli:?}");
     }
     let server = Server::start(&env, &[]);

@@ -21,7 +21,7 @@ pub fn request(url: &str, event: &NewEvent, payload: &Payload) -> Option<Request
         "start" => "run",
         "success" | "recovery" => "complete",
         "failure" if payload.alert => "fail",
-        "failure" => "complete",
+        "failure" | "stopped" => "complete",
         _ => return None,
     };
     let (base, query) = match url.split_once('?') {

@@ -42,7 +42,7 @@ pub struct Swept {
 fn called(event: &NewEvent, payload: &Payload) -> &'static str {
     match event.kind.as_str() {
         "start" => "start",
-        "success" | "recovery" => "success",
+        "success" | "recovery" | "stopped" => "success",
         "failure" if payload.alert => "fail",
         _ => "log",
     }

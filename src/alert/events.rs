@@ -1,6 +1,7 @@
 //! The events a run owes, made before the transaction that causes them:
 //! the claim owes each ping's `start`, the outcome each ping's `success`,
-//! `failure` or `recovery` and the hook the verdict calls for.
+//! `failure`, `recovery` or `stopped` and the hook the verdict calls for
+//! (none for a stop).
 
 use std::ffi::OsString;
 
@@ -173,6 +174,7 @@ impl Origin<'_> {
                 failures,
                 true,
             ),
+            Verdict::Stopped => ("stopped", None, before, false),
         };
         let payload = Payload {
             exit_code: Some(exit_code),

@@ -103,6 +103,9 @@ pub enum Verdict {
     /// A failure, the job's `failures`th in a row, whose outcome paused
     /// its job (`--pause-after`): always an alert, `IDEM_EVENT=paused`.
     Paused { failures: u64 },
+    /// A person stopped the run: no failure (no hook, no `/fail`), and
+    /// each monitor's run is ended rather than left started.
+    Stopped,
 }
 
 /// The start pings: under way on a thread of their own, then how each
@@ -292,6 +295,9 @@ impl Alerts {
     fn judge(&self, ledger: &mut dyn Ledger, outcome: &Outcome) -> Verdict {
         let inner = &self.inner;
         let alert_after = inner.settings.alert_after;
+        if outcome.stopped {
+            return Verdict::Stopped;
+        }
         if outcome.status == Status::Succeeded {
             return Verdict::Success {
                 recovery: inner.before >= alert_after,
@@ -317,6 +323,7 @@ impl Alerts {
             Verdict::Success { .. } => !self.inner.settings.quiet_success,
             Verdict::Failure { alert, .. } => alert,
             Verdict::Paused { .. } => true,
+            Verdict::Stopped => false,
         }
     }
 

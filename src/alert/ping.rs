@@ -80,7 +80,9 @@ pub fn healthchecks<'a>(url: &str, event: &'a NewEvent, payload: &Payload) -> Re
     let base = base.trim_end_matches('/');
     let suffix = match event.kind.as_str() {
         "start" => "/start",
-        "success" | "recovery" => "",
+        // A stop ends the check's run without a failure: the success
+        // signal, so that the check does not stay started.
+        "success" | "recovery" | "stopped" => "",
         "failure" if payload.alert => "/fail",
         _ => "/log",
     };

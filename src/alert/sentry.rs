@@ -108,7 +108,7 @@ struct Schedule<'a> {
 pub fn request(dsn: &Dsn, event: &NewEvent, payload: &Payload) -> Option<Request<'static>> {
     let status = match event.kind.as_str() {
         "start" => "in_progress",
-        "success" | "recovery" => "ok",
+        "success" | "recovery" | "stopped" => "ok",
         "failure" => "error",
         _ => return None,
     };

@@ -63,17 +63,17 @@ pub const SEE_ALSO_HELP: &str = see_also_help!();
 pub const STATUS_EXIT_CODES_HELP: &str = "\
 Columns:
   JOB           the job: --job, else the key as typed (backup-{date})
-  STATE         failing, overdue, paused, blocked, running or ok (above); a paused job's pause
-                is told under the table (by whom, since when, until when, why), and what a
-                blocked job waits for
+  STATE         failing, overdue, paused, blocked, stopped, running or ok (above); a paused
+                job's pause is told under the table (by whom, since when, until when, why),
+                and what a blocked job waits for
   LAST RUN      when its latest run started
   LAST SUCCESS  when its latest success was recorded (never: none yet)
   FAILS         failed and abandoned runs in a row, across its keys, in the order they finished
   MISSED        of its last 10 finished periods (back to its first run), those with no success;
                 - for a job without a period ({date}, {hour}, ... in its key)
   RECENT        its latest 10 outcomes, oldest first: + succeeded, x failed, ? abandoned,
-                > running; at a colour terminal dots of the same order (green succeeded,
-                red failed, magenta abandoned, yellow running)
+                - stopped, > running; at a colour terminal dots of the same order (green
+                succeeded, red failed, magenta abandoned, blue stopped, yellow running)
   COMMAND       what it runs: the program's base name and its last arguments where the width
                 is short (backup.sh … --daily)
 
@@ -89,7 +89,7 @@ Examples:
   idem status >/dev/null || echo 'a job needs a person'   a check for a monitor
 
 Exit codes:
-  0    every job is ok, paused, blocked or running (or there are none)
+  0    every job is ok, paused, blocked, stopped or running (or there are none)
   1    a job is failing or overdue; or no ledger at --db (nothing has run with it yet), or no
        job matches --job
   2    usage error: bad flag or glob

@@ -136,10 +136,11 @@ pub enum Command {
     /// (a periodic job with no success since its last finished period
     /// began, or that nothing called in its current period by the time it
     /// used to be called), then paused (`idem pause`), blocked (its latest
-    /// call waited for an upstream, `--after`), running and ok. Its figures
-    /// follow the order in which its runs finished, however they overlap; a
-    /// paused job's periods since its pause are not missed. Exit 0 when
-    /// every job is ok, paused, blocked or running, 1 otherwise, so it can
+    /// call waited for an upstream, `--after`), stopped (its latest run was
+    /// stopped by a person: no failure), running and ok. Its figures follow
+    /// the order in which its runs finished, however they overlap; a paused
+    /// job's periods since its pause are not missed. Exit 0 when every job
+    /// is ok, paused, blocked, stopped or running, 1 otherwise, so it can
     /// serve as a check.
     #[command(after_long_help = STATUS_EXIT_CODES_HELP)]
     Status(StatusArgs),

@@ -32,13 +32,17 @@ pub struct Signs {
     pub blocked: bool,
     /// A period is owed a success (see [`Periodic::overdue`]).
     pub overdue: bool,
+    /// Its latest finished run was stopped by a person.
+    pub stopped: bool,
 }
 
 /// A job's state: the one place it is decided. Failing first, even while
 /// another run of the job goes on: its latest finished run failed (the
 /// figures follow the order in which runs finished), and a slow job whose
-/// runs overlap always has one going. A blocked job is blocked, not failing
-/// or overdue, unless a run of it goes on; a paused job is paused.
+/// runs overlap always has one going. A job whose latest run a person
+/// stopped is stopped, until a run goes on or a period is owed. A blocked
+/// job is blocked, not failing or overdue, unless a run of it goes on; a
+/// paused job is paused.
 pub fn state(signs: Signs) -> State {
     let base = if signs.failing {
         State::Failing
@@ -46,6 +50,8 @@ pub fn state(signs: Signs) -> State {
         State::Running
     } else if signs.overdue {
         State::Overdue
+    } else if signs.stopped {
+        State::Stopped
     } else {
         State::Ok
     };
@@ -79,12 +85,14 @@ pub fn judge(facts: &Facts<'_>, now: Timestamp, zones: &mut Zones, this_host: &s
     let blocked_on = facts
         .upstreams
         .and_then(|upstreams| upstreams.blocked_on.clone());
+    let stopped = job.last_stopped();
     let signs = Signs {
         paused: facts.pause.is_some(),
-        failing: job.failures > 0 || died,
+        failing: (job.failures > 0 && !stopped) || died,
         running: job.live > 0,
         blocked: blocked_on.is_some(),
         overdue: periodic.as_ref().is_some_and(|p| p.overdue(job, now)),
+        stopped,
     };
     let state = state(signs);
     JobStatus {
@@ -117,10 +125,11 @@ fn strip(job: &JobState) -> Vec<&'static str> {
     let marks: Vec<char> = job.strip.chars().collect();
     let mut strip: Vec<&'static str> = marks[marks.len().saturating_sub(STRIP)..]
         .iter()
-        .map(|mark| match mark {
+        .map(|mark| match *mark {
             's' => "succeeded",
             'f' => "failed",
             'a' => "abandoned",
+            crate::ledger::STOPPED => "stopped",
             _ => "running",
         })
         .collect();
@@ -171,5 +180,18 @@ mod tests {
         };
         assert_eq!(state(failing), State::Failing);
         assert_eq!(state(Signs::default()), State::Ok);
+        let stopped = Signs {
+            stopped: true,
+            ..Signs::default()
+        };
+        assert_eq!(state(stopped), State::Stopped);
+        assert_eq!(
+            state(Signs {
+                overdue: true,
+                ..stopped
+            }),
+            State::Overdue,
+            "a stop does not hide a period owed"
+        );
     }
 }

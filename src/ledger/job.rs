@@ -32,13 +32,16 @@ pub struct JobState {
     /// minute).
     pub checked_at: Option<Timestamp>,
     /// Its latest outcomes, oldest first: `s` succeeded, `f` failed, `a`
-    /// abandoned.
+    /// abandoned, `t` stopped by a person.
     pub strip: String,
     /// Its latest keys that succeeded, newest first.
     pub ok_keys: Vec<String>,
     /// Runs of the job recorded as running whose owner lives.
     pub live: u64,
 }
+
+/// The strip's mark of a run a person stopped.
+pub const STOPPED: char = 't';
 
 /// How many outcomes a job's strip keeps, and how many succeeded keys.
 pub const STRIP_MARKS: usize = 20;
@@ -72,6 +75,25 @@ impl JobState {
             Status::Abandoned => 'a',
             Status::Running => 'r',
         });
+        self.keep_strip();
+    }
+
+    /// The job's figures after a run a person stopped (`key` recorded
+    /// `failed` with `exit`): its latest outcome, marked `t` in the strip,
+    /// but no failure: the failures in a row stay as they were.
+    pub fn stopped(&mut self, exit: Option<i32>) {
+        self.last_status = Some(Status::Failed);
+        self.last_exit = exit;
+        self.strip.push(STOPPED);
+        self.keep_strip();
+    }
+
+    /// Whether the job's latest finished run was stopped by a person.
+    pub fn last_stopped(&self) -> bool {
+        self.strip.ends_with(STOPPED)
+    }
+
+    fn keep_strip(&mut self) {
         let extra = self.strip.chars().count().saturating_sub(STRIP_MARKS);
         self.strip = self.strip.chars().skip(extra).collect();
     }

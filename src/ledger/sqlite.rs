@@ -306,8 +306,10 @@ impl RunLedger for SqliteLedger {
                     &claim.key,
                     outcome.status,
                     Some(outcome.exit_code),
+                    outcome.stopped,
                 )?;
-                if let (Some(after), Status::Failed) = (claim.pause_after, outcome.status) {
+                let failed = outcome.status == Status::Failed && !outcome.stopped;
+                if let (Some(after), true) = (claim.pause_after, failed) {
                     pauses::after_failure(tx, job_id, after, claim.run_id)?;
                 }
             }

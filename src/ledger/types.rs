@@ -238,6 +238,10 @@ pub struct Outcome {
     pub status: Status,
     pub exit_code: i32,
     pub signal: Option<i32>,
+    /// A person stopped the run (`idem stop`, `--replace`): recorded
+    /// `failed`, but no failure of its job: it counts in no failures in a
+    /// row and pauses nothing.
+    pub stopped: bool,
 }
 
 /// Filters of `ledger list`.

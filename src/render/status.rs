@@ -32,6 +32,9 @@ pub enum State {
     /// Its latest call waited for an upstream job (`--after`) that had not
     /// succeeded: nothing for a person here, its upstream says why.
     Blocked,
+    /// Its latest run was stopped by a person (`idem stop`, `--replace`):
+    /// no failure.
+    Stopped,
     Running,
     Ok,
 }
@@ -43,6 +46,7 @@ impl State {
             State::Overdue => "overdue",
             State::Paused => "paused",
             State::Blocked => "blocked",
+            State::Stopped => "stopped",
             State::Running => "running",
             State::Ok => "ok",
         }
@@ -58,7 +62,8 @@ impl State {
 pub struct JobStatus {
     /// The job's name (`--job`, else the key as typed).
     pub job: String,
-    /// `failing`, `overdue`, `paused`, `blocked`, `running` or `ok`.
+    /// `failing`, `overdue`, `paused`, `blocked`, `stopped`, `running` or
+    /// `ok`.
     pub state: State,
     /// The template's finest placeholder (`date`, `hour`...), or null.
     pub period: Option<&'static str>,
@@ -77,7 +82,8 @@ pub struct JobStatus {
     /// Finished periods of the window (the last 10, back to its first run)
     /// whose key has no success; null for a job without a period.
     pub missed: Option<u64>,
-    /// Its latest outcomes, oldest first, then `running` when one goes on.
+    /// Its latest outcomes, oldest first (`succeeded`, `failed`,
+    /// `abandoned`, `stopped`), then `running` when one goes on.
     pub strip: Vec<&'static str>,
     /// Its latest run's argv, lossy where an argument is not UTF-8.
     pub command: Vec<String>,
@@ -167,21 +173,20 @@ pub fn ago(time: Timestamp, now: Timestamp) -> String {
     }
 }
 
-/// A run's mark in the strip, without colour.
-fn mark(status: Status) -> char {
-    match status {
-        Status::Succeeded => '+',
-        Status::Failed => 'x',
-        Status::Abandoned => '?',
-        Status::Running => '>',
+/// A run's mark in the strip, and its colour: a run's status, or
+/// `stopped` (by a person).
+pub fn strip_mark(outcome: &str) -> (char, Color) {
+    match Status::parse(outcome) {
+        Some(status @ Status::Succeeded) => ('+', render::status_colour(status)),
+        Some(status @ Status::Failed) => ('x', render::status_colour(status)),
+        Some(status @ Status::Abandoned) => ('?', render::status_colour(status)),
+        _ if outcome == "stopped" => ('-', Color::Blue),
+        _ => ('>', render::status_colour(Status::Running)),
     }
 }
 
-fn strip_statuses(strip: &[&str]) -> Vec<Status> {
-    strip
-        .iter()
-        .map(|status| Status::parse(status).unwrap_or(Status::Running))
-        .collect()
+fn mark(outcome: &str) -> char {
+    strip_mark(outcome).0
 }
 
 /// The columns of `status`.
@@ -286,7 +291,7 @@ fn texts(job: &JobStatus, now: Timestamp) -> [String; 8] {
         job.failures.to_string(),
         job.missed
             .map_or("-".to_owned(), |missed| missed.to_string()),
-        strip_statuses(&job.strip).into_iter().map(mark).collect(),
+        job.strip.iter().copied().map(mark).collect(),
         render::short_argv(&job.argv, job.shell, usize::MAX),
     ]
 }
@@ -372,8 +377,7 @@ fn cells(
 /// The latest `width` outcomes: marks in one cell, or at a colour
 /// terminal a dot per slot, coloured by comfy-table, dim when empty.
 fn strip_cells(strip: &[&str], width: usize, colour: bool) -> Vec<Cell> {
-    let statuses = strip_statuses(strip);
-    let latest = &statuses[statuses.len().saturating_sub(width)..];
+    let latest = &strip[strip.len().saturating_sub(width)..];
     if !colour {
         return vec![Cell::new(
             latest.iter().copied().map(mark).collect::<String>(),
@@ -383,7 +387,7 @@ fn strip_cells(strip: &[&str], width: usize, colour: bool) -> Vec<Cell> {
     let dim = (0..empty).map(|_| Cell::new('·').fg(Color::DarkGrey));
     let marks = latest
         .iter()
-        .map(|&status| Cell::new('●').fg(render::status_colour(status)));
+        .map(|&outcome| Cell::new('●').fg(strip_mark(outcome).1));
     dim.chain(marks).collect()
 }
 
@@ -409,6 +413,7 @@ fn state_colour(state: State) -> Color {
         State::Overdue => Color::Magenta,
         State::Paused => Color::Blue,
         State::Blocked => Color::Cyan,
+        State::Stopped => Color::Blue,
         State::Running => Color::Yellow,
         State::Ok => Color::Green,
     }

@@ -496,6 +496,7 @@ fn next(retry: &RetryPolicy, key: &str, end: &AttemptEnd, number: u32) -> Next {
                 status: Status::Succeeded,
                 exit_code: 0,
                 signal: None,
+                stopped: false,
             },
             notice: None,
         };
@@ -516,6 +517,7 @@ fn failed(code: u8, signal: Option<i32>) -> Outcome {
         status: Status::Failed,
         exit_code: code.into(),
         signal,
+        stopped: false,
     }
 }
 

@@ -165,6 +165,7 @@ fn not_started(
         status: ledger::Status::Failed,
         exit_code: exit::IDEM_FAILED.into(),
         signal: None,
+        stopped: false,
     };
     let error = match ledger.finish(claim, None, &outcome) {
         Ok(()) => error.context("the command did not run"),

@@ -53,6 +53,7 @@ pub(super) fn outcome(request: &StopRequest, code: Option<u8>) -> (u8, Outcome) 
         status: Status::Failed,
         exit_code: code.into(),
         signal: Some(request.signal),
+        stopped: true,
     };
     (code, outcome)
 }

@@ -5,6 +5,7 @@
 mod monitor;
 mod periods;
 mod protocols;
+mod stops;
 
 use std::time::{Duration, Instant};
 

@@ -55,11 +55,16 @@ pub(super) fn finish(
         return Ok(false);
     };
     let job = match (&recorded.job, recorded.ended) {
-        (Some(row), true) => Some(job_after(row, outcome.status, Some(outcome.exit_code))?),
+        (Some(row), true) => Some(job_after(
+            row,
+            outcome.status,
+            Some(outcome.exit_code),
+            outcome.stopped,
+        )?),
         _ => None,
     };
     if let (Some(job), Some(after)) = (&job, claim.pause_after) {
-        if outcome.status == Status::Failed {
+        if outcome.status == Status::Failed && !outcome.stopped {
             super::pauses::after_failure(&mut tx, &job.job, job.failures, after, claim.run_id)?;
         }
     }

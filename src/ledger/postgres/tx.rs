@@ -353,7 +353,7 @@ pub(super) fn job_outcome(
     // round trip. A run of no job (imported from before jobs) has none.
     match tx.query_typed_opt(&job_of_run(""), typed![&run_id => UUID])? {
         Some(row) => {
-            let job = job_after(&row, status, exit)?;
+            let job = job_after(&row, status, exit, false)?;
             tx.pipeline(async |db| save_job(db, &job).await)
         }
         None => Ok(()),
@@ -383,12 +383,14 @@ pub(super) fn job_of_run(also: &str) -> String {
     )
 }
 
-/// The figures of a job after its run ended `status`, from the row
+/// The figures of a job after its run ended `status` (a person stopped
+/// it: `stopped`), from the row
 /// [`job_of_run`] read; [`save_job`] writes them.
 pub(super) fn job_after(
     row: &tokio_postgres::Row,
     status: Status,
     exit: Option<i32>,
+    stopped: bool,
 ) -> Result<JobState, tokio_postgres::Error> {
     let mut state = job_from_row(row)?;
     let at = |col: RunJobCol| JobCol::COUNT + col.at();
@@ -400,7 +402,11 @@ pub(super) fn job_after(
         .position(|each| *each == status)
         .unwrap_or(0);
     state.runs[index] += 1;
-    state.outcome(&key, status, exit, now);
+    if stopped {
+        state.stopped(exit);
+    } else {
+        state.outcome(&key, status, exit, now);
+    }
     Ok(state)
 }
 

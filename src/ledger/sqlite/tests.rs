@@ -176,6 +176,7 @@ fn a_runs_writes_prepare_nothing_beyond_what_they_prepare_ahead() {
             status: Status::Succeeded,
             exit_code: 0,
             signal: None,
+            stopped: false,
         };
         ledger.finish(&claim, Some(&attempt), &outcome).unwrap();
         assert_eq!(statements(&ledger), before, "the outcome prepared more");

@@ -430,21 +430,27 @@ fn job_outcome(
     let Some((Some(job_id), key)) = found else {
         return Ok(());
     };
-    count_outcome(tx, job_id, &key, status, exit)
+    count_outcome(tx, job_id, &key, status, exit, false)
 }
 
-/// Job `job_id` after its running run of `key` ended `status`.
+/// Job `job_id` after its running run of `key` ended `status` (a person
+/// stopped it: `stopped`).
 pub(super) fn count_outcome(
     tx: &Connection,
     job_id: i64,
     key: &str,
     status: Status,
     exit: Option<i32>,
+    stopped: bool,
 ) -> rusqlite::Result<()> {
     let mut job = load_job(tx, job_id)?;
     job.runs[0] = job.runs[0].saturating_sub(1);
     job.runs[status_index(status)] += 1;
-    job.outcome(key, status, exit, Timestamp::now());
+    if stopped {
+        job.stopped(exit);
+    } else {
+        job.outcome(key, status, exit, Timestamp::now());
+    }
     save_job(tx, job_id, &job)
 }
 

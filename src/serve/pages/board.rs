@@ -37,6 +37,7 @@ pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp, controls: &Co
                 span.mark.succeeded { "+" } " succeeded, "
                 span.mark.failed { "x" } " failed, "
                 span.mark.abandoned { "?" } " abandoned, "
+                span.mark.stopped { "-" } " stopped, "
                 span.mark.running { ">" } " running."
             }
         }

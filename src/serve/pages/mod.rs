@@ -122,6 +122,7 @@ fn mark(status: &str) -> Markup {
         "succeeded" => "+",
         "failed" => "x",
         "abandoned" => "?",
+        "stopped" => "-",
         _ => ">",
     };
     html! { span class={ "mark " (status) } title=(status) { (symbol) } }
