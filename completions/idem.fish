@@ -62,6 +62,10 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l misfire -d 'With --cat
 latest\t'The newest period due only; the older ones are recorded skipped'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l overlap -d 'When a run of the same job (any key) is running: allow both, skip (a conflict), queue behind it (at most one waits per job), or replace it (stop it, as --replace does)' -r -f -a "allow\t'Runs of the job\'s keys may overlap (each key still runs once)'
+skip\t'Exit --conflict-exit-code while a run of the job is running'
+queue\t'Wait for it, then run; a later arrival while one waits exits as a conflict'
+replace\t'Stop it (as idem stop does), wait until it is gone, then run'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r
@@ -118,6 +122,10 @@ complete -c idem -n "__fish_idem_using_subcommand backfill" -l misfire -d 'With 
 latest\t'The newest period due only; the older ones are recorded skipped'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l wait -d 'If the key is running elsewhere, wait up to DUR and adopt its outcome' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l lock -d 'A named lock held while the command runs: runs of different keys sharing it never overlap; NAME:N gives it N slots, so at most N run at once (repeatable; the variable takes a list, a,b:2)' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l overlap -d 'When a run of the same job (any key) is running: allow both, skip (a conflict), queue behind it (at most one waits per job), or replace it (stop it, as --replace does)' -r -f -a "allow\t'Runs of the job\'s keys may overlap (each key still runs once)'
+skip\t'Exit --conflict-exit-code while a run of the job is running'
+queue\t'Wait for it, then run; a later arrival while one waits exits as a conflict'
+replace\t'Stop it (as idem stop does), wait until it is gone, then run'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l on-abandoned -d 'What to do when the last run died without an outcome' -r -f -a "rerun\t'Run again, with IDEM_RECOVERED=1 in the command\'s environment'
 fail\t'Exit 69 and leave the key for a person'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l skipped-exit-code -d 'Exit code when skipped because the key succeeded' -r

@@ -26,7 +26,7 @@ pub use help::{
 };
 pub use ledger::{DeliverArgs, DoctorArgs, LedgerCommand, ListArgs, StatusArg, StatusArgs};
 pub use pause::{PauseArgs, ResumeArgs, PAUSE_EXIT_CODES_HELP};
-pub use run::{Contain, Misfire, OnAbandoned, Progress, RunArgs};
+pub use run::{Contain, Misfire, OnAbandoned, Overlap, Progress, RunArgs};
 pub use serve::{listen_address, ServeArgs};
 pub use stop::{StopArgs, STOP_EXIT_CODES_HELP};
 pub use values::{

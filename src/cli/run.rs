@@ -237,6 +237,20 @@ pub struct RunArgs {
     )]
     pub lock: Vec<String>,
 
+    /// When a run of the same job (any key) is running: allow both, skip
+    /// (a conflict), queue behind it (at most one waits per job), or
+    /// replace it (stop it, as --replace does)
+    #[arg(
+        long,
+        env = "IDEM_OVERLAP",
+        hide_env_values = true,
+        help_heading = CONCURRENCY,
+        value_enum,
+        default_value_t = Overlap::Allow,
+        value_name = "POLICY"
+    )]
+    pub overlap: Overlap,
+
     /// What to do when the last run died without an outcome
     #[arg(
         long,
@@ -487,6 +501,19 @@ pub struct RunArgs {
         value_hint = clap::ValueHint::CommandWithArguments
     )]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Overlap {
+    /// Runs of the job's keys may overlap (each key still runs once)
+    Allow,
+    /// Exit --conflict-exit-code while a run of the job is running
+    Skip,
+    /// Wait for it, then run; a later arrival while one waits exits as a
+    /// conflict
+    Queue,
+    /// Stop it (as idem stop does), wait until it is gone, then run
+    Replace,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

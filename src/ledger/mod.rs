@@ -199,6 +199,13 @@ pub trait RunLedger {
         Ok(())
     }
 
+    /// Renews the leases of the named locks `names` that `holder` took
+    /// without a claim to renew them (a run queued behind its job);
+    /// `false` when one lapsed. Local ledgers hold them in the kernel.
+    fn renew_locks(&mut self, _holder: Uuid, _names: &[String]) -> Result<bool> {
+        Ok(true)
+    }
+
     /// The pause of `job` that holds now, if any: read before a claim.
     fn paused(&mut self, job: &str) -> Result<Option<Pause>>;
 

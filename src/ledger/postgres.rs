@@ -304,6 +304,11 @@ impl RunLedger for PostgresLedger {
         lease::release_locks(&mut self.client, run_id)
             .map_err(|error| self.fail("release a lock in", &error))
     }
+
+    fn renew_locks(&mut self, holder: Uuid, names: &[String]) -> Result<bool> {
+        lease::renew_locks(&mut self.client, holder, names)
+            .map_err(|error| self.fail("renew a lock in", &error))
+    }
 }
 
 impl Records for PostgresLedger {

@@ -144,7 +144,7 @@ impl Acquirer<'_> {
         let run_id = crate::id::new();
         let taken = if run && !self.config.locks.is_empty() {
             let wait_until = self.wait_until;
-            match locks::take(
+            match super::overlap::take(
                 self.config,
                 self.key,
                 ledger,

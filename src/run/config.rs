@@ -11,6 +11,7 @@ use anyhow::Result;
 use jiff::Timestamp;
 
 use super::decide::{OnAbandoned, Rules};
+use super::overlap::Overlap;
 use crate::alert;
 use crate::cli::{self, RunArgs};
 use crate::exit::{self, Failure};
@@ -22,7 +23,7 @@ use crate::ledger::{JobInfo, NamedLock};
 /// its own (it does not wait for the outer run's lock, nor ping and alert
 /// as the outer job). The twins that are defaults (`IDEM_DB`, retries,
 /// backoff, timeouts, output) pass on, as a crontab's header means them.
-pub const NOT_INHERITED: [&str; 10] = [
+pub const NOT_INHERITED: [&str; 11] = [
     "IDEM_LOCK",
     "IDEM_AFTER",
     "IDEM_PING_URL",
@@ -33,6 +34,7 @@ pub const NOT_INHERITED: [&str; 10] = [
     "IDEM_WARN_EVERY",
     "IDEM_CATCH_UP",
     "IDEM_MISFIRE",
+    "IDEM_OVERLAP",
 ];
 
 /// The shortest `--lease`: shorter, and one slow round trip to a shared
@@ -49,6 +51,8 @@ pub struct Config {
     pub catch_up: Option<(Period, u32)>,
     /// `--misfire latest`: a catch-up runs the newest period due only.
     pub misfire_latest: bool,
+    /// `--overlap`: what a run does while another run of its job runs.
+    pub overlap: Overlap,
     pub command: Vec<OsString>,
     pub shell: bool,
     /// The command's fingerprint (see [`key::fingerprint`]).
@@ -111,6 +115,13 @@ impl Config {
             .into());
         }
         let job = job_info(job.unwrap_or(typed), typed, &template)?;
+        let overlap = match args.overlap {
+            cli::Overlap::Allow => Overlap::Allow,
+            cli::Overlap::Skip => Overlap::Skip,
+            cli::Overlap::Queue => Overlap::Queue,
+            cli::Overlap::Replace => Overlap::Replace,
+        };
+        let locks = super::overlap::with_job_lock(locks, overlap, &job.name);
         let after = super::after::After::from_args(args)?;
         let contain = containment(args.contain)?;
         let schedule = template
@@ -125,6 +136,7 @@ impl Config {
             job,
             catch_up,
             misfire_latest: args.misfire == cli::Misfire::Latest,
+            overlap,
             fingerprint: key::fingerprint(&args.command, args.shell),
             command: args.command.clone(),
             shell: args.shell,

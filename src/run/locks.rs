@@ -139,11 +139,15 @@ pub(super) fn take(
         }) {
             continue;
         }
-        let code = super::conflict(
-            config,
-            reporter,
-            &format!("{key}: lock {shown} is held by {}", held_by(slots)),
-        );
+        let what = if held == super::overlap::job_lock(&config.job.name) {
+            format!(
+                "{key}: a run of job {} is running (--overlap skip)",
+                crate::render::printable(&config.job.name)
+            )
+        } else {
+            format!("{key}: lock {shown} is held by {}", held_by(slots))
+        };
+        let code = super::conflict(config, reporter, &what);
         return Ok(Err(code));
     }
 }

@@ -35,6 +35,7 @@ mod lease;
 mod lock_wait;
 mod locks;
 mod misfire;
+mod overlap;
 mod paused;
 mod replace;
 mod reserve;

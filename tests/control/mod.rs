@@ -3,6 +3,7 @@
 //! hosts made as UTS namespaces of their own.
 
 mod holders;
+mod overlap;
 mod pause;
 mod replace;
 mod slots;

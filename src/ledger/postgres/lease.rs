@@ -155,3 +155,19 @@ pub(super) fn release_locks(
         .execute_typed(RELEASE_LOCKS, typed![&run_id => UUID])
         .map(|_| ())
 }
+
+/// Renews the leases of `holder`'s locks `names`; false when one lapsed
+/// (and may have gone to another run).
+pub(super) fn renew_locks(
+    client: &mut Client,
+    holder: Uuid,
+    names: &[String],
+) -> Result<bool, tokio_postgres::Error> {
+    let names = names.to_vec();
+    let renewed = client.execute_typed(
+        "UPDATE idem.locks SET lease_until = clock_timestamp() + lease
+         WHERE holder = $1 AND name = ANY($2) AND lease_until >= clock_timestamp()",
+        typed![&holder => UUID, &names => TEXT_ARRAY],
+    )?;
+    Ok(renewed as usize == names.len())
+}
