@@ -230,3 +230,44 @@ fn a_backfill_passes_a_running_period_by_and_stops_at_a_pause() {
     );
     assert_eq!(log(&env).len(), 2, "a paused job ran");
 }
+
+#[test]
+fn each_backfilled_period_waits_for_its_upstreams_same_period() {
+    let env = Env::new();
+    // The upstream succeeded on the 1st and the 3rd, not on the 2nd.
+    for day in ["01", "03"] {
+        let key = format!("extract-2026-03-{day}");
+        assert_code(&env.run(["run", "-k", &key, "--", "true"]), 0);
+    }
+    let args = [
+        "report-{date}",
+        "--from",
+        "2026-03-01",
+        "--to",
+        "2026-03-03",
+        "--after",
+        "extract-{date}",
+    ];
+    let output = backfill(&env, &args);
+    assert_code(&output, 0);
+    let keys: Vec<String> = log(&env)
+        .iter()
+        .map(|line| line.split(' ').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys, ["report-2026-03-01", "report-2026-03-03"]);
+    assert!(
+        text(&output.stderr).contains(
+            "backfill 2/3 report-2026-03-02: nothing ran (exit 0: blocked, paused or skipped)"
+        ),
+        "{}",
+        text(&output.stderr)
+    );
+    // Once the upstream's 2nd succeeded, the same backfill runs it alone.
+    assert_code(
+        &env.run(["run", "-k", "extract-2026-03-02", "--", "true"]),
+        0,
+    );
+    assert_code(&backfill(&env, &args), 0);
+    assert_eq!(log(&env).len(), 3);
+    assert!(log(&env)[2].starts_with("report-2026-03-02 "));
+}
