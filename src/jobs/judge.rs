@@ -10,11 +10,14 @@ use crate::ledger::{JobState, Pause, Status, Upstreams};
 use crate::render;
 use crate::render::status::{JobStatus, Paused, State, STRIP};
 
-/// What the ledger holds of one job: its figures, its pause while one
-/// holds, its upstreams, the events it owes.
+/// What the ledger holds of one job: its figures, its latest pause (held
+/// or ended), its upstreams, the events it owes.
 pub struct Facts<'a> {
     pub job: &'a JobState,
+    /// The pause that holds now.
     pub pause: Option<&'a Pause>,
+    /// The latest pause, ended (by `idem resume`, or its `--until`).
+    pub ended: Option<&'a Pause>,
     pub upstreams: Option<&'a Upstreams>,
     pub owed: u64,
 }
@@ -64,8 +67,9 @@ pub fn state(signs: Signs) -> State {
     }
 }
 
-/// A job's state and figures at `now`; a paused job's periods since its
-/// pause are not missed, and it is never overdue.
+/// A job's state and figures at `now`; the periods that began while it was
+/// paused are not missed, a paused job is never overdue, and a resumed one
+/// not before a whole period has begun since its resume.
 pub fn judge(facts: &Facts<'_>, now: Timestamp, zones: &mut Zones, this_host: &str) -> JobStatus {
     let job = facts.job;
     let template = Template::parse(&job.template).ok();
@@ -77,7 +81,11 @@ pub fn judge(facts: &Facts<'_>, now: Timestamp, zones: &mut Zones, this_host: &s
             period,
             zone: zones.get(job.zone.as_deref()),
             host,
-            paused_since: facts.pause.map(|pause| pause.since),
+            paused: match (facts.pause, facts.ended) {
+                (Some(held), _) => Some((held.since, None)),
+                (None, Some(ended)) => Some((ended.since, ended.until)),
+                (None, None) => None,
+            },
         }),
         _ => None,
     };

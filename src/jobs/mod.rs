@@ -50,8 +50,10 @@ fn judged(
 ) -> Vec<JobStatus> {
     let mut zones = Zones::default();
     let host = crate::host::name();
+    let held = |pause: &&Pause| pause.holds_at(now);
     let unrun: Vec<JobState> = pauses
         .iter()
+        .filter(held)
         .filter(|pause| !jobs.iter().any(|job| job.job == pause.job))
         .map(|pause| not_run_yet(&pause.job))
         .collect();
@@ -59,9 +61,11 @@ fn judged(
         .iter()
         .chain(&unrun)
         .map(|job| {
+            let latest = pauses.iter().find(|pause| pause.job == job.job);
             let facts = Facts {
                 job,
-                pause: pauses.iter().find(|pause| pause.job == job.job),
+                pause: latest.filter(held),
+                ended: latest.filter(|pause| !pause.holds_at(now)),
                 upstreams: upstreams.iter().find(|found| found.job == job.job),
                 owed: owed.get(&job.job).copied().unwrap_or(0),
             };

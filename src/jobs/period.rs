@@ -35,8 +35,10 @@ pub struct Periodic<'a> {
     pub period: Period,
     pub zone: TimeZone,
     pub host: &'a str,
-    /// Periods from this on are not owed anything: the job is paused.
-    pub paused_since: Option<Timestamp>,
+    /// The job's latest pause, from when to when (none: it holds still):
+    /// the periods that start within it are owed nothing, and a job resumed
+    /// is owed nothing before a whole period has begun since.
+    pub paused: Option<(Timestamp, Option<Timestamp>)>,
 }
 
 impl Periodic<'_> {
@@ -45,6 +47,29 @@ impl Periodic<'_> {
     fn first(&self, job: &JobState) -> Option<jiff::Zoned> {
         job.first_run
             .map(|first| self.period.start(&first.to_zoned(self.zone.clone())))
+    }
+
+    /// The start of the first period owed a success: the first run's, or
+    /// after a resume the first that began after it.
+    fn owed_from(&self, job: &JobState) -> Option<jiff::Zoned> {
+        let first = self.first(job)?;
+        let Some((_, Some(resumed))) = self.paused else {
+            return Some(first);
+        };
+        let resumed = self.period.start(&resumed.to_zoned(self.zone.clone()));
+        match self.period.shift(&resumed, 1) {
+            Some(next) if next > first => Some(next),
+            _ => Some(first),
+        }
+    }
+
+    /// Whether the period starting at `start` began while the job was
+    /// paused.
+    fn paused_in(&self, start: &jiff::Zoned) -> bool {
+        self.paused.is_some_and(|(since, until)| {
+            let start = start.timestamp();
+            start >= since && until.is_none_or(|until| start < until)
+        })
     }
 
     fn succeeded(&self, job: &JobState, start: &jiff::Zoned) -> bool {
@@ -62,16 +87,14 @@ impl Periodic<'_> {
         (1..=WINDOW)
             .filter_map(|back| self.period.shift(&now, -back))
             .filter(|start| *start >= first && !self.succeeded(job, start))
-            .filter(|start| {
-                self.paused_since
-                    .is_none_or(|since| start.timestamp() < since)
-            })
+            .filter(|start| !self.paused_in(start))
             .count() as u64
     }
 
     pub fn overdue(&self, job: &JobState, now: Timestamp) -> bool {
         let now = now.to_zoned(self.zone.clone());
-        let (Some(first), Some(previous)) = (self.first(job), self.period.shift(&now, -1)) else {
+        let (Some(first), Some(previous)) = (self.owed_from(job), self.period.shift(&now, -1))
+        else {
             return false;
         };
         let current = self.period.start(&now);

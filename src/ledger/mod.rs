@@ -298,8 +298,9 @@ pub trait Records {
     /// were paused.
     fn resume(&mut self, target: &str) -> Result<(Vec<String>, Vec<String>)>;
 
-    /// The pauses that hold now, of the jobs matching `glob` (all without
-    /// one), in job order.
+    /// The latest pause of each job matching `glob` (all without one),
+    /// held now or ended (`until` passed, or set by `idem resume`), in job
+    /// order: [`Pause::holds_at`] tells them apart.
     fn pauses(&mut self, glob: Option<&str>) -> Result<Vec<Pause>>;
 }
 

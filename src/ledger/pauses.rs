@@ -3,7 +3,10 @@
 //! A pause is kept per job, beside the job's figures: who paused it
 //! (user@host), since when, why, and until when (none: until `idem
 //! resume`). One whose `until` has passed holds no more, with nothing to
-//! write: every read compares it with the ledger's clock. The rules here
+//! write: every read compares it with the ledger's clock. `idem resume`
+//! ends a pause by setting its `until` to now, so that the job's latest
+//! pause stays known: its periods are not missed, and the job is judged
+//! from its resume. The rules here
 //! are written once, over [`PauseTx`], one transaction of a backend in
 //! its own SQL.
 
@@ -64,8 +67,9 @@ pub(super) trait PauseTx {
     /// was written.
     fn add_pause(&mut self, pause: &Pause, now: Timestamp) -> Result<bool, Self::Error>;
 
-    /// Removes the pauses of `jobs`; the jobs whose pause held at `now`.
-    fn drop_pauses(&mut self, jobs: &[String], now: Timestamp) -> Result<Vec<String>, Self::Error>;
+    /// Ends at `now` the pauses of `jobs` that hold then, each kept with
+    /// its end (the job is judged from its resume); those jobs.
+    fn end_pauses(&mut self, jobs: &[String], now: Timestamp) -> Result<Vec<String>, Self::Error>;
 }
 
 /// Pauses `target` (a job, or a glob of known jobs) as `request` says;
@@ -97,7 +101,7 @@ pub(super) fn resume<T: PauseTx>(
 ) -> Result<(Vec<String>, Vec<String>), T::Error> {
     let now = tx.now()?;
     let jobs = targets(tx, target)?;
-    let paused = tx.drop_pauses(&jobs, now)?;
+    let paused = tx.end_pauses(&jobs, now)?;
     Ok((jobs, paused))
 }
 

@@ -471,8 +471,7 @@ impl Records for SqliteLedger {
     super::pauses::pause_methods!();
 
     fn pauses(&mut self, glob: Option<&str>) -> Result<Vec<super::Pause>> {
-        pauses::read_pauses(&self.conn, glob, Timestamp::now())
-            .map_err(|error| self.fail("read", &error))
+        pauses::read_pauses(&self.conn, glob).map_err(|error| self.fail("read", &error))
     }
 
     fn prune(&mut self, before: Timestamp, dry_run: bool) -> Result<PruneReport> {

@@ -216,11 +216,13 @@ fn at(env: &Env, when: &str, args: &[&str]) -> crate::util::Idem {
 
 /// A daily job paused on 3 December: on the 6th it is paused, not
 /// overdue, and only the periods that began before its pause are missed;
-/// resumed, the days it was paused count again. (The SQLite ledger alone:
+/// resumed, it is judged from its resume: the days it was paused are never
+/// missed, and it is overdue only once a whole day after it went by with
+/// no success. (The SQLite ledger alone:
 /// a shared one stamps times by the database's clock, which faketime
 /// does not move.)
 #[test]
-fn a_paused_job_is_never_overdue_and_its_paused_periods_are_not_missed() {
+fn a_paused_or_resumed_job_is_not_overdue_and_its_paused_periods_are_not_missed() {
     if !crate::util::have_faketime() {
         return;
     }
@@ -234,12 +236,27 @@ fn a_paused_job_is_never_overdue_and_its_paused_periods_are_not_missed() {
     assert_eq!(status[0]["state"], "paused", "{status}");
     // 2 and 3 December (which began before the pause); not the 4th or 5th.
     assert_eq!(status[0]["missed"], 2, "{status}");
+    // Resumed, the job is judged from its resume: the days that began
+    // while it was paused (the 4th to the 6th) are not missed, and it is
+    // not overdue before a whole day has begun since.
     at(&env, "2026-12-06 12:00:00", &["resume", "d-{date}"]).succeeds();
-    let status = at(&env, "2026-12-06 12:00:00", &["status", "--json"])
+    let status = at(&env, "2026-12-06 12:00:01", &["status", "--json"])
+        .succeeds()
+        .json();
+    assert_eq!(status[0]["state"], "ok", "{status}");
+    assert_eq!(status[0]["missed"], 2, "{status}");
+    let status = at(&env, "2026-12-07 23:00:00", &["status", "--json"])
+        .succeeds()
+        .json();
+    assert_eq!(status[0]["state"], "ok", "the 7th is under way: {status}");
+    // The 7th, a whole day after the resume, went by with no success.
+    let status = at(&env, "2026-12-08 09:00:00", &["status", "--json"])
         .expect_code(1)
         .json();
     assert_eq!(status[0]["state"], "overdue", "{status}");
-    assert_eq!(status[0]["missed"], 4, "{status}");
+    assert_eq!(status[0]["missed"], 3, "the 2nd, 3rd and 7th: {status}");
+    let table = at(&env, "2026-12-08 09:00:00", &["status"]).expect_code(1);
+    assert!(table.stdout().contains("overdue"), "{}", table.stdout());
 }
 
 /// Two hosts whose runs of one job fail at once, past `--pause-after`:

@@ -63,7 +63,11 @@ impl Inspect for PostgresInspector {
     }
 
     fn pauses(&mut self) -> Result<Vec<super::super::Pause>, String> {
-        match super::pauses::read_pauses(&mut self.client, None) {
+        let now = jiff::Timestamp::now();
+        let held = |pauses: Vec<super::super::Pause>| {
+            pauses.into_iter().filter(|p| p.holds_at(now)).collect()
+        };
+        match super::pauses::read_pauses(&mut self.client, None).map(held) {
             Err(error)
                 if error.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) =>
             {

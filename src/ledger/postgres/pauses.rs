@@ -40,8 +40,8 @@ pub(super) async fn query_pause(
     .transpose()
 }
 
-/// The pauses that hold now of the jobs matching `glob` (all without
-/// one), in job order.
+/// The pauses of the jobs matching `glob` (all without one), held or
+/// ended (the job's latest), in job order.
 pub(super) fn read_pauses(
     client: &mut Client,
     glob: Option<&str>,
@@ -51,7 +51,7 @@ pub(super) fn read_pauses(
         .query(
             &format!(
                 "SELECT {COLUMNS} FROM idem.pauses
-                 WHERE ($1::text IS NULL OR job ~ $1) AND (until IS NULL OR until > now())
+                 WHERE $1::text IS NULL OR job ~ $1
                  ORDER BY job COLLATE \"C\""
             ),
             &[&regex],
@@ -150,19 +150,19 @@ impl PauseTx for Tx<'_, '_> {
         Ok(written == 1)
     }
 
-    fn drop_pauses(
+    fn end_pauses(
         &mut self,
         jobs: &[String],
-        _now: Timestamp,
+        now: Timestamp,
     ) -> Result<Vec<String>, tokio_postgres::Error> {
         self.tx
             .query(
-                "DELETE FROM idem.pauses WHERE job = ANY($1)
-                 RETURNING job, (until IS NULL OR until > now()) AS held",
-                &[&jobs],
+                "UPDATE idem.pauses SET until = $2
+                 WHERE job = ANY($1) AND (until IS NULL OR until > $2)
+                 RETURNING job",
+                &[&jobs, &now],
             )?
             .iter()
-            .filter(|row| row.try_get::<_, bool>("held").unwrap_or(false))
             .map(|row| row.try_get("job"))
             .collect()
     }

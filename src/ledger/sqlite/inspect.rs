@@ -170,7 +170,9 @@ impl Inspect for SqliteInspector {
     }
 
     fn pauses(&mut self) -> Result<Vec<super::super::Pause>, String> {
-        super::pauses::read_pauses(&self.conn, None, jiff::Timestamp::now())
+        let now = jiff::Timestamp::now();
+        super::pauses::read_pauses(&self.conn, None)
+            .map(|pauses| pauses.into_iter().filter(|p| p.holds_at(now)).collect())
             .map_err(|error| error.to_string())
     }
 

@@ -25,14 +25,10 @@ pub(super) fn read_pause(
     Ok(pause.filter(|pause| pause.holds_at(now)))
 }
 
-/// The pauses that hold at `now` of the jobs matching `glob` (all without
-/// one), in job order. A ledger from before pauses (read, not migrated,
-/// by a reader) has none.
-pub(super) fn read_pauses(
-    conn: &Connection,
-    glob: Option<&str>,
-    now: Timestamp,
-) -> rusqlite::Result<Vec<Pause>> {
+/// The pauses of the jobs matching `glob` (all without one), held or
+/// ended (the job's latest), in job order. A ledger from before pauses
+/// (read, not migrated, by a reader) has none.
+pub(super) fn read_pauses(conn: &Connection, glob: Option<&str>) -> rusqlite::Result<Vec<Pause>> {
     let mut statement = match conn.prepare(&format!(
         "SELECT {COLUMNS} FROM pauses WHERE ?1 IS NULL OR job GLOB ?1 ORDER BY job"
     )) {
@@ -41,8 +37,8 @@ pub(super) fn read_pauses(
     };
     let pauses = statement
         .query_map([glob], pause_from_row)?
-        .collect::<rusqlite::Result<Vec<Pause>>>()?;
-    Ok(pauses.into_iter().filter(|p| p.holds_at(now)).collect())
+        .collect::<rusqlite::Result<Vec<Pause>>>();
+    pauses
 }
 
 fn pause_from_row(row: &Row<'_>) -> rusqlite::Result<Pause> {
@@ -118,15 +114,17 @@ impl PauseTx for Tx<'_> {
         Ok(true)
     }
 
-    fn drop_pauses(&mut self, jobs: &[String], now: Timestamp) -> rusqlite::Result<Vec<String>> {
+    fn end_pauses(&mut self, jobs: &[String], now: Timestamp) -> rusqlite::Result<Vec<String>> {
         let mut held = Vec::new();
         for job in jobs {
+            // The writers' lock is held: nothing writes between the look
+            // and the write.
             if read_pause(self.conn, job, now)?.is_some() {
+                self.conn
+                    .prepare_cached("UPDATE pauses SET until = ?2 WHERE job = ?1")?
+                    .execute(params![job, millis(now)])?;
                 held.push(job.clone());
             }
-            self.conn
-                .prepare_cached("DELETE FROM pauses WHERE job = ?1")?
-                .execute([job])?;
         }
         Ok(held)
     }
