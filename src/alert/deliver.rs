@@ -6,7 +6,6 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use uuid::Uuid;
 
 use super::cronitor;
 use super::events::{hook_flag, is_hook, Payload};
@@ -16,7 +15,7 @@ use super::ping::{self, Monitor};
 use super::sentry::{self, Dsn};
 use crate::ledger::outbox::backoff;
 use crate::ledger::EventState;
-use crate::ledger::{Ledger, NewEvent, Owed, Settled};
+use crate::ledger::{Ledger, NewEvent, Owed, Pick, Settled};
 use crate::render::doctor::Level;
 use crate::render::status::JobStatus;
 use crate::report::Reporter;
@@ -34,8 +33,11 @@ const BATCH: u32 = 32;
 pub struct Swept {
     pub delivered: u64,
     pub failed: u64,
-    /// Events another took meanwhile (their lease had passed): not ours.
+    /// Events whose sending outlived its lease before it was settled:
+    /// sent, not confirmed, and never sent again.
     pub taken: u64,
+    /// Events found overtaken by a newer run's outcome: never sent.
+    pub superseded: u64,
 }
 
 /// What a failure line calls an event's ping: Healthchecks' words.
@@ -77,7 +79,7 @@ pub fn deliver(event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<
     };
     http.send(&request, most).map(|_| ()).map_err(|failure| {
         format!(
-            "{}: could not send the {} ping to {}: {failure}; the run's outcome stands",
+            "{}: could not send the {} ping to {}: {failure}",
             named(event, &payload),
             called(event, &payload),
             http.masked
@@ -138,57 +140,90 @@ pub fn settled(result: &Result<(), String>, attempts: u32) -> Settled {
     }
 }
 
-/// Delivers the ledger's due events, oldest first, for at most `within`;
-/// hooks too with `hooks` (a hook may run for its whole limit, so only
-/// `idem ledger deliver` runs them). Never run `except`'s (the caller's
-/// own). Quiet: the events are other runs'.
+/// Delivers the ledger's due events, each target's in its order, for at
+/// most `within`; hooks too with `hooks` (a hook may run for its whole
+/// limit, so only `idem ledger deliver` and a run's own outcome run
+/// them), and, with `now`, whether or not their next try has come (`idem
+/// ledger deliver`: a person or a timer asks for them now). A target that
+/// fails is not tried again in this sweep, nor are those in `skip`.
+/// Quiet: the events are other runs'.
 pub fn sweep(
     ledger: &mut dyn Ledger,
     within: Duration,
     hooks: bool,
-    except: Option<Uuid>,
+    now: bool,
+    skip: &[String],
     reporter: &Reporter,
 ) -> Result<Swept> {
     let until = Instant::now() + within;
     let holder = crate::id::new();
     let quiet = Reporter::new(true, false, false);
     let mut swept = Swept::default();
-    while Instant::now() < until && ledger.any_due()? {
-        let batch = ledger.take_due(holder, BATCH, hooks, except)?;
-        if batch.is_empty() {
+    let mut skip = skip.to_vec();
+    // Recorded as being sent only with time left to send it.
+    // A run's sweep first reads whether anything is due, and writes
+    // nothing when not.
+    while Instant::now() < until && (now || ledger.any_due()?) {
+        // A short sweep (a run's time left) takes one event at a time.
+        let limit = if within < PER_EVENT { 1 } else { BATCH };
+        let pick = Pick {
+            targets: &[],
+            skip: &skip,
+            hooks,
+            now,
+            run: None,
+            limit,
+        };
+        let taken = ledger.take_next(holder, &pick)?;
+        swept.superseded += taken.superseded;
+        if taken.owed.is_empty() {
             break;
         }
-        for owed in batch {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                // Held until its lease passes, then due again.
-                break;
-            }
+        for owed in taken.owed {
+            let left = until.saturating_duration_since(Instant::now()).max(MINIMUM);
             let told = if is_hook(&owed.event) {
                 reporter
             } else {
                 &quiet
             };
-            settle(
-                ledger,
-                &owed,
-                deliver(&owed.event, left.min(PER_EVENT), told),
-                &mut swept,
-            )?;
+            let result = deliver(&owed.event, left.min(PER_EVENT), told);
+            if result.is_err() {
+                skip.push(owed.event.dest.clone());
+            }
+            settle(ledger, &owed, result, &mut swept)?;
         }
     }
     Ok(swept)
 }
 
-fn settle(
+/// The least time an event taken is given: it was recorded as being sent,
+/// so it is tried, however little of the sweep's time is left.
+const MINIMUM: Duration = Duration::from_millis(500);
+
+/// Settles one delivery; a ledger that cannot record it is an error that
+/// says whether the event went out (it is never sent again either way:
+/// its sending was recorded first).
+pub fn settle(
     ledger: &mut dyn Ledger,
     owed: &Owed,
     result: Result<(), String>,
     swept: &mut Swept,
 ) -> Result<()> {
     let settled = [(owed.event.event_id, settled(&result, owed.attempts))];
-    let ours = ledger.settle(owed.holder, &settled)? == 1;
-    match (ours, result) {
+    let held = match ledger.settle(owed.holder, &settled) {
+        Ok(held) => held == 1,
+        Err(error) => {
+            let went = match result {
+                Ok(()) => "went out",
+                Err(_) => "did not go out",
+            };
+            return Err(error.context(format!(
+                "the {} event to {} {went}, but idem could not record it; it is never sent again",
+                owed.event.kind, owed.event.target
+            )));
+        }
+    };
+    match (held, result) {
         (false, _) => swept.taken += 1,
         (true, Ok(())) => swept.delivered += 1,
         (true, Err(_)) => swept.failed += 1,

@@ -87,10 +87,10 @@ impl Origin<'_> {
             job: self.job.to_owned(),
             kind: kind.to_owned(),
             target,
+            dest: crate::ledger::dest(&address),
             address,
             payload: serde_json::to_string(payload).unwrap_or_default(),
             body: Vec::new(),
-            held: true,
         }
     }
 
@@ -226,10 +226,20 @@ pub struct EventJson {
     pub created_at: String,
     /// Deliveries tried.
     pub attempts: u32,
-    /// When it was delivered; null while owed or once lost.
+    /// When it went out; null while owed, and once lost or superseded.
     pub delivered_at: Option<String>,
     /// Given up: a day old and never delivered.
     pub lost: bool,
+    /// Overtaken by a newer run's outcome to the same target: never sent,
+    /// and not lost (the monitor holds a newer state).
+    pub superseded: bool,
+    /// When it was handed to its target, while that is not settled:
+    /// being sent, or (`unconfirmed`) sent by an idem that could not
+    /// record how it went.
+    pub sending_at: Option<String>,
+    /// Sent, maybe: its sending was recorded, never its result. It is
+    /// never sent again.
+    pub unconfirmed: bool,
     /// The last failed delivery's words, masked.
     pub error: Option<String>,
 }
@@ -244,6 +254,9 @@ impl From<&EventState> for EventJson {
             attempts: event.attempts,
             delivered_at: event.delivered_at.map(crate::render::json::rfc3339),
             lost: event.lost,
+            superseded: event.superseded,
+            sending_at: event.sending_at.map(crate::render::json::rfc3339),
+            unconfirmed: event.unconfirmed,
             error: event.error.clone(),
         }
     }
@@ -256,10 +269,19 @@ pub fn event_text(event: &EventState, zone: &jiff::tz::TimeZone) -> String {
         1 => "1 try".to_owned(),
         n => format!("{n} tries"),
     };
-    let state = match (event.delivered_at, event.lost) {
-        (Some(at), _) => format!("delivered at {} ({tries})", crate::render::local(at, zone)),
-        (None, true) => format!("lost, never delivered ({tries})"),
-        (None, false) => format!("owed ({tries})"),
+    let at = |time| crate::render::local(time, zone);
+    let state = match (event.delivered_at, event.sending_at) {
+        (Some(time), _) => format!("delivered at {} ({tries})", at(time)),
+        _ if event.superseded => {
+            "superseded: a newer run's outcome reached its target first; not sent".to_owned()
+        }
+        (None, Some(time)) if event.unconfirmed => format!(
+            "sent at {}, not confirmed (idem could not record how it went); never sent again",
+            at(time)
+        ),
+        (None, Some(time)) => format!("being sent since {}", at(time)),
+        _ if event.lost => format!("lost, never delivered ({tries})"),
+        _ => format!("owed ({tries})"),
     };
     let error = match (&event.error, event.delivered_at) {
         (Some(error), None) => format!("; last: {}", crate::render::printable(error)),

@@ -14,6 +14,7 @@ mod hooks;
 mod http;
 mod ping;
 mod sentry;
+mod tell;
 
 use std::ffi::OsString;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -24,7 +25,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::exit::Failure;
-use crate::ledger::{Attempt, Claim, HookRun, Ledger, NewEvent, Outcome, Owed, Status};
+use crate::ledger::{Attempt, Claim, HookRun, Ledger, Location, NewEvent, Outcome, Status};
 use crate::report::Reporter;
 pub use deliver::{doctor_outbox, owed_line, sweep, Swept};
 pub use events::{event_text, pausing, EventJson, Origin};
@@ -108,48 +109,6 @@ pub enum Verdict {
     Stopped,
 }
 
-/// The start pings: under way on a thread of their own, then how each
-/// went, until their events are settled.
-enum Started {
-    None,
-    Sending(JoinHandle<Vec<(Owed, Result<(), String>)>>),
-    Sent(Vec<(Owed, Result<(), String>)>),
-}
-
-/// The time a run's own pings have taken, against [`ping::BUDGET`].
-#[derive(Default)]
-struct Budget(Mutex<Duration>);
-
-impl Budget {
-    fn left(&self) -> Duration {
-        ping::BUDGET.saturating_sub(
-            *self
-                .0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        )
-    }
-
-    /// Delivers one ping event of the run within what is left, at most
-    /// `most`; a failure is one line on stderr.
-    fn deliver(&self, event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<(), String> {
-        let began = std::time::Instant::now();
-        let result = deliver::deliver(event, self.left().min(most), reporter);
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) += began.elapsed();
-        if let Err(line) = &result {
-            reporter.notice(
-                &mut std::io::stderr(),
-                crate::console::Event::PingFailed,
-                line,
-            );
-        }
-        result
-    }
-}
-
 /// The alerts of one claimed run.
 pub struct Alerts {
     inner: Arc<Inner>,
@@ -162,11 +121,11 @@ struct Inner {
     run_id: String,
     /// The job's failures in a row when the run was claimed.
     before: u64,
-    /// The start pings, sent beside the command, and their events.
-    started: Mutex<Started>,
+    /// The start pings, sent beside the command.
+    started: Mutex<tell::Started>,
     /// When the claim was made, for a check-in's duration.
     claimed_at: std::time::Instant,
-    budget: Arc<Budget>,
+    budget: Arc<tell::Budget>,
     reporter: Reporter,
     claimed: uuid::Uuid,
     /// The hooks that ran, to be recorded with the run.
@@ -175,37 +134,23 @@ struct Inner {
 
 impl Alerts {
     /// Called once the claim has committed: reads the job's failures in a
-    /// row and sends `URL/start`, the event the claim owes.
+    /// row and sends `URL/start` (the events the claim owes) beside the
+    /// command, on a connection of its own to the ledger at `location`.
     pub fn start(
         settings: &Settings,
         claim: &Claim,
         job: &str,
+        location: &Location,
         ledger: &mut dyn Ledger,
         reporter: &Reporter,
     ) -> Alerts {
         let run_id = claim.run_id.to_string();
-        let budget = Arc::new(Budget::default());
-        let held = match settings.ping.is_empty() {
-            false => ledger.take_held(claim.run_id).unwrap_or_default(),
-            true => Vec::new(),
-        };
-        let starts: Vec<Owed> = held
-            .into_iter()
-            .filter(|owed| owed.event.kind == "start")
-            .collect();
-        let started = if starts.is_empty() {
-            Started::None
+        let budget = Arc::new(tell::Budget::default());
+        let started = if settings.ping.is_empty() {
+            tell::Started::None
         } else {
-            let (budget, reporter) = (Arc::clone(&budget), reporter.clone());
-            Started::Sending(std::thread::spawn(move || {
-                starts
-                    .into_iter()
-                    .map(|owed| {
-                        let result = budget.deliver(&owed.event, ping::START_BUDGET, &reporter);
-                        (owed, result)
-                    })
-                    .collect()
-            }))
+            let dests = settings.ping.iter().map(|url| crate::ledger::dest(url));
+            tell::start(location, claim.run_id, dests.collect(), Arc::clone(&budget))
         };
         let before = if settings.counts() {
             failures_in_a_row(ledger, job).unwrap_or(0)
@@ -315,6 +260,18 @@ impl Alerts {
         }
     }
 
+    /// Whether the run says nothing of its own under cron: a failure
+    /// below `--alert-after`, a success under `--quiet-success`. Then a
+    /// monitor that cannot be reached goes unsaid too (the next run that
+    /// speaks says it).
+    pub fn is_quiet(&self, verdict: Verdict) -> bool {
+        match verdict {
+            Verdict::Success { .. } => self.inner.settings.quiet_success,
+            Verdict::Failure { alert, .. } => !alert,
+            Verdict::Paused { .. } | Verdict::Stopped => false,
+        }
+    }
+
     /// Whether held output is shown: an alerted failure's, and a success's
     /// when only `--alert-after` held it. A quiet failure's is dropped, so
     /// that cron mails nothing.
@@ -324,94 +281,6 @@ impl Alerts {
             Verdict::Failure { alert, .. } => alert,
             Verdict::Paused { .. } => true,
             Verdict::Stopped => false,
-        }
-    }
-
-    /// Delivers the events the recorded outcome owes (`owed`, held by
-    /// this run), within the run's budget: what is not delivered stays
-    /// owed for the next idem. With the time left, delivers what other
-    /// runs owe (never its own again).
-    pub fn tell(&self, owed: &[NewEvent], ledger: &mut dyn Ledger) {
-        let inner = &*self.inner;
-        inner.join_start();
-        let started = inner.take_started();
-        let mut results: Vec<(&NewEvent, u32, Result<(), String>)> = started
-            .iter()
-            .map(|(owed, result)| (&owed.event, owed.attempts, result.clone()))
-            .collect();
-        for event in owed {
-            let result = if events::is_hook(event) {
-                inner.hook(event)
-            } else {
-                inner.budget.deliver(event, ping::BUDGET, &inner.reporter)
-            };
-            results.push((event, 0, result));
-        }
-        self.record_hooks(ledger);
-        self.settle_all(ledger, &results);
-        let left = inner.budget.left();
-        let _ = deliver::sweep(ledger, left, false, Some(inner.claimed), &inner.reporter);
-    }
-
-    /// Settles the run's own events in one transaction.
-    fn settle_all(
-        &self,
-        ledger: &mut dyn Ledger,
-        results: &[(&NewEvent, u32, Result<(), String>)],
-    ) {
-        let settled: Vec<(uuid::Uuid, crate::ledger::Settled)> = results
-            .iter()
-            .map(|(event, attempts, result)| (event.event_id, deliver::settled(result, *attempts)))
-            .collect();
-        if settled.is_empty() {
-            return;
-        }
-        if let Err(error) = ledger.settle(self.inner.claimed, &settled) {
-            self.inner.reporter.notice(
-                &mut std::io::stderr(),
-                crate::console::Event::Ledger,
-                &format!(
-                    "{}: could not record the delivery of its pings and hooks ({error:#}); they may be sent again",
-                    self.inner.key
-                ),
-            );
-        }
-    }
-
-    /// Settles the start ping's event once it is sent (or not): a run
-    /// that ends early (an error) calls it too.
-    pub fn settle_start(&self, ledger: &mut dyn Ledger) {
-        self.inner.join_start();
-        let started = self.inner.take_started();
-        let results: Vec<_> = started
-            .iter()
-            .map(|(owed, result)| (&owed.event, owed.attempts, result.clone()))
-            .collect();
-        self.settle_all(ledger, &results);
-    }
-
-    /// Records with the run the hooks that ran (`slow` ones included). A
-    /// ledger that refuses it is told on stderr: the outcome stands.
-    fn record_hooks(&self, ledger: &mut dyn Ledger) {
-        let ran = std::mem::take(
-            &mut *self
-                .inner
-                .ran
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        );
-        if ran.is_empty() {
-            return;
-        }
-        if let Err(error) = ledger.hooks_ran(self.inner.claimed, &ran) {
-            self.inner.reporter.notice(
-                &mut std::io::stderr(),
-                crate::console::Event::Ledger,
-                &format!(
-                    "{}: could not record its hooks ({error:#}); the run's outcome stands",
-                    self.inner.key
-                ),
-            );
         }
     }
 }
@@ -438,6 +307,7 @@ impl Inner {
 
     /// Waits for the start pings: the monitor sees the pings in order.
     fn join_start(&self) {
+        use tell::Started;
         let mut started = self
             .started
             .lock()
@@ -451,7 +321,8 @@ impl Inner {
     }
 
     /// How the start pings went, once they were joined.
-    fn take_started(&self) -> Vec<(Owed, Result<(), String>)> {
+    fn take_started(&self) -> Vec<tell::Sent> {
+        use tell::Started;
         let mut started = self
             .started
             .lock()

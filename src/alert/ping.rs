@@ -218,7 +218,7 @@ mod tests {
             address: String::new(),
             payload: String::new(),
             body: b"out".to_vec(),
-            held: false,
+            dest: String::new(),
         }
     }
 

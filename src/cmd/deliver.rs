@@ -21,6 +21,9 @@ struct Delivered {
     owed: u64,
     /// Events given up, a day old and never delivered.
     lost: u64,
+    /// Events found overtaken now by a newer run's outcome to their
+    /// target: never sent (the monitor holds a newer state).
+    superseded: u64,
 }
 
 /// Delivers every due event, hooks included, for at most `--for`; exit 1
@@ -31,7 +34,14 @@ pub fn run(args: &DeliverArgs, location: &Location, quiet: bool) -> Result<u8> {
         return print(args, quiet, Swept::default(), 0, 0);
     };
     let reporter = Reporter::new(quiet, false, false);
-    let swept = sweep(ledger.as_mut(), args.within.into(), true, None, &reporter)?;
+    let swept = sweep(
+        ledger.as_mut(),
+        args.within.into(),
+        true,
+        true,
+        &[],
+        &reporter,
+    )?;
     let owed = ledger.owed()?.iter().map(|(_, owed)| owed).sum();
     let lost = ledger.lost(u32::MAX)?.len() as u64;
     ledger.leave();
@@ -44,13 +54,18 @@ fn print(args: &DeliverArgs, quiet: bool, swept: Swept, owed: u64, lost: u64) ->
         failed: swept.failed,
         owed,
         lost,
+        superseded: swept.superseded,
     };
     if args.json {
         println!("{}", serde_json::to_string(&delivered)?);
     } else if !quiet {
         println!(
-            "delivered {}, failed {}; {} still owed, {} lost",
-            delivered.delivered, delivered.failed, delivered.owed, delivered.lost
+            "delivered {}, failed {}; {} still owed, {} lost, {} superseded",
+            delivered.delivered,
+            delivered.failed,
+            delivered.owed,
+            delivered.lost,
+            delivered.superseded
         );
     }
     Ok(if swept.failed > 0 {

@@ -84,7 +84,7 @@ pub use job::*;
 pub use judged::Judged;
 pub use location::*;
 pub use marks::*;
-pub use outbox::{EventState, NewEvent, Outbox, Owed, Settled};
+pub use outbox::{dest, EventState, NewEvent, Outage, Outbox, Owed, Pick, Settled, Taken};
 pub use pauses::{is_glob, who, Pause, PauseRequest};
 pub(crate) use postgres::client::Client as PostgresClient;
 /// A PostgreSQL error in words, shared with `idem doctor`, which words the

@@ -3,10 +3,24 @@
 //!
 //! An event is written in the transaction that records what causes it (the
 //! claim owes `start`, the outcome `success`, `failure` or `recovery`), so
-//! that no outcome is durable without its notifications. Whoever delivers
-//! one first takes it for a short lease in a transaction of its own (the
-//! run that wrote it holds it from the start), so two idems never send the
-//! same event at once; it is marked delivered only by its holder.
+//! that no outcome is durable without its notifications.
+//!
+//! Each monitor (a ping's address; its `dest`, a hash) hears its events in
+//! the order their runs started, a run's start before its outcome, one at
+//! a time: an event goes out only once every earlier event of its target
+//! is settled, and none of the target's is being sent. An event that a
+//! newer run's outcome, sent to the same target, has overtaken is
+//! superseded: never sent (the monitor already holds a newer state), and
+//! never counted lost. A hook is a person's command, not a monitor that
+//! keeps a state: each run runs its own hooks, and those that failed are
+//! run again, oldest first, by `idem ledger deliver`.
+//!
+//! At most once, whatever the disk does: whoever delivers an event first
+//! records, in a transaction of its own, that it is being sent (its
+//! `sending_at`, under a lease), and only then sends it; it is settled by
+//! that holder alone. A sending whose holder never settled it (killed, or
+//! its disk full) is never sent again: past its lease it is "sent, not
+//! confirmed".
 //!
 //! An event keeps the address it goes to (a ping URL, a hook's command):
 //! a later idem must be able to deliver it. That address lives only here,
@@ -21,8 +35,8 @@ use anyhow::Result;
 use jiff::Timestamp;
 use uuid::Uuid;
 
-/// How long a taker holds an event: a delivery is bounded well below it,
-/// so that no other idem takes it while it is under way.
+/// How long a sending holds its target: a delivery is bounded well below
+/// it, so that nothing else goes to that target while it is under way.
 pub const LEASE: Duration = Duration::from_secs(60);
 
 /// The age at which an event still owed is given up and reported lost.
@@ -47,12 +61,20 @@ pub struct NewEvent {
     pub payload: String,
     /// The output tail it carries, bounded by its protocol's limit.
     pub body: Vec<u8>,
-    /// Whether the run writing it holds it (until [`LEASE`]), to deliver
-    /// it itself; else it is for any idem, at once.
-    pub held: bool,
+    /// Which target it goes to, kept once its address is dropped: the
+    /// events of one target go out in order (see [`dest`]).
+    pub dest: String,
 }
 
-/// An event taken for delivery.
+/// The `dest` of an address: the first 16 bytes of its SHA-256, in hex,
+/// which tell targets apart without keeping the address.
+pub fn dest(address: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(address.as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An event taken for delivery: recorded as being sent by `holder`.
 #[derive(Debug, Clone)]
 pub struct Owed {
     pub event: NewEvent,
@@ -61,6 +83,43 @@ pub struct Owed {
     pub attempts: u32,
     /// Who holds it: only they may settle it.
     pub holder: Uuid,
+}
+
+/// Which events [`Outbox::take_next`] may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Pick<'a> {
+    /// Only these targets; every target when empty.
+    pub targets: &'a [String],
+    /// Never these targets (they failed just now).
+    pub skip: &'a [String],
+    /// Hook events too.
+    pub hooks: bool,
+    /// Whether or not their next try has come.
+    pub now: bool,
+    /// Only this run's events.
+    pub run: Option<Uuid>,
+    /// At most this many (one a target).
+    pub limit: u32,
+}
+
+/// What [`Outbox::take_next`] took, and what it found overtaken.
+#[derive(Debug, Clone, Default)]
+pub struct Taken {
+    pub owed: Vec<Owed>,
+    /// Events found superseded now (never to be sent).
+    pub superseded: u64,
+}
+
+/// A target that could not be reached, from its first failed delivery
+/// until one reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outage {
+    pub dest: String,
+    /// As people see it: `ping 1 3fa2c1d0`.
+    pub target: String,
+    pub since: Timestamp,
+    /// Events still owed to it.
+    pub owed: u64,
 }
 
 /// How one delivery went.
@@ -88,6 +147,14 @@ pub struct EventState {
     pub lost: bool,
     /// The last delivery's error, masked.
     pub error: Option<String>,
+    /// Overtaken by a newer run's outcome to its target: never sent.
+    pub superseded: bool,
+    /// When it was last handed to its target, while not settled: being
+    /// sent (`confirmed` unknown yet), or sent and never confirmed.
+    pub sending_at: Option<Timestamp>,
+    /// A sending whose lease passed unsettled: it may have gone out, so it
+    /// is never sent again.
+    pub unconfirmed: bool,
 }
 
 /// The wait before the next try after `attempts` failed deliveries: none
@@ -102,34 +169,31 @@ pub fn backoff(attempts: u32) -> Duration {
 
 /// What a ledger keeps of the events owed.
 pub trait Outbox {
-    /// Whether any event is due (owed, not held, its next try come): a
-    /// read, so that an idem with nothing to deliver writes nothing.
+    /// Whether any event is due (owed, its next try come): a read, so
+    /// that an idem with nothing to deliver writes nothing.
     fn any_due(&mut self) -> Result<bool>;
 
     /// In one transaction: gives up the events older than [`GIVE_UP`]
-    /// (lost, never sent), then takes up to `limit` due events, oldest
-    /// first, for `holder` until [`LEASE`] from now; hook events only
-    /// with `hooks`. Never the events of a run still running (they are
-    /// its own to deliver, however long it runs), nor those of run
-    /// `except` (the caller's own, settled by it).
-    fn take_due(
-        &mut self,
-        holder: Uuid,
-        limit: u32,
-        hooks: bool,
-        except: Option<Uuid>,
-    ) -> Result<Vec<Owed>>;
-
-    /// The run's own events, written held by it: handed over as taken.
-    fn take_held(&mut self, run_id: Uuid) -> Result<Vec<Owed>>;
+    /// (lost, never sent), marks superseded every owed event that a newer
+    /// run's outcome to its target has overtaken (sent, or being sent),
+    /// then takes for `holder`, recorded as being sent until [`LEASE`]
+    /// from now, the next event of each target that may go out now: the
+    /// first owed one in the target's order, due, with none of the
+    /// target's being sent. Only the targets in `targets` (every target
+    /// with `targets` empty, up to `limit`), never those in `skip`; hook
+    /// events only with `hooks`. With `now`, whether or not the next try
+    /// has come: a run tries its own targets once, and `idem ledger
+    /// deliver` every target, to find a monitor back.
+    fn take_next(&mut self, holder: Uuid, pick: &Pick<'_>) -> Result<Taken>;
 
     /// Settles each event (by its id) that `holder` still holds, in one
-    /// transaction; how many it held (one whose lease passed may have
-    /// been taken by another).
+    /// transaction: a delivery clears its target's outage and makes what
+    /// the target is owed due at once, a ping's failure opens one; how many it held (one whose lease passed is
+    /// sent, not confirmed, and stays so).
     fn settle(&mut self, holder: Uuid, settled: &[(Uuid, Settled)]) -> Result<u64>;
 
-    /// The events still owed (neither delivered nor lost), per job, in
-    /// job order.
+    /// The events still owed (neither sent, superseded nor lost), per
+    /// job, in job order.
     fn owed(&mut self) -> Result<Vec<(String, u64)>>;
 
     /// The events of run `run_id`, oldest first.
@@ -138,8 +202,16 @@ pub trait Outbox {
     /// The events given up, newest first, at most `limit`.
     fn lost(&mut self, limit: u32) -> Result<Vec<EventState>>;
 
-    /// Drops the events made before `before` that are settled (delivered
-    /// or lost); how many (counted only, with `dry_run`).
+    /// The targets that cannot be reached now, oldest outage first.
+    fn outages(&mut self) -> Result<Vec<Outage>>;
+
+    /// Of the outages of `dests`, those not yet said, marked said now (in
+    /// one transaction): what a run prints once per target per outage.
+    fn say_outages(&mut self, dests: &[String]) -> Result<Vec<Outage>>;
+
+    /// Drops the events made before `before` that are settled (delivered,
+    /// superseded, lost, or sent and not confirmed); how many (counted
+    /// only, with `dry_run`).
     fn prune_events(&mut self, before: Timestamp, dry_run: bool) -> Result<u64>;
 }
 

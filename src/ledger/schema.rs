@@ -284,6 +284,26 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE attempts ADD COLUMN containment INTEGER;
     ",
+    // 14: the outbox in order (see `ledger::outbox`): each event's target
+    // (`dest`, a hash of its address, kept once the address is dropped)
+    // and its run's start (the order a target hears its runs in); when a
+    // sending was recorded, before it went out; superseded events; and
+    // the targets that cannot be reached, each said once per outage. An
+    // older event's target is its shown one, its run's start its own.
+    "
+    ALTER TABLE outbox ADD COLUMN dest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE outbox ADD COLUMN run_started INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE outbox ADD COLUMN sending_at INTEGER;
+    ALTER TABLE outbox ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
+    UPDATE outbox SET dest = target, run_started = created_at;
+    CREATE INDEX outbox_by_dest ON outbox (dest, run_started);
+    CREATE TABLE outages (
+        dest TEXT PRIMARY KEY,
+        target TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        said INTEGER NOT NULL DEFAULT 0
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this idem writes.

@@ -311,7 +311,8 @@ impl Run<'_> {
 
     /// Records how the run ended and shows held output when a person
     /// should see it; the exit code, and the events the outcome owes, for
-    /// the alerts to tell once the run has let go of its key. `lost`: the
+    /// the alerts to tell once the run has let go of its key, and whether
+    /// the run is otherwise quiet (then a monitor down goes unsaid). `lost`: the
     /// run was stopped because its lease could not be kept.
     pub fn conclude(
         &self,
@@ -320,7 +321,7 @@ impl Run<'_> {
         ledger: &mut dyn Ledger,
         mut output: Output,
         alerts: &Alerts,
-    ) -> Result<(u8, Vec<NewEvent>)> {
+    ) -> Result<(u8, Vec<NewEvent>, bool)> {
         let (code, outcome, last) = match ending {
             Ending::Outcome {
                 code,
@@ -373,7 +374,8 @@ impl Run<'_> {
                 outcome.exit_code
             ))
         })?;
-        Ok((code, owed))
+        let quiet = verdict.is_some_and(|verdict| alerts.is_quiet(verdict));
+        Ok((code, owed, quiet))
     }
 
     /// Records the outcome, trying again while the ledger refuses for a

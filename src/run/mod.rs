@@ -109,6 +109,7 @@ fn run_key(
         &config.alerts,
         &claim,
         &config.job.name,
+        location,
         ledger.as_mut(),
         reporter,
     );
@@ -145,8 +146,8 @@ fn run_key(
     // so that a monitor or a hook slow to answer holds no next run.
     let mut claim = claim;
     drop(claim.hold.take());
-    let code = concluded.map(|(code, owed)| {
-        alerts.tell(&owed, ledger.as_mut());
+    let code = concluded.map(|(code, owed, quiet)| {
+        alerts.tell(&owed, quiet, ledger.as_mut());
         code
     });
     ledger.leave();

@@ -2,7 +2,8 @@
 //! once, by the run that owes it or by the next idem on the ledger, or
 //! given up after a day (see `monitor.rs` for the monitor they go to).
 
-mod monitor;
+pub mod monitor;
+mod order;
 mod periods;
 mod protocols;
 mod stops;
@@ -91,8 +92,9 @@ fn reads_never_send(backend: &Backend) {
     assert_eq!(monitor.delivered().len(), 2);
 }
 
-/// A monitor that drops the connection unanswered is down: each ping is
-/// tried once, not again after a backoff that would only hold the run.
+/// A monitor that drops the connection unanswered is down: its ping is
+/// tried once, not again after a backoff that would only hold the run,
+/// and the run's outcome is owed to it without a try.
 #[test]
 fn a_refused_ping_is_tried_once() {
     let env = Env::new();
@@ -100,7 +102,8 @@ fn a_refused_ping_is_tried_once() {
     pinged(&env, &monitor, "k", &["true"])
         .succeeds()
         .stderr_has("the connection was closed without an answer");
-    assert_eq!(monitor.connections(), 2, "the start's and the success's");
+    assert_eq!(monitor.connections(), 1, "the start's alone");
+    assert_eq!(owed(&env, "k"), 2);
 }
 
 /// A ping's failure names the run's key, the start's as the outcome's,
@@ -214,19 +217,22 @@ fn two_deliverers_at_once_send_each_event_once(backend: &Backend) {
     let env = backend.env();
     let monitor = Monitor::start(Mode::Refuse);
     pinged(&env, &monitor, "k", &["false"]).expect_code(1);
-    // A hundred copies of each owed event, each its own run id.
+    // A hundred copies of each owed event, each its own run id and its
+    // own target (so that none overtakes another).
     sql(
         backend,
         &env,
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 99)
          INSERT INTO outbox (event_id, run_id, job, kind, target, address, payload, body,
-             created_at, next_try_at, attempts)
+             created_at, next_try_at, attempts, dest, run_started)
          SELECT randomblob(16), randomblob(16), job, kind, target, address, payload, body,
-             created_at, next_try_at, attempts FROM outbox, n;",
+             created_at, next_try_at, attempts, hex(randomblob(16)), run_started
+         FROM outbox, n;",
         "INSERT INTO idem.outbox (event_id, run_id, job, kind, target, address, payload, body,
-             created_at, next_try_at, attempts)
+             created_at, next_try_at, attempts, dest, run_started)
          SELECT gen_random_uuid(), gen_random_uuid(), job, kind, target, address, payload, body,
-             created_at, next_try_at, attempts FROM idem.outbox, generate_series(1, 99);",
+             created_at, next_try_at, attempts, gen_random_uuid()::text, run_started
+         FROM idem.outbox, generate_series(1, 99);",
     );
     monitor.set(Mode::Ok);
     let deliverers: Vec<_> = (0..2)
@@ -407,4 +413,64 @@ fn a_hook_that_failed_is_run_again_by_ledger_deliver_alone() {
         .succeeds()
         .stdout_has("delivered 0");
     assert_eq!(std::fs::read_to_string(&told).unwrap(), lines);
+}
+
+/// Owed means not delivered: a start ping that went out is recorded
+/// delivered then, not when the run ends, so nothing shows it owed while
+/// its run lasts.
+#[test]
+fn a_start_ping_sent_is_not_owed_while_its_run_lasts() {
+    let env = Env::new();
+    let monitor = Monitor::start(Mode::Ok);
+    let release = env.path("release");
+    let url = monitor.url();
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.02; done",
+        release.display()
+    );
+    let mut run = env
+        .cmd([
+            "run",
+            "-k",
+            "k",
+            "--retries",
+            "0",
+            "--ping",
+            &url,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .command()
+        .spawn()
+        .unwrap();
+    crate::util::eventually(
+        "the start to be recorded delivered",
+        Duration::from_secs(30),
+        || {
+            if let Ok(Some(status)) = run.try_wait() {
+                panic!("the run ended early: {status}");
+            }
+            // Before its claim there is no ledger, nor the key in it.
+            let shown = env
+                .idem(["ledger", "show", "k", "--json"])
+                .output()
+                .unwrap();
+            shown.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&shown.stdout).unwrap()["events"][0]
+                    ["delivered_at"]
+                    .is_string()
+        },
+    );
+    assert_eq!(monitor.delivered().len(), 1);
+    assert_eq!(owed(&env, "k"), 0);
+    env.cmd(["ledger", "show", "k"])
+        .run()
+        .succeeds()
+        .stdout_has("event start to ping 1 ")
+        .stdout_lacks("owed");
+    std::fs::write(&release, "").unwrap();
+    assert!(run.wait().unwrap().success());
+    assert_eq!(undelivered(&env, "k"), 0);
 }

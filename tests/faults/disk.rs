@@ -202,3 +202,98 @@ fn an_attempt_that_cannot_be_recorded_never_runs() {
     assert_eq!(env.count("count"), 2, "one attempt ran, the retry did not");
     assert_eq!(env.show_json("q")["exit_code"], 125);
 }
+
+/// At most once, whatever the disk does: with the ledger's disk nearly
+/// full (a prune having emptied its write-ahead log), `ledger deliver`
+/// records each event as being sent before it sends it, so that one it
+/// cannot record is never sent again, and its error says whether the
+/// event went out. Thirteen steps of free room, 0 to 48 KiB, each with
+/// the events of two runs owed to a monitor of its own, delivered twice.
+#[test]
+fn a_full_disk_never_makes_ledger_deliver_send_an_event_twice() {
+    use crate::delivery::monitor::{Mode, Monitor};
+    let env = Env::new();
+    let Some(mount) = Mount::tmpfs(&env.path("small"), "2m") else {
+        return;
+    };
+    let db = mount.dir.join("ledger.db");
+    let filler = mount.dir.join("filler");
+    let mut monitors = Vec::new();
+    let (mut refused, mut went_out) = (0, 0);
+    for free in (0..=48).step_by(4) {
+        let _ = fs::remove_file(&filler);
+        let monitor = Monitor::start(Mode::Refuse);
+        let url = monitor.url();
+        for n in 0..2 {
+            let key = format!("k{free}-{n}");
+            env.cmd([
+                "run",
+                "-k",
+                &key,
+                "--retries",
+                "0",
+                "--ping",
+                &url,
+                "--",
+                "true",
+            ])
+            .db(&db)
+            .succeeds();
+        }
+        monitor.set(Mode::Ok);
+        monitors.push(monitor);
+        env.cmd(["ledger", "prune", "--older-than", "1d"])
+            .db(&db)
+            .succeeds();
+        fill(&filler);
+        let full = fs::metadata(&filler).unwrap().len();
+        fs::File::options()
+            .write(true)
+            .open(&filler)
+            .unwrap()
+            .set_len(full.saturating_sub(free << 10))
+            .unwrap();
+        for _ in 0..2 {
+            let output = env
+                .idem(["ledger", "deliver"])
+                .env("IDEM_DB", &db)
+                .output()
+                .unwrap();
+            let said = text(&output.stderr);
+            match output.status.code() {
+                Some(0 | 1) => {}
+                Some(125) => {
+                    refused += 1;
+                    went_out +=
+                        usize::from(said.contains("went out, but idem could not record it"));
+                    assert!(said.contains("disk is full"), "{said}");
+                    assert_eq!(said.lines().count(), 1, "{said}");
+                }
+                other => panic!("ledger deliver exited {other:?}: {said}"),
+            }
+        }
+        for monitor in &monitors {
+            let sent = monitor.delivered();
+            let mut each: Vec<(String, String)> = sent
+                .iter()
+                .map(|ping| (ping.rid.clone(), ping.suffix.clone()))
+                .collect();
+            each.sort();
+            each.dedup();
+            assert_eq!(
+                each.len(),
+                sent.len(),
+                "{free} KiB free: an event sent twice"
+            );
+        }
+    }
+    eprintln!(
+        "a full disk: ledger deliver refused {refused} of 26 times, {went_out} after an event went out"
+    );
+    assert!(
+        refused > 0,
+        "the disk never filled: the test proves nothing"
+    );
+    fs::remove_file(&filler).unwrap();
+    assert_eq!(integrity_check(&db), "ok");
+}

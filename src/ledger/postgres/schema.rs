@@ -205,6 +205,25 @@ pub const MIGRATIONS: &[&str] = &[
     -- older idem's attempt).
     ALTER TABLE idem.attempts ADD COLUMN containment text;
 ",
+    "
+    -- 12: the outbox in order: each event's target (`dest`, a hash of its
+    -- address) and its run's start (the order a target hears its runs
+    -- in); when a sending was recorded, before it went out; superseded
+    -- events; the targets that cannot be reached, said once per outage.
+    ALTER TABLE idem.outbox ADD COLUMN dest text NOT NULL DEFAULT '';
+    ALTER TABLE idem.outbox ADD COLUMN run_started timestamptz;
+    ALTER TABLE idem.outbox ADD COLUMN sending_at timestamptz;
+    ALTER TABLE idem.outbox ADD COLUMN superseded boolean NOT NULL DEFAULT false;
+    UPDATE idem.outbox SET dest = target, run_started = created_at;
+    ALTER TABLE idem.outbox ALTER COLUMN run_started SET NOT NULL;
+    CREATE INDEX outbox_by_dest ON idem.outbox (dest, run_started);
+    CREATE TABLE idem.outages (
+        dest text PRIMARY KEY,
+        target text NOT NULL,
+        since timestamptz NOT NULL,
+        said boolean NOT NULL DEFAULT false
+    );
+",
 ];
 
 /// The schema version this idem writes.
