@@ -56,6 +56,40 @@ fn jobs_in_every_state(env: &Env) {
     env.cmd(["pause", "backup", "--reason", "disk swap"])
         .succeeds();
     env.cmd(["pause", "nightly"]).succeeds();
+    env.cmd([
+        "ledger",
+        "mark",
+        "restore",
+        "--succeeded",
+        "--reason",
+        "copied back by hand",
+    ])
+    .succeeds();
+}
+
+/// The board says under its table what `idem status` says under its own,
+/// and a job's page tells a success marked by hand from a run.
+fn the_notes_are_the_clis(env: &Env, url: &str) {
+    let board = dom(env, &format!("{url}/"));
+    let cli = env.cmd(["status"]).expect_code(1).stdout();
+    for (told, by_cli) in [
+        ("backup paused by ", "backup paused by "),
+        ("(disk swap)", ": disk swap"),
+        (
+            "load is blocked: waiting for extract",
+            "load is blocked: waiting for extract",
+        ),
+    ] {
+        assert!(board.contains(told), "the board lacks {told:?}: {board}");
+        assert!(cli.contains(by_cli), "status lacks {by_cli:?}: {cli}");
+    }
+    let page = get(&format!("{url}/job/restore"), None).body;
+    assert!(page.contains("marked"), "{page}");
+    assert!(page.contains("copied back by hand"), "{page}");
+    assert!(
+        !page.contains("(pid "),
+        "a marked success ran nothing: {page}"
+    );
 }
 
 /// The state a page shows in its first `state` span.
@@ -114,5 +148,6 @@ fn the_board_a_job_page_the_api_and_status_agree_in_every_state() {
         assert_eq!(page.status, 200, "/job/{job}");
         assert_eq!(&page_state(&page.body), state, "the page of {job}");
     }
+    the_notes_are_the_clis(&env, &server.url);
     drop(slow);
 }

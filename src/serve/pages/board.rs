@@ -32,6 +32,7 @@ pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp, controls: &Co
                     }
                 }
             }
+            (notes(statuses))
             p.legend {
                 "Recent: the latest runs, oldest first: "
                 span.mark.succeeded { "+" } " succeeded, "
@@ -43,6 +44,34 @@ pub fn board(statuses: &[JobStatus], ledger: &str, now: Timestamp, controls: &Co
         }
     };
     frame("Jobs", ledger, now, body).into_string()
+}
+
+/// Under the table, as `idem status` says under its own: why each paused
+/// job is paused, what each blocked job waits for, and the events owed.
+fn notes(statuses: &[JobStatus]) -> Markup {
+    let owed: Vec<String> = statuses
+        .iter()
+        .filter(|job| job.owed > 0)
+        .map(|job| format!("{} {}", job.job, job.owed))
+        .collect();
+    html! {
+        ul.notes {
+            @for job in statuses {
+                @if let Some(paused) = &job.paused {
+                    li.paused { (job.job) " paused " (super::job::pause_words(paused)) }
+                }
+                @if let Some(keys) = &job.blocked_on {
+                    li.blocked { (job.job) " is blocked: waiting for " (keys.join(", ")) }
+                }
+            }
+            @if !owed.is_empty() {
+                li.owed {
+                    "Owed (pings and hooks not yet delivered): " (owed.join(", "))
+                    "; " code { "idem ledger deliver" } " sends them."
+                }
+            }
+        }
+    }
 }
 
 /// "4 jobs: 1 failing, 3 ok".

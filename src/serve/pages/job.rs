@@ -55,6 +55,8 @@ fn figures(page: &JobPage, now: Timestamp) -> Markup {
             }
             dt { "Recent" } dd { (strip(&status.strip)) }
             @if let Some(paused) = &status.paused { dt { "Paused" } dd { (pause_words(paused)) } }
+            @if let Some(keys) = &status.blocked_on { dt { "Blocked" } dd { "waiting for " (keys.join(", ")) } }
+            @if status.owed > 0 { dt { "Owed" } dd { (status.owed) " pings and hooks not yet delivered" } }
             dt { "Key" } dd { code { (status.template) } }
             dt { "Command" } dd { code.wrap { (command_text(&status.argv, status.shell)) } }
         }
@@ -62,7 +64,7 @@ fn figures(page: &JobPage, now: Timestamp) -> Markup {
 }
 
 /// "by ana@web1 since 2026-12-03 04:00 (disk full), until ...".
-fn pause_words(paused: &render::status::Paused) -> String {
+pub(super) fn pause_words(paused: &render::status::Paused) -> String {
     let time = |text: &str| {
         text.parse::<Timestamp>()
             .map_or_else(|_| text.to_owned(), local)
@@ -90,9 +92,24 @@ fn periods(period: Option<&str>) -> String {
 }
 
 /// A run: open when it did not succeed, since that is what a person came
-/// to read.
+/// to read. A success marked by hand ran nothing: who marked it and why,
+/// with no pid, duration or exit.
 fn run_section(shown: &RunShown) -> Markup {
     let run = &shown.run;
+    if let Some(note) = &run.note {
+        return html! {
+            article class="run succeeded marked" {
+                details {
+                    summary {
+                        (mark("succeeded")) " " strong { "marked" } " "
+                        code { (run.key) }
+                        span.meta { " " (local(run.started_at)) " · " (mask_urls(note)) }
+                    }
+                    p.meta { "Nothing ran: the key was marked succeeded by hand (idem ledger mark) · run " code { (run.run_id) } }
+                }
+            }
+        };
+    }
     let status = run.status.as_str();
     let duration = render::human_ms(render::duration_ms(run));
     html! {
