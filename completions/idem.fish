@@ -87,7 +87,7 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l after-wait -d 'When bl
 complete -c idem -n "__fish_idem_using_subcommand run" -l blocked-exit-code -d 'Exit code when blocked by --after (nothing ran)' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l contain -d 'What holds the run\'s processes together: auto (a cgroup of the attempt\'s own where cgroup v2 is writable, else the guardian; never one that changes the command\'s pids), or the one named' -r -f -a "auto\t'A cgroup where cgroup v2 is writable, else the guardian'
 cgroup\t'A cgroup of the attempt\'s own, or refuse to run'
-pid-namespace\t'A PID namespace: the command\'s $$ and parent are not the host\'s'
+pid-namespace\t'A PID namespace: the command\'s pid and its parent\'s are not the host\'s'
 guardian\t'The guardian alone: a subreaper, and the IDEM_RUN_ID look'"
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
@@ -147,7 +147,7 @@ complete -c idem -n "__fish_idem_using_subcommand backfill" -l after-wait -d 'Wh
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l blocked-exit-code -d 'Exit code when blocked by --after (nothing ran)' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l contain -d 'What holds the run\'s processes together: auto (a cgroup of the attempt\'s own where cgroup v2 is writable, else the guardian; never one that changes the command\'s pids), or the one named' -r -f -a "auto\t'A cgroup where cgroup v2 is writable, else the guardian'
 cgroup\t'A cgroup of the attempt\'s own, or refuse to run'
-pid-namespace\t'A PID namespace: the command\'s $$ and parent are not the host\'s'
+pid-namespace\t'A PID namespace: the command\'s pid and its parent\'s are not the host\'s'
 guardian\t'The guardian alone: a subreaper, and the IDEM_RUN_ID look'"
 complete -c idem -n "__fish_idem_using_subcommand backfill" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r

@@ -538,7 +538,7 @@ pub enum Contain {
     Auto,
     /// A cgroup of the attempt's own, or refuse to run
     Cgroup,
-    /// A PID namespace: the command's $$ and parent are not the host's
+    /// A PID namespace: the command's pid and its parent's are not the host's
     PidNamespace,
     /// The guardian alone: a subreaper, and the IDEM_RUN_ID look
     Guardian,
