@@ -148,7 +148,7 @@ fn show_counts_the_runs_it_leaves_out() {
 }
 
 #[test]
-fn metrics_are_six_families_per_job_and_per_key() {
+fn metrics_are_nine_families_per_job_and_six_per_key() {
     let env = Env::new();
     env.cmd(["run", "--key", "a", "--job", "j", "--", "true"])
         .succeeds();
@@ -168,13 +168,10 @@ fn metrics_are_six_families_per_job_and_per_key() {
         "consecutive_failures",
         "runs",
     ];
-    let expected: Vec<String> = ["idem_", "idem_key_"]
-        .iter()
-        .flat_map(|prefix| {
-            names
-                .iter()
-                .map(move |name| format!("{prefix}{name} gauge"))
-        })
+    let judged = ["idem_job_state", "idem_events_owed", "idem_events_lost"];
+    let expected: Vec<String> = (names.iter().map(|name| format!("idem_{name} gauge")))
+        .chain(judged.iter().map(|name| format!("{name} gauge")))
+        .chain(names.iter().map(|name| format!("idem_key_{name} gauge")))
         .collect();
     assert_eq!(families, expected);
     for line in [
@@ -183,6 +180,10 @@ fn metrics_are_six_families_per_job_and_per_key() {
         "idem_last_run_exit_code{job=\"j\"} 0",
         "idem_consecutive_failures{job=\"j\"} 0",
         "idem_runs{job=\"j\",status=\"succeeded\"} 1",
+        "idem_job_state{job=\"j\",state=\"ok\"} 1",
+        "idem_job_state{job=\"j\",state=\"failing\"} 0",
+        "idem_events_owed{job=\"j\"} 0",
+        "idem_events_lost{job=\"j\"} 0",
         "idem_key_last_run_status{key=\"a\",status=\"running\"} 0",
         "idem_key_runs{key=\"a\",status=\"abandoned\"} 0",
         "# HELP idem_consecutive_failures Failed and abandoned runs of the job in a row, across its keys, since its latest success.",

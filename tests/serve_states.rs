@@ -149,5 +149,15 @@ fn the_board_a_job_page_the_api_and_status_agree_in_every_state() {
         assert_eq!(&page_state(&page.body), state, "the page of {job}");
     }
     the_notes_are_the_clis(&env, &server.url);
+    let metrics = get(&format!("{}/metrics", server.url), None).body;
+    assert_eq!(metrics, env.cmd(["ledger", "metrics"]).succeeds().stdout());
+    for (job, state) in &cli {
+        let series = format!("idem_job_state{{job=\"{job}\",state=\"{state}\"}} 1");
+        assert!(metrics.contains(&series), "no {series} in {metrics}");
+        let owed = format!("idem_events_owed{{job=\"{job}\"}} 0");
+        assert!(metrics.contains(&owed), "no {owed} in {metrics}");
+        let lost = format!("idem_events_lost{{job=\"{job}\"}} 0");
+        assert!(metrics.contains(&lost), "no {lost} in {metrics}");
+    }
     drop(slow);
 }

@@ -392,6 +392,9 @@ fn metrics(location: &Location, per_key: bool) -> Result<u8> {
         Vec::new()
     };
     let mut text = render::metrics::job_metrics_text(&jobs);
+    let statuses = crate::jobs::read(ledger.as_mut(), None, Timestamp::now())?;
+    let lost = crate::jobs::lost(ledger.as_mut());
+    text.push_str(&render::metrics::judged_metrics_text(&statuses, &lost));
     if per_key {
         text.push_str(&render::metrics::metrics_text(&keys));
     }

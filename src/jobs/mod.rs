@@ -32,6 +32,17 @@ pub fn read(ledger: &mut dyn Ledger, glob: Option<&str>, now: Timestamp) -> Resu
     Ok(judged(&jobs, &pauses, &upstreams, &owed, now))
 }
 
+/// The events given up (lost) per job, the newest 100 000 at most: what
+/// `/metrics` counts.
+pub fn lost(ledger: &mut dyn Ledger) -> HashMap<String, u64> {
+    let mut lost = HashMap::new();
+    // A ledger from before the outbox (read, not migrated) lost nothing.
+    for event in ledger.lost(100_000).unwrap_or_default() {
+        *lost.entry(event.job).or_insert(0) += 1;
+    }
+    lost
+}
+
 /// One job judged at `now`, as [`read`] judges it among the others;
 /// `None` for a job the ledger knows nothing of.
 pub fn one(ledger: &mut dyn Ledger, job: &str, now: Timestamp) -> Result<Option<JobStatus>> {

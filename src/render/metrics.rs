@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 
 use jiff::Timestamp;
 
+use std::collections::HashMap;
+
 use crate::ledger::{JobState, KeyMetrics, Status};
+use crate::render::status::{JobStatus, State};
 
 /// A label value escaped per the exposition format: `\`, `"` and newline.
 pub fn label_value(text: &str) -> String {
@@ -173,6 +176,41 @@ fn exposition(per_key: bool, subjects: &[Figures]) -> String {
                     format!(",status=\"{}\"", status.as_str())
                 });
                 let _ = writeln!(out, "{name}{{{label}=\"{subject}\"{status}}} {value}");
+            }
+        }
+    }
+    out
+}
+
+/// The families the one judge of a job gives (see `jobs`), per job: its
+/// state (1 for it, 0 for the others), the events it owes and those given
+/// up (`lost`, by job). Bounded by the number of jobs, as the others are.
+pub fn judged_metrics_text(statuses: &[JobStatus], lost: &HashMap<String, u64>) -> String {
+    let mut out = String::new();
+    let families: [(&str, &str); 3] = [
+        ("idem_job_state", "The job's state as idem status judges it: 1 for that state, 0 for the others."),
+        ("idem_events_owed", "The job's pings and hooks not yet delivered."),
+        ("idem_events_lost", "The job's pings and hooks given up, a day old and never delivered (until ledger prune)."),
+    ];
+    for (name, help) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for job in statuses {
+            let subject = label_value(&job.job);
+            match name {
+                "idem_job_state" => {
+                    for state in State::ALL {
+                        let (label, on) = (state.as_str(), u8::from(state == job.state));
+                        let _ = writeln!(out, "{name}{{job=\"{subject}\",state=\"{label}\"}} {on}");
+                    }
+                }
+                "idem_events_owed" => {
+                    let _ = writeln!(out, "{name}{{job=\"{subject}\"}} {}", job.owed);
+                }
+                _ => {
+                    let count = lost.get(&job.job).copied().unwrap_or(0);
+                    let _ = writeln!(out, "{name}{{job=\"{subject}\"}} {count}");
+                }
             }
         }
     }

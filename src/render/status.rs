@@ -40,6 +40,17 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order they are shown.
+    pub const ALL: [State; 7] = [
+        State::Failing,
+        State::Overdue,
+        State::Paused,
+        State::Blocked,
+        State::Stopped,
+        State::Running,
+        State::Ok,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             State::Failing => "failing",

@@ -218,12 +218,18 @@ async fn not_found(State(shared): State<Handle>) -> Response {
 
 /// What `idem ledger metrics` prints.
 async fn metrics(State(shared): State<Handle>) -> Response {
-    blocking(shared, line_failed, |shared, _| {
-        let jobs = shared.reader.with(|ledger| match ledger {
-            Some(ledger) => ledger.jobs(None),
-            None => Ok(Vec::new()),
+    blocking(shared, line_failed, |shared, now| {
+        let body = shared.reader.with(|ledger| {
+            let Some(ledger) = ledger else {
+                return Ok(render::metrics::job_metrics_text(&[]));
+            };
+            let jobs = ledger.jobs(None)?;
+            let statuses = crate::jobs::read(ledger, None, now)?;
+            let lost = crate::jobs::lost(ledger);
+            let mut text = render::metrics::job_metrics_text(&jobs);
+            text.push_str(&render::metrics::judged_metrics_text(&statuses, &lost));
+            Ok(text)
         })?;
-        let body = render::metrics::job_metrics_text(&jobs);
         Ok(text(StatusCode::OK, METRICS_TYPE, body))
     })
     .await
