@@ -425,6 +425,8 @@ fn a_terminal_gets_a_spinner_for_the_backoff() {
         .env("IDEM_DB", env.db())
         .env("HOME", env.dir.path())
         .env("TZ", "UTC")
+        // A terminal's session names its kind, whatever ran the tests.
+        .env("TERM", "xterm-256color")
         .output();
     let Ok(output) = output else {
         crate::util::require(false, "`script` (util-linux)");

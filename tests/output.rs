@@ -39,27 +39,27 @@ fn each_kind_of_usage_error_has_its_line() {
         (
             &[("IDEM_RETRIES", "many")],
             &["run", "--key", "k", "--", "true"],
-            "invalid value 'many' for '--retries <N>' from IDEM_RETRIES: invalid digit found in string; fix or unset IDEM_RETRIES (see idem run --help)",
+            "invalid value 'many' for '--retries <N>' from IDEM_RETRIES: many is not a whole number; write one like 3; fix or unset IDEM_RETRIES (see idem run --help)",
         ),
         (
             &[("IDEM_RETRIES", "many")],
             &["run", "--key", "k", "--retries=many", "--", "true"],
-            "invalid value 'many' for '--retries <N>': invalid digit found in string (see idem run --help)",
+            "invalid value 'many' for '--retries <N>': many is not a whole number; write one like 3 (see idem run --help)",
         ),
         (
             &[("IDEM_RETRIES", "1")],
             &["run", "--key", "k", "--retries", "many", "--", "true"],
-            "invalid value 'many' for '--retries <N>': invalid digit found in string (see idem run --help)",
+            "invalid value 'many' for '--retries <N>': many is not a whole number; write one like 3 (see idem run --help)",
         ),
         (
             &[("IDEM_PROGRESS", "sometimes"), ("IDEM_RETRIES", "x")],
             &["run", "--key", "k", "--", "true"],
-            "invalid value 'x' for '--retries <N>' from IDEM_RETRIES: invalid digit found in string; fix or unset IDEM_RETRIES (see idem run --help)",
+            "invalid value 'x' for '--retries <N>' from IDEM_RETRIES: x is not a whole number; write one like 3; fix or unset IDEM_RETRIES (see idem run --help)",
         ),
         (
             &[],
             &["ledger", "list", "--limit", "many"],
-            "invalid value 'many' for '--limit <N>': invalid digit found in string (see idem ledger list --help)",
+            "invalid value 'many' for '--limit <N>': many is not a whole number; write one like 3 (see idem ledger list --help)",
         ),
         (
             &[],

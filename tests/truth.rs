@@ -29,7 +29,9 @@ fn a_missing_ledger_is_told_by_every_reading_command() {
         assert_eq!(ran.stdout(), "", "{args:?} prints no data");
     }
     assert!(!missing.exists(), "reading creates nothing");
-    // `run` still makes the ledger it is given; then the same reads answer.
+    // `run` makes the ledger it is given, in a folder that is there; then
+    // the same reads answer.
+    std::fs::create_dir(env.path("typo")).unwrap();
     env.cmd(["run", "--key", "k", "--", "true"])
         .db(&missing)
         .succeeds();

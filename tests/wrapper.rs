@@ -221,7 +221,9 @@ fn terminal_session(mut command: Command, script: &[(&str, &[u8])]) -> (String, 
     use std::os::unix::process::CommandExt;
     let pty = nix::pty::openpty(None, None).unwrap();
     let slave = std::fs::File::from(pty.slave);
+    // A terminal's session names its kind, whatever ran the tests.
     command
+        .env("TERM", "xterm-256color")
         .stdin(slave.try_clone().unwrap())
         .stdout(slave.try_clone().unwrap())
         .stderr(slave);

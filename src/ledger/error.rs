@@ -237,7 +237,7 @@ impl fmt::Display for LedgerError {
             ),
             LedgerError::BadUrl { url, why } => write!(
                 f,
-                "invalid postgres URL {url}: {why}; see the README's PostgreSQL section"
+                "invalid postgres URL {url}: {why}; see docs/OPERATIONS.md, \"A shared ledger on PostgreSQL\""
             ),
             LedgerError::CannotCreateSchema { schema, ledger, why } => write!(
                 f,

@@ -190,7 +190,9 @@ fn versions_are_of_one_moment_while_the_schema_is_created() {
     let folder = tempfile::tempdir().unwrap();
     let mut foreign = 0;
     for round in 0..40 {
-        let path = folder.path().join(format!("{round}")).join("ledger.db");
+        let made = folder.path().join(format!("{round}"));
+        std::fs::create_dir(&made).unwrap();
+        let path = made.join("ledger.db");
         let created = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let reader = scope.spawn(|| {
@@ -210,9 +212,11 @@ fn versions_are_of_one_moment_while_the_schema_is_created() {
                 }
                 seen
             });
-            SqliteLedger::open(&path).unwrap();
+            // The reader stops whether or not the open succeeded.
+            let opened = SqliteLedger::open(&path);
             created.store(true, Ordering::Relaxed);
             foreign += reader.join().unwrap();
+            opened.unwrap();
         });
     }
     assert_eq!(
