@@ -21,6 +21,7 @@ pub mod report;
 pub mod run;
 pub mod serve;
 pub mod start;
+pub mod trace;
 pub mod url;
 pub mod when;
 

@@ -38,6 +38,7 @@ mod run_engine;
 mod serve;
 mod serve_actions;
 mod serve_states;
+mod traces;
 mod truth;
 mod wrapper;
 mod wrapper_ux;

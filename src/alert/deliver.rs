@@ -44,6 +44,7 @@ pub struct Swept {
 fn called(event: &NewEvent, payload: &Payload) -> &'static str {
     match event.kind.as_str() {
         "start" => "start",
+        "trace" => "trace",
         "success" | "recovery" | "stopped" => "success",
         "failure" if payload.alert => "fail",
         _ => "log",
@@ -72,6 +73,10 @@ pub fn deliver(event: &NewEvent, most: Duration, reporter: &Reporter) -> Result<
         Monitor::Cronitor(url) => (
             Http::new(url, shown, Vec::new()),
             cronitor::request(url, event, &payload),
+        ),
+        Monitor::Otlp(url) => (
+            Http::new(url, shown, Vec::new()),
+            Some(super::otlp::request(url, event)),
         ),
     };
     let Some(request) = request else {

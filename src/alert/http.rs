@@ -17,7 +17,7 @@ pub struct Request<'a> {
     /// POST with `body`, else GET.
     pub post: bool,
     pub url: String,
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Vec<(String, String)>,
     pub body: std::borrow::Cow<'a, [u8]>,
 }
 
@@ -93,7 +93,7 @@ impl Http {
         if request.post {
             let mut builder = self.agent.post(&request.url);
             for (name, value) in &request.headers {
-                builder = builder.header(*name, value);
+                builder = builder.header(name, value);
             }
             builder
                 .config()
@@ -103,7 +103,7 @@ impl Http {
         } else {
             let mut builder = self.agent.get(&request.url);
             for (name, value) in &request.headers {
-                builder = builder.header(*name, value);
+                builder = builder.header(name, value);
             }
             builder
                 .config()

@@ -12,6 +12,7 @@ mod deliver;
 mod events;
 mod hooks;
 mod http;
+mod otlp;
 mod ping;
 mod sentry;
 mod tell;
@@ -30,6 +31,7 @@ use crate::report::Reporter;
 pub use deliver::{doctor_outbox, owed_line, sweep, Swept};
 pub use events::{event_text, pausing, EventJson, Origin};
 pub use hooks::HOOK_LIMIT;
+pub use otlp::event as trace_event;
 /// How a URL is shown where it might be a secret, shared with `idem
 /// serve`, whose pages mask the URLs in commands so.
 pub use ping::mask as mask_url;

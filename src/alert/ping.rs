@@ -34,10 +34,14 @@ pub enum Monitor<'a> {
     /// A DSN: `https://KEY@HOST/PROJECT`.
     Sentry(&'a str),
     Cronitor(&'a str),
+    /// An OTLP/HTTP traces endpoint: a run's trace.
+    Otlp(&'a str),
 }
 
 pub fn monitor(address: &str) -> Monitor<'_> {
-    if let Some(dsn) = address.strip_prefix("sentry:") {
+    if let Some(url) = address.strip_prefix(super::otlp::PREFIX) {
+        Monitor::Otlp(url)
+    } else if let Some(dsn) = address.strip_prefix("sentry:") {
         Monitor::Sentry(dsn)
     } else if let Some(url) = address.strip_prefix("cronitor:") {
         Monitor::Cronitor(url)
@@ -51,6 +55,10 @@ pub fn check_address(address: &str) -> Result<(), String> {
     match monitor(address) {
         Monitor::Healthchecks(url) => check(url, ""),
         Monitor::Cronitor(url) => check(url, "cronitor: "),
+        Monitor::Otlp(_) => Err(
+            "--ping takes no otlp: address; --trace URL sends a run's trace to a collector"
+                .to_owned(),
+        ),
         Monitor::Sentry(dsn) => {
             check(dsn, "sentry: ")?;
             super::sentry::Dsn::parse(dsn).map(|_| ())
@@ -64,6 +72,7 @@ pub fn shown(address: &str) -> String {
         Monitor::Healthchecks(url) => mask(url),
         Monitor::Sentry(dsn) => format!("sentry:{}", mask(dsn)),
         Monitor::Cronitor(url) => format!("cronitor:{}", mask(url)),
+        Monitor::Otlp(url) => format!("{}{}", super::otlp::PREFIX, mask(url)),
     }
 }
 

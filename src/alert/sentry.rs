@@ -141,9 +141,12 @@ pub fn request(dsn: &Dsn, event: &NewEvent, payload: &Payload) -> Option<Request
         post: true,
         url: format!("{}/api/{}/envelope/", dsn.base, dsn.project),
         headers: vec![
-            ("content-type", "application/x-sentry-envelope".to_owned()),
             (
-                "x-sentry-auth",
+                "content-type".to_owned(),
+                "application/x-sentry-envelope".to_owned(),
+            ),
+            (
+                "x-sentry-auth".to_owned(),
                 format!(
                     "Sentry sentry_version=7, sentry_client=idem/{}, sentry_key={}",
                     env!("CARGO_PKG_VERSION"),

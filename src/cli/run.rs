@@ -403,6 +403,19 @@ pub struct RunArgs {
     )]
     pub alert_after: u64,
 
+    /// Send a trace of the run over OTLP/HTTP to URL, the collector's
+    /// traces endpoint (/v1/traces included); without it,
+    /// OTEL_EXPORTER_OTLP_ENDPOINT and OpenTelemetry's other variables
+    /// say where
+    #[arg(
+        long,
+        env = "IDEM_TRACE",
+        hide_env_values = true,
+        help_heading = ALERTS,
+        value_name = "URL"
+    )]
+    pub trace: Option<String>,
+
     /// Report an attempt still running after DUR, once (a line, the slow
     /// event of --on-failure, a ping to URL/log); it keeps running
     #[arg(

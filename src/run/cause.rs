@@ -15,7 +15,7 @@ pub(super) fn noted(end: &AttemptEnd) -> Event {
     }
 }
 
-fn cause(end: &AttemptEnd) -> String {
+pub(super) fn cause(end: &AttemptEnd) -> String {
     if end.stopped.is_some() {
         return "lease lost".to_owned();
     }

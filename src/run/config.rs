@@ -47,6 +47,8 @@ pub struct Config {
     pub template: Template,
     pub key: String,
     pub job: JobInfo,
+    /// Where the run's trace goes, when one is asked for.
+    pub trace: Option<crate::trace::Exporter>,
     /// `--catch-up N`: the template's period, and N.
     pub catch_up: Option<(Period, u32)>,
     /// `--misfire latest`: a catch-up runs the newest period due only.
@@ -123,6 +125,8 @@ impl Config {
         };
         let locks = super::overlap::with_job_lock(locks, overlap, &job.name);
         let after = super::after::After::from_args(args)?;
+        let trace =
+            crate::trace::Exporter::from_env(args.trace.as_deref()).map_err(Failure::usage)?;
         let contain = containment(args.contain)?;
         let schedule = template
             .period()
@@ -134,6 +138,7 @@ impl Config {
         Ok(Config {
             key,
             job,
+            trace,
             catch_up,
             misfire_latest: args.misfire == cli::Misfire::Latest,
             overlap,

@@ -69,6 +69,8 @@ pub(super) struct Run<'a> {
     /// `IDEM_SLOT`, with `--catch-up`.
     pub slot: Option<&'a str>,
     pub reporter: &'a Reporter,
+    /// The run's trace, when one is asked for.
+    pub trace: Option<&'a crate::trace::Recorder>,
 }
 
 impl Run<'_> {
@@ -144,6 +146,7 @@ impl Run<'_> {
         }
         (spec.env, spec.env_remove) = self.env(number);
         crate::console::attempt(number);
+        let span = super::traced::attempt_starts(self.trace, &mut spec.env);
         spec.cgroup_name = format!("{}-{number}", claim.run_id);
         let share = match claim
             .hold
@@ -178,6 +181,7 @@ impl Run<'_> {
         drop(watch);
         match attempted {
             Ok(mut end) => {
+                super::traced::attempt_ended(self.trace, span, number, &end);
                 let asked = supervisor.requested();
                 match self.stopped_after(ledger, &mut end, number, asked, output) {
                     Some(ending) => Step::Over(ending),
@@ -290,6 +294,7 @@ impl Run<'_> {
             self.reporter.spinner()
         };
         let max = self.config.retry.attempts();
+        let began = super::traced::now(self.trace);
         let interrupted = supervisor.sleep(delay, Duration::from_millis(100), &mut |left| {
             if let Some(bar) = &spinner {
                 bar.set_message(format!(
@@ -300,6 +305,7 @@ impl Run<'_> {
             }
         });
         drop(spinner);
+        super::traced::backoff(self.trace, began, number);
         let signal = interrupted?;
         self.reporter.notice(
             output.lines(),
@@ -352,6 +358,8 @@ impl Run<'_> {
         // claim by now: one try says so.
         let patience = if lost { Duration::ZERO } else { RECORD_FOR };
         let (verdict, mut owed) = alerts.owe(ledger, &outcome, last.as_ref());
+        let job = &self.config.job.name;
+        owed.extend(super::traced::event(self.trace, self.claim, job, &outcome));
         let recorded = self.record(ledger, last.as_ref(), &outcome, &owed, patience);
         let verdict = recorded.is_ok().then(|| {
             let judged =

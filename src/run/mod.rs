@@ -42,6 +42,7 @@ mod reserve;
 mod stopped;
 mod streams;
 mod tell;
+mod traced;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -93,6 +94,8 @@ fn run_key(
         ledger.leave();
         return Ok(code);
     }
+    let trace = config.trace.clone().map(crate::trace::Recorder::begin);
+    let claiming = traced::now(trace.as_ref());
     let (claim, recovered, reserve) = match acquire(config, key, ledger.as_mut(), reporter)? {
         Acquired::Claimed {
             claim,
@@ -105,6 +108,7 @@ fn run_key(
         }
     };
     crate::console::claimed(&claim.run_id);
+    traced::claimed(trace.as_ref(), claiming, &claim);
     let alerts = Alerts::start(
         &config.alerts,
         &claim,
@@ -132,6 +136,7 @@ fn run_key(
         recovered,
         slot,
         reporter,
+        trace: trace.as_ref(),
     };
     // A shared ledger's claim lives only as long as its heartbeat.
     let heartbeat = ledger

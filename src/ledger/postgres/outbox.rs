@@ -151,10 +151,11 @@ impl Outbox for PostgresLedger {
              WHERE {OWED} AND created_at < now() - $1::text::interval"
         );
         // Overtaken: a newer run's outcome to the same target went out (or
-        // is going, or may have gone).
+        // is going, or may have gone). A trace is never overtaken: each
+        // run's spans are its own.
         let supersede = format!(
             "UPDATE idem.outbox o SET superseded = true, address = '', body = ''::bytea
-             WHERE {OWED} AND target NOT LIKE '--on-%' AND EXISTS (SELECT 1 FROM idem.outbox n
+             WHERE {OWED} AND target NOT LIKE '--on-%' AND kind <> 'trace' AND EXISTS (SELECT 1 FROM idem.outbox n
                  WHERE n.dest = o.dest AND n.kind <> 'start' AND n.sending_at IS NOT NULL
                      AND (n.run_started, n.run_id) > (o.run_started, o.run_id))"
         );

@@ -137,11 +137,12 @@ fn take(conn: &Connection, holder: Uuid, pick: &Pick<'_>) -> rusqlite::Result<Ta
         [given_up()],
     )?;
     // Overtaken: a newer run's outcome to the same target went out (or
-    // is going, or may have gone).
+    // is going, or may have gone). A trace is never overtaken: each run's
+    // spans are its own.
     let superseded = conn.execute(
         &format!(
             "UPDATE outbox SET superseded = 1, address = '', body = x''
-             WHERE {OWED} AND target NOT LIKE '--on-%' AND EXISTS (SELECT 1 FROM outbox n
+             WHERE {OWED} AND target NOT LIKE '--on-%' AND kind <> 'trace' AND EXISTS (SELECT 1 FROM outbox n
                  WHERE n.dest = outbox.dest AND n.kind <> 'start' AND n.sending_at IS NOT NULL
                      AND (n.run_started, n.run_id) > (outbox.run_started, outbox.run_id))"
         ),
