@@ -211,11 +211,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__backfill)
-<<<<<<< HEAD
-            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --log-format --help --version"
-=======
-            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --log-format --help --version"
->>>>>>> fdeb7ec (trace: a trace of each run over OTLP/HTTP, sent through the outbox)
+            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1315,11 +1311,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-<<<<<<< HEAD
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --log-format --help --version"
-=======
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --log-format --help --version"
->>>>>>> fdeb7ec (trace: a trace of each run over OTLP/HTTP, sent through the outbox)
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -264,13 +264,23 @@ fn spans_owed_while_the_collector_is_down_are_delivered_once_when_it_is_back() {
 fn a_collector_that_hangs_holds_no_run_past_its_budget() {
     let env = Env::new();
     let collector = Collector::start(&env, 0, "hang");
-    env.cmd(["run", "--key", "k", "--", "sh", "-c", "exit 4"])
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            collector.endpoint() + "/v1/traces",
-        )
-        .expect_code(4)
-        .stderr_has("could not send the trace ping");
+    env.cmd([
+        "run",
+        "--key",
+        "k",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "exit 4",
+    ])
+    .env(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        collector.endpoint() + "/v1/traces",
+    )
+    .expect_code(4)
+    .stderr_has("could not send the trace ping");
     // The run is over while the collector still holds the request.
     let hung = PathBuf::from(format!("{}.hung", collector.out.display()));
     eventually(

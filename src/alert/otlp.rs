@@ -12,8 +12,8 @@ use crate::trace::Exporter;
 pub const PREFIX: &str = "otlp:";
 
 /// The event that delivers `spans` (an export request's bytes) of run
-/// `run_id` to the exporter's endpoint; held by the run, which sends it
-/// within its budget; else the next idem or `idem ledger deliver` does.
+/// `run_id` to the exporter's endpoint: the run sends it within its
+/// budget; else the next idem or `idem ledger deliver` does.
 pub fn event(
     exporter: &Exporter,
     run_id: uuid::Uuid,
@@ -30,16 +30,17 @@ pub fn event(
         "alert": false,
         "headers": exporter.headers,
     });
+    let address = format!("{PREFIX}{}", exporter.url);
     NewEvent {
         event_id: crate::id::new(),
         run_id,
         job: job.to_owned(),
         kind: "trace".to_owned(),
         target: format!("trace {short}"),
-        address: format!("{PREFIX}{}", exporter.url),
         payload: payload.to_string(),
         body: spans,
-        held: true,
+        dest: crate::ledger::dest(&address),
+        address,
     }
 }
 

@@ -120,11 +120,11 @@ impl Alerts {
             .into_iter()
             .filter(|(_, result)| result.is_err())
             .collect();
-        let pings: Vec<String> = inner
-            .settings
-            .ping
-            .iter()
+        // A run's trace goes with its pings, within the same budget.
+        let traces = owed.iter().filter(|event| event.kind == "trace");
+        let pings: Vec<String> = (inner.settings.ping.iter())
             .map(|url| crate::ledger::dest(url))
+            .chain(traces.map(|event| event.dest.clone()))
             .collect();
         inner.deliver_own(ledger, &pings, false, owed, &mut failed);
         let hooks: Vec<String> = owed
