@@ -211,7 +211,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__backfill)
-            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --key --db --quiet --verbose --color --log-format --help --version"
+            opts="-k -q -v -h -V --from --to --dry-run --all --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --nice --ionice --key --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -363,6 +363,14 @@ _idem_clap() {
                     ;;
                 --contain)
                     COMPREPLY=($(compgen -W "auto cgroup pid-namespace guardian" -- "${cur}"))
+                    return 0
+                    ;;
+                --nice)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ionice)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --key)
@@ -1311,7 +1319,7 @@ _idem_clap() {
             return 0
             ;;
         idem__subcmd__run)
-            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --db --quiet --verbose --color --log-format --help --version"
+            opts="-k -q -v -h -V --key --job --shell --retries --backoff --max-backoff --retry-on --no-retry-on --timeout --kill-after --timeout-signal --splay --ttl --catch-up --misfire --force --wait --replace --lock --overlap --on-abandoned --skipped-exit-code --conflict-exit-code --paused-exit-code --pause-after --quiet-success --capture --replay --progress --lease --on-failure --on-recovery --alert-after --trace --warn-after --warn-every --ping --after --after-wait --blocked-exit-code --contain --nice --ionice --db --quiet --verbose --color --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1463,6 +1471,14 @@ _idem_clap() {
                     ;;
                 --contain)
                     COMPREPLY=($(compgen -W "auto cgroup pid-namespace guardian" -- "${cur}"))
+                    return 0
+                    ;;
+                --nice)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ionice)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --db)

@@ -90,6 +90,8 @@ complete -c idem -n "__fish_idem_using_subcommand run" -l contain -d 'What holds
 cgroup\t'A cgroup of the attempt\'s own, or refuse to run'
 pid-namespace\t'A PID namespace: the command\'s pid and its parent\'s are not the host\'s'
 guardian\t'The guardian alone: a subreaper, and the IDEM_RUN_ID look'"
+complete -c idem -n "__fish_idem_using_subcommand run" -l nice -d 'Run the command at nice value N, -20 (first) to 19 (last), as nice(1) does; below idem\'s own takes root' -r
+complete -c idem -n "__fish_idem_using_subcommand run" -l ionice -d 'Run the command in I/O scheduling class CLASS (idle, best-effort or realtime, this one root\'s) at LEVEL 0 (first) to 7 (last), as ionice(1) does' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand run" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'
 always\t'Always, even into a pipe'
@@ -151,6 +153,8 @@ complete -c idem -n "__fish_idem_using_subcommand backfill" -l contain -d 'What 
 cgroup\t'A cgroup of the attempt\'s own, or refuse to run'
 pid-namespace\t'A PID namespace: the command\'s pid and its parent\'s are not the host\'s'
 guardian\t'The guardian alone: a subreaper, and the IDEM_RUN_ID look'"
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l nice -d 'Run the command at nice value N, -20 (first) to 19 (last), as nice(1) does; below idem\'s own takes root' -r
+complete -c idem -n "__fish_idem_using_subcommand backfill" -l ionice -d 'Run the command in I/O scheduling class CLASS (idle, best-effort or realtime, this one root\'s) at LEVEL 0 (first) to 7 (last), as ionice(1) does' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -s k -l key -d 'Idempotency key; may hold {date} {hour} {minute} {week} {month} {year} {host} (local time, TZ honoured), {minute/N} and {hour/N} (every N minutes or hours); {{ and }} for braces' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l db -d 'Ledger: a SQLite file path, or a postgres:// URL for a shared ledger [default: <data dir>/idem/ledger.db]' -r
 complete -c idem -n "__fish_idem_using_subcommand backfill" -l color -d 'Colour in tables: auto (at a terminal, unless NO_COLOR is set or TERM is dumb), always or never' -r -f -a "auto\t'At a terminal, unless NO_COLOR is set or TERM is dumb'

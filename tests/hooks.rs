@@ -43,6 +43,7 @@ fn a_failure_hook_gets_its_environment_and_a_private_output_file() {
         .to_owned();
     let mut expected = vec![output_line.clone()];
     expected.extend([
+        "IDEM_CAUSE=exit 3".to_owned(),
         "IDEM_EVENT=failure".to_owned(),
         "IDEM_EXIT_CODE=3".to_owned(),
         "IDEM_FAILURES=1".to_owned(),

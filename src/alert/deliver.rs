@@ -120,6 +120,7 @@ pub fn deliver_hook(
         key: named(event, payload),
         run_id: &run_id,
         exit_code: payload.exit_code,
+        cause: payload.cause.as_deref(),
         failures: payload.failures,
         output: &event.body,
     };

@@ -18,6 +18,10 @@ pub struct Payload {
     pub key: String,
     /// The outcome's exit code; none for `start` and `slow`.
     pub exit_code: Option<i32>,
+    /// What the last attempt died of (`IDEM_CAUSE`); none for `start`
+    /// and `slow`, and in an older idem's events.
+    #[serde(default)]
+    pub cause: Option<String>,
     /// The job's failures in a row.
     pub failures: u64,
     /// A failure at or past `--alert-after` (a ping to `URL/fail`, not
@@ -136,13 +140,14 @@ impl Origin<'_> {
     }
 
     /// The events an outcome owes: the hook its verdict calls for, then
-    /// each ping, carrying the output tail. `before`: the job's failures
-    /// in a row that a recovery ends.
+    /// each ping, carrying the output tail. `exit`: the outcome's exit
+    /// code, and what its last attempt died of. `before`: the job's
+    /// failures in a row that a recovery ends.
     pub fn outcome(
         &self,
         settings: &Settings,
         verdict: Verdict,
-        exit_code: i32,
+        (exit_code, cause): (i32, Option<String>),
         before: u64,
         output: &[u8],
     ) -> Vec<NewEvent> {
@@ -178,6 +183,7 @@ impl Origin<'_> {
         };
         let payload = Payload {
             exit_code: Some(exit_code),
+            cause,
             failures,
             alert,
             paused: matches!(verdict, Verdict::Paused { .. }),

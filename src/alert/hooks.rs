@@ -28,6 +28,9 @@ pub struct Event<'a> {
     pub run_id: &'a str,
     /// `IDEM_EXIT_CODE`; none for `slow`, whose attempt still runs.
     pub exit_code: Option<i32>,
+    /// `IDEM_CAUSE`: what the last attempt died of (`exit N`, `signal N`,
+    /// `timeout`, `killed for memory`, `stopped: WHY`); none for `slow`.
+    pub cause: Option<&'a str>,
     /// `IDEM_FAILURES`: the job's failures in a row.
     pub failures: u64,
     /// The output tail, for `IDEM_OUTPUT`.
@@ -129,6 +132,10 @@ fn hook_command(command: &OsStr, event: &Event, output: &Path) -> Command {
     match event.exit_code {
         Some(code) => hook.env("IDEM_EXIT_CODE", code.to_string()),
         None => hook.env_remove("IDEM_EXIT_CODE"),
+    };
+    match event.cause {
+        Some(cause) => hook.env("IDEM_CAUSE", cause),
+        None => hook.env_remove("IDEM_CAUSE"),
     };
     hook
 }

@@ -235,7 +235,8 @@ impl Alerts {
             key: &inner.key,
             duration_ms: u64::try_from(inner.claimed_at.elapsed().as_millis()).ok(),
         };
-        let owed = origin.outcome(settings, verdict, outcome.exit_code, inner.before, &output);
+        let exit = (outcome.exit_code, last.and_then(Attempt::cause));
+        let owed = origin.outcome(settings, verdict, exit, inner.before, &output);
         (verdict, owed)
     }
 
@@ -360,6 +361,7 @@ impl Inner {
                 key: &self.key,
                 run_id: &self.run_id,
                 exit_code: None,
+                cause: None,
                 failures: self.before,
                 output: &[],
             };

@@ -30,7 +30,7 @@ pub use run::{Contain, Misfire, OnAbandoned, Overlap, Progress, RunArgs};
 pub use serve::{listen_address, ServeArgs};
 pub use stop::{StopArgs, STOP_EXIT_CODES_HELP};
 pub use values::{
-    duration, signal, switch, ByteSize, CodeSet, SignalNumber, MAX_CAPTURE, MAX_DURATION,
+    duration, signal, switch, ByteSize, CodeSet, IoNice, SignalNumber, MAX_CAPTURE, MAX_DURATION,
 };
 
 /// Run a command once per idempotency key.

@@ -4,7 +4,9 @@ use std::ffi::OsString;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use super::values::{count, duration, signal, switch, ByteSize, CodeSet, SignalNumber};
+use super::values::{
+    count, duration, ionice, nice, signal, switch, ByteSize, CodeSet, IoNice, SignalNumber,
+};
 
 // The groups of `idem run --help` (and sections of its man page). A new
 // `run` option joins one of them and gets its environment twin: `IDEM_` and
@@ -505,6 +507,32 @@ pub struct RunArgs {
         value_name = "HOW"
     )]
     pub contain: Contain,
+
+    /// Run the command at nice value N, -20 (first) to 19 (last), as
+    /// nice(1) does; below idem's own takes root
+    #[arg(
+        long,
+        env = "IDEM_NICE",
+        hide_env_values = true,
+        help_heading = RESOURCES,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = nice
+    )]
+    pub nice: Option<i32>,
+
+    /// Run the command in I/O scheduling class CLASS (idle, best-effort or
+    /// realtime, this one root's) at LEVEL 0 (first) to 7 (last), as
+    /// ionice(1) does
+    #[arg(
+        long,
+        env = "IDEM_IONICE",
+        hide_env_values = true,
+        help_heading = RESOURCES,
+        value_name = "CLASS[:LEVEL]",
+        value_parser = ionice
+    )]
+    pub ionice: Option<IoNice>,
 
     /// The command and its arguments, after --
     #[arg(

@@ -58,6 +58,53 @@ pub fn count(text: &str) -> Result<u32, String> {
         .map_err(|_| format!("{text} is more than idem counts to ({})", u32::MAX))
 }
 
+/// `--nice N`: a nice value from -20 (first) to 19 (last).
+pub fn nice(text: &str) -> Result<i32, String> {
+    match text.trim().parse::<i32>() {
+        Ok(value) if (-20..=19).contains(&value) => Ok(value),
+        _ => Err(format!(
+            "{text} is not a nice value; give -20 (first) to 19 (last), like 10"
+        )),
+    }
+}
+
+/// `--ionice CLASS[:LEVEL]`, as ionice(1) names them: the class (1
+/// realtime, 2 best-effort, 3 idle) and the level within it (0 first to 7
+/// last; 4 where none is given; idle has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoNice {
+    pub class: i32,
+    pub level: i32,
+}
+
+pub fn ionice(text: &str) -> Result<IoNice, String> {
+    const HINT: &str = "write idle, best-effort[:0-7] or realtime[:0-7], like best-effort:7";
+    let (class, level) = match text.trim().split_once(':') {
+        Some((class, level)) => (class, Some(level)),
+        None => (text.trim(), None),
+    };
+    let class = match class.to_ascii_lowercase().as_str() {
+        "realtime" | "1" => 1,
+        "best-effort" | "2" => 2,
+        "idle" | "3" => 3,
+        _ => return Err(format!("{text} is not an I/O class; {HINT}")),
+    };
+    let level = match (class, level) {
+        (3, Some(_)) => return Err(format!("{text}: the idle class has no level; {HINT}")),
+        (3, None) => 0,
+        (_, None) => 4,
+        (_, Some(level)) => match level.parse::<i32>() {
+            Ok(level) if (0..=7).contains(&level) => level,
+            _ => {
+                return Err(format!(
+                    "{text}: the level is 0 (first) to 7 (last); {HINT}"
+                ))
+            }
+        },
+    };
+    Ok(IoNice { class, level })
+}
+
 /// Parses the value of a switch's environment twin (`IDEM_QUIET_SUCCESS=1`);
 /// on the command line the switch takes no value.
 pub fn switch(text: &str) -> Result<bool, String> {

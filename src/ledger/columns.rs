@@ -40,6 +40,9 @@ select_list! {
         Stderr = "a.stderr_tail",
         Cut = "a.cut",
         Containment = "a.containment",
+        Cause = "a.cause",
+        PeakMemory = "a.peak_memory",
+        CpuMs = "a.cpu_ms",
     }
 }
 

@@ -304,6 +304,16 @@ pub const MIGRATIONS: &[&str] = &[
         said INTEGER NOT NULL DEFAULT 0
     ) WITHOUT ROWID;
     ",
+    // 15: what each attempt died of and what it used (`Attempt::cause`):
+    // the cause only where exit_code and signal do not tell it (a timeout,
+    // a kill for memory, a stop), so an ordinary attempt spends no byte on
+    // it; its peak memory in bytes and its CPU time in ms, NULL where not
+    // recorded (an older idem's attempt).
+    "
+    ALTER TABLE attempts ADD COLUMN cause TEXT;
+    ALTER TABLE attempts ADD COLUMN peak_memory INTEGER;
+    ALTER TABLE attempts ADD COLUMN cpu_ms INTEGER;
+    ",
 ];
 
 /// The schema version this idem writes.

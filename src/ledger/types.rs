@@ -135,6 +135,38 @@ pub struct Attempt {
     /// What held its processes together, recorded as it started; `None`:
     /// not recorded (an older idem's attempt, or an older export's).
     pub containment: Option<Containment>,
+    /// What it died of where `exit_code` and `signal` do not say it
+    /// (`timeout`, `killed for memory`, `stopped: WHY`); see
+    /// [`Attempt::cause`].
+    pub cause: Option<String>,
+    /// Its peak memory in bytes, and its CPU time in ms; `None`: not
+    /// recorded.
+    pub peak_memory: Option<i64>,
+    pub cpu_ms: Option<i64>,
+}
+
+impl Attempt {
+    /// This attempt with its cause kept only where its exit code and
+    /// signal do not tell it (as the ledger stores it).
+    pub fn told_cause(mut self) -> Attempt {
+        let cause = self.cause.take();
+        self.cause = cause.filter(|cause| Some(cause) != self.cause().as_ref());
+        self
+    }
+
+    /// What it died of, in the words `ledger show`, its JSON and hooks
+    /// (`IDEM_CAUSE`) give: `exit N`, `signal N`, `timeout`, `killed for
+    /// memory`, `stopped: WHY`; `None` while it runs.
+    pub fn cause(&self) -> Option<String> {
+        if let Some(cause) = &self.cause {
+            return Some(cause.clone());
+        }
+        match (self.signal, self.exit_code) {
+            (Some(signal), _) => Some(format!("signal {signal}")),
+            (None, Some(code)) => Some(format!("exit {code}")),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A hook that ran for a run (`--on-failure`, `--on-recovery`).

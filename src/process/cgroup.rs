@@ -161,6 +161,29 @@ impl RunCgroup {
         Ok(RunCgroup { dir, procs, kill })
     }
 
+    /// What the attempt used, by the cgroup's own figures where it keeps
+    /// them (its CPU time in `cpu.stat`; its peak memory and OOM kills
+    /// where the memory controller counts for it), else `waited`'s.
+    pub fn usage(&self, waited: super::Usage) -> super::Usage {
+        let read = |name: &str| fs::read_to_string(self.dir.join(name)).ok();
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok())
+        };
+        let cpu_ms = read("cpu.stat")
+            .and_then(|stat| field(&stat, "usage_usec "))
+            .map(|usec| usec / 1000);
+        let peak = read("memory.peak").and_then(|peak| peak.trim().parse().ok());
+        let oom = read("memory.events")
+            .and_then(|events| field(&events, "oom_kill "))
+            .is_some_and(|kills| kills > 0);
+        super::Usage {
+            peak_memory: peak.or(waited.peak_memory),
+            cpu_ms: cpu_ms.or(waited.cpu_ms),
+            oom_killed: oom || waited.oom_killed,
+        }
+    }
+
     /// The paths the guardian is given: `cgroup.procs` and `cgroup.kill`,
     /// valid while this lives.
     pub fn paths(&self) -> (*const libc::c_char, *const libc::c_char) {

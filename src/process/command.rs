@@ -31,7 +31,8 @@ pub unsafe fn execute(
     report: RawFd,
 ) -> ! {
     // SAFETY: our contract's descriptors, open.
-    if let Err(failed) = unsafe { enter(cgroup).and_then(|()| set_up(hold, guardian, terminal)) } {
+    let set = unsafe { enter(cgroup).and_then(|()| set_up(hold, guardian, terminal)) };
+    if let Err(failed) = set.and_then(|()| prioritize(prepared.priority)) {
         // SAFETY: `report` is open (our contract).
         unsafe { tell(report, failed) };
     }
@@ -48,6 +49,24 @@ pub unsafe fn execute(
             },
         )
     }
+}
+
+/// The command's nice value and I/O priority (`--nice`, `--ionice`).
+fn prioritize(priority: super::Priority) -> Result<(), Failed> {
+    if let Some(nice) = priority.nice {
+        // SAFETY: setpriority takes integers.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+            return Err(Failed::now(Step::Nice));
+        }
+    }
+    if let Some(ioprio) = priority.ionice {
+        // IOPRIO_WHO_PROCESS (1), this process (0).
+        // SAFETY: ioprio_set takes integers.
+        if unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, ioprio) } != 0 {
+            return Err(Failed::now(Step::IoNice));
+        }
+    }
+    Ok(())
 }
 
 /// Writes this process into the attempt's cgroup (its `cgroup.procs`),

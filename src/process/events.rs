@@ -85,6 +85,8 @@ fn ring(write: RawFd, byte: u8) {
 pub struct Watched {
     reader: Option<UnixStream>,
     pid: i32,
+    /// What the attempt used, once the guardian is reaped.
+    pub usage: super::Usage,
 }
 
 impl Watched {
@@ -92,6 +94,7 @@ impl Watched {
         Watched {
             reader: Some(reader),
             pid,
+            usage: super::Usage::default(),
         }
     }
 
@@ -218,7 +221,9 @@ impl Events {
             Some(report) => Event::Told(report),
             None => {
                 watched.reader = None;
-                Event::Ended(super::spawn::reap(watched.pid))
+                let (status, usage) = super::spawn::reap_with_usage(watched.pid);
+                watched.usage = usage;
+                Event::Ended(status)
             }
         };
         self.queue.borrow_mut().push_back(event);

@@ -81,6 +81,16 @@ pub struct Spec<'a> {
     pub contain: Containment,
     /// The attempt's cgroup under `contain` cgroup: `<run id>-<attempt>`.
     pub cgroup_name: String,
+    pub priority: Priority,
+}
+
+/// The command's CPU and I/O priority, set before its exec.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Priority {
+    /// Its nice value (setpriority(2)).
+    pub nice: Option<i32>,
+    /// Its I/O priority as ioprio_set(2) takes it.
+    pub ionice: Option<i32>,
 }
 
 /// What happens during an attempt that a person should hear of.
@@ -112,6 +122,36 @@ pub enum End {
     },
 }
 
+/// What an attempt's processes used, and whether the kernel killed one
+/// for want of memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// The largest resident set, in bytes: the cgroup's peak where it
+    /// counts memory, else the largest of any one process (wait4(2)).
+    pub peak_memory: Option<u64>,
+    /// User and system CPU time, in milliseconds.
+    pub cpu_ms: Option<u64>,
+    /// The cgroup's memory limit killed a process of the attempt.
+    pub oom_killed: bool,
+}
+
+impl Usage {
+    /// From the rusage wait4(2) gave for the guardian (its own and that of
+    /// every process it reaped).
+    pub fn of(used: &nix::libc::rusage) -> Usage {
+        let ms = |time: nix::libc::timeval| {
+            u64::try_from(time.tv_sec).unwrap_or(0) * 1000
+                + u64::try_from(time.tv_usec).unwrap_or(0) / 1000
+        };
+        Usage {
+            // ru_maxrss is in KiB.
+            peak_memory: u64::try_from(used.ru_maxrss).ok().map(|kib| kib * 1024),
+            cpu_ms: Some(ms(used.ru_utime) + ms(used.ru_stime)),
+            oom_killed: false,
+        }
+    }
+}
+
 pub struct AttemptEnd {
     pub started_at: Timestamp,
     pub finished_at: Timestamp,
@@ -127,6 +167,8 @@ pub struct AttemptEnd {
     pub cut: bool,
     /// The reader of idem's stdout or stderr went away (a closed pipe).
     pub reader_gone: bool,
+    /// What its processes used.
+    pub usage: Usage,
 }
 
 impl AttemptEnd {
@@ -142,6 +184,7 @@ impl AttemptEnd {
             stderr_tail: Vec::new(),
             cut: false,
             reader_gone: false,
+            usage: Usage::default(),
         }
     }
 

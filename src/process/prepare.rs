@@ -17,6 +17,8 @@ pub struct Prepared {
     pub argv: Vec<*const c_char>,
     _envp: Vec<CString>,
     pub envp: Vec<*const c_char>,
+    /// The command's priority, set before its exec.
+    pub priority: super::Priority,
 }
 
 impl Prepared {
@@ -72,6 +74,7 @@ impl Prepared {
             _argv: owned_argv,
             envp: pointers(&owned_envp),
             _envp: owned_envp,
+            priority: super::Priority::default(),
         })
     }
 }

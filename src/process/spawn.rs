@@ -18,7 +18,7 @@ use super::cgroup::RunCgroup;
 use super::prepare::{Fds, Prepared};
 use super::steps::Failed;
 use super::wire::{self, read_report};
-use super::{guardian, AttemptEnd, Containment, Spec};
+use super::{guardian, AttemptEnd, Containment, Spec, Usage};
 use crate::exit;
 
 /// An attempt's first process, forked, and idem's ends of its pipes.
@@ -36,7 +36,7 @@ pub struct Forked {
     pub stdin: Option<OwnedFd>,
     /// The attempt's cgroup, removed when this is dropped (after the
     /// guardian's reap: the attempt is over then).
-    pub _cgroup: Option<RunCgroup>,
+    pub cgroup: Option<RunCgroup>,
 }
 
 /// Forks the attempt's guardian with its ends of the pipes and `hold`;
@@ -88,7 +88,7 @@ pub fn fork(spec: &Spec<'_>, prepared: &Prepared, hold: Option<OwnedFd>) -> Resu
         out: out_read,
         err: err_read,
         stdin: stdin_write,
-        _cgroup: cgroup,
+        cgroup,
     })
 }
 
@@ -203,6 +203,31 @@ pub fn reap(pid: i32) -> WaitStatus {
             Ok(status) => return status,
             Err(_) => return WaitStatus::Exited(Pid::from_raw(pid), exit::IDEM_FAILED.into()),
         }
+    }
+}
+
+/// [`reap`], with what the guardian and every process it reaped (the
+/// whole attempt, however it detached) used: their CPU time and the
+/// largest peak memory among them, by wait4(2).
+pub fn reap_with_usage(pid: i32) -> (WaitStatus, Usage) {
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain integers, for which all zeroes is valid;
+        // wait4 writes into the status and rusage we own.
+        let (reaped, used) = unsafe {
+            let mut used: libc::rusage = std::mem::zeroed();
+            (libc::wait4(pid, &mut status, 0, &mut used), used)
+        };
+        if reaped == pid {
+            let status = WaitStatus::from_raw(Pid::from_raw(pid), status).unwrap_or(
+                WaitStatus::Exited(Pid::from_raw(pid), exit::IDEM_FAILED.into()),
+            );
+            return (status, Usage::of(&used));
+        }
+        if reaped < 0 && nix::errno::Errno::last() == nix::errno::Errno::EINTR {
+            continue;
+        }
+        return (reap(pid), Usage::default());
     }
 }
 

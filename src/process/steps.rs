@@ -29,10 +29,12 @@ pub enum Step {
     SignalDefaults,
     UnblockSignals,
     EnterCgroup,
+    Nice,
+    IoNice,
 }
 
 /// Every step, in the order of their numbers.
-const STEPS: [Step; 17] = [
+const STEPS: [Step; 19] = [
     Step::Exec,
     Step::BlockSignals,
     Step::GuardianGroup,
@@ -50,6 +52,8 @@ const STEPS: [Step; 17] = [
     Step::SignalDefaults,
     Step::UnblockSignals,
     Step::EnterCgroup,
+    Step::Nice,
+    Step::IoNice,
 ];
 
 impl Step {
@@ -85,6 +89,8 @@ impl Step {
             Step::SignalDefaults => "could not restore the command's signal dispositions",
             Step::UnblockSignals => "could not unblock the command's signals",
             Step::EnterCgroup => "could not move the command into the attempt's cgroup",
+            Step::Nice => "could not give the command its nice value (--nice)",
+            Step::IoNice => "could not give the command its I/O priority (--ionice)",
         }
     }
 }

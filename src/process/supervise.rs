@@ -146,7 +146,10 @@ impl Supervisor {
         let started_at = Timestamp::now();
         let (argv, env) = command_line(spec);
         let prepared = match Prepared::new(&argv, &env, &spec.env_remove) {
-            Ok(prepared) => prepared,
+            Ok(mut prepared) => {
+                prepared.priority = spec.priority;
+                prepared
+            }
             Err(error) => return Ok(not_started(spec, started_at, &error)),
         };
         // Nothing ran when the fork (or what it needs) fails.
@@ -233,6 +236,10 @@ impl Supervisor {
                 timed_out: ended.timed_out,
                 interrupted: ended.interrupted,
                 stopped: self.stopped(),
+                usage: match &forked.cgroup {
+                    Some(cgroup) => cgroup.usage(ended.usage),
+                    None => ended.usage,
+                },
             })
         })
     }
@@ -400,6 +407,8 @@ impl Supervisor {
             end: end_of(watch.main, guardian),
             timed_out: watch.timed_out,
             interrupted: watch.interrupted,
+            // wait4's figures count the guardian too: the fallback.
+            usage: watch.used.unwrap_or(watched.usage),
         })
     }
 
@@ -488,6 +497,13 @@ impl Supervisor {
     ) {
         match report.kind {
             wire::EXITED => watch.main = Some(report.a),
+            wire::USED => {
+                watch.used = Some(super::Usage {
+                    peak_memory: u64::try_from(report.a).ok().map(|kib| kib * 1024),
+                    cpu_ms: u64::try_from(report.b).ok(),
+                    oom_killed: false,
+                });
+            }
             wire::LEFT_RUNNING => waiting(Notice::LeftRunning {
                 count: report.a,
                 pids: &report.pids,
@@ -522,6 +538,8 @@ struct Supervision {
     /// The guardian's end, when it ended while processes of the attempt
     /// still held the run's lock (it was killed).
     guardian_gone: Option<WaitStatus>,
+    /// What the run's processes used, as the guardian told it.
+    used: Option<super::Usage>,
 }
 
 impl Supervision {
@@ -543,6 +561,7 @@ struct Supervised {
     end: End,
     timed_out: bool,
     interrupted: Option<i32>,
+    usage: super::Usage,
 }
 
 /// What came of an admitted command.

@@ -12,7 +12,7 @@ use nix::libc::{self, c_int, pid_t};
 use super::tree::{signal_run, signal_the_missed, walk, Root, Seen};
 use super::wire::{
     errno, monotonic_ms, put, receive, send, DEADLINE, EXITED, FROM_GUARDIAN, LEASE_RAN_OUT,
-    LEFT_RUNNING, RESUME, SIGNAL,
+    LEFT_RUNNING, RESUME, SIGNAL, USED,
 };
 
 /// Reaps everything, tells idem how the command ended and what it left,
@@ -139,6 +139,26 @@ impl Watch {
         unsafe { send(self.door, &self.frame) };
     }
 
+    /// Tells idem what the run's processes used: theirs alone, which
+    /// wait4 of the guardian would mix with the guardian's own memory.
+    fn tell_used(&mut self) {
+        // SAFETY: rusage is plain integers, for which all zeroes is valid;
+        // getrusage writes into the one we own.
+        let used = unsafe {
+            let mut used: libc::rusage = std::mem::zeroed();
+            if libc::getrusage(libc::RUSAGE_CHILDREN, &mut used) != 0 {
+                return;
+            }
+            used
+        };
+        let ms = |time: libc::timeval| time.tv_sec * 1000 + time.tv_usec / 1000;
+        let cpu = ms(used.ru_utime) + ms(used.ru_stime);
+        let clamp = |value: i64| value.clamp(0, i64::from(i32::MAX)) as i32;
+        put(&mut self.frame, USED, clamp(used.ru_maxrss), clamp(cpu));
+        // SAFETY: `door` is -1 or the guardian's open socket end.
+        unsafe { send(self.door, &self.frame) };
+    }
+
     /// The terminal goes back to idem once the command's main process
     /// ends; what it left running is in the background then, as under a
     /// shell.
@@ -179,6 +199,7 @@ impl Watch {
             } else if errno() != libc::EINTR {
                 // ECHILD: nothing of the run is left.
                 self.give_back();
+                self.tell_used();
                 // SAFETY: _exit ends the guardian without running anything
                 // of the parent's (no atexit handlers, no flush).
                 unsafe { libc::_exit(0) };

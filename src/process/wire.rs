@@ -37,6 +37,9 @@ pub const EXITED: u8 = b'E';
 pub const LEFT_RUNNING: u8 = b'L';
 /// guardian -> idem: the lease deadline passed unrenewed; the run is stopped.
 pub const LEASE_RAN_OUT: u8 = b'T';
+/// guardian -> idem, as it exits: the run's processes it reaped used `a`
+/// KiB at the peak of the largest and `b` ms of CPU.
+pub const USED: u8 = b'U';
 /// guardian -> idem: step `a` of the setup after the fork failed with
 /// errno `b` (see `steps`); nothing of the command runs.
 pub const SETUP_FAILED: u8 = b'F';

@@ -109,10 +109,18 @@ pub struct AttemptJson<'a> {
     pub started_at: Option<String>,
     /// When it finished; null while running.
     pub finished_at: Option<String>,
-    /// What held its processes together: `pid-namespace` (the guardian is
-    /// the init of a PID namespace of the run's own) or `guardian` (the
-    /// guardian alone); null where not recorded (an older idem's attempt).
+    /// What held its processes together: `cgroup` (a cgroup of the
+    /// attempt's own), `pid-namespace` (the guardian is the init of a PID
+    /// namespace of the run's own) or `guardian` (the guardian alone); null
+    /// where not recorded (an older idem's attempt).
     pub containment: Option<&'static str>,
+    /// What it died of: `exit N`, `signal N`, `timeout`, `killed for
+    /// memory`, `stopped: WHY`; null while running.
+    pub cause: Option<String>,
+    /// Its peak memory in bytes; null where not recorded.
+    pub peak_memory_bytes: Option<i64>,
+    /// Its CPU time (user and system) in ms; null where not recorded.
+    pub cpu_ms: Option<i64>,
     /// The end of its stdout, lossy where it is not UTF-8 (JSON strings
     /// are Unicode: invalid sequences become U+FFFD).
     pub stdout_tail: Cow<'a, str>,
@@ -131,6 +139,9 @@ impl<'a> From<&'a Attempt> for AttemptJson<'a> {
             started_at: attempt.started_at.map(rfc3339),
             finished_at: attempt.finished_at.map(rfc3339),
             containment: attempt.containment.map(Containment::name),
+            cause: attempt.cause(),
+            peak_memory_bytes: attempt.peak_memory,
+            cpu_ms: attempt.cpu_ms,
             stdout_tail: String::from_utf8_lossy(&attempt.stdout_tail),
             stderr_tail: String::from_utf8_lossy(&attempt.stderr_tail),
         }

@@ -110,11 +110,24 @@ fn run_text(out: &mut dyn Write, run: &Run, zone: &TimeZone) -> Result<()> {
     Ok(())
 }
 
+/// `peak memory 1.5 MiB, cpu 20 ms`, as far as the attempt's figures were
+/// recorded.
+fn usage_text(attempt: &Attempt) -> Option<String> {
+    let memory = attempt
+        .peak_memory
+        .and_then(|bytes| u64::try_from(bytes).ok())
+        .map(|bytes| format!("peak memory {}", super::human_bytes(bytes)));
+    let cpu = attempt.cpu_ms.map(|ms| format!("cpu {ms} ms"));
+    let used: Vec<String> = [memory, cpu].into_iter().flatten().collect();
+    (!used.is_empty()).then(|| used.join(", "))
+}
+
 fn attempt_text(out: &mut dyn Write, attempt: &Attempt, tails: &Tails) -> Result<()> {
-    let timed_out = if attempt.timed_out {
-        " (timed out)"
-    } else {
-        ""
+    // What it died of, where its exit code does not say it.
+    let timed_out = match (&attempt.cause, attempt.timed_out) {
+        (_, true) => " (timed out)".to_owned(),
+        (Some(cause), false) => format!(" ({})", printable(cause)),
+        (None, false) => String::new(),
     };
     let code = exit_text(attempt.exit_code);
     // The words of `idem -v run`; an older idem's attempt recorded none.
@@ -126,6 +139,9 @@ fn attempt_text(out: &mut dyn Write, attempt: &Attempt, tails: &Tails) -> Result
         "  attempt {}: exit {code}{timed_out}; containment: {held}",
         attempt.number
     )?;
+    if let Some(used) = usage_text(attempt) {
+        writeln!(out, "    used: {used}")?;
+    }
     if tails.cut {
         writeln!(out, "    {}", cut_note(tails))?;
     }

@@ -87,6 +87,8 @@ pub struct Config {
     pub after: super::after::After,
     /// `--contain`, as this host gives it.
     pub contain: crate::process::Containment,
+    /// `--nice`, and `--ionice` as ioprio_set(2) takes it.
+    pub priority: crate::process::Priority,
 }
 
 impl Config {
@@ -128,6 +130,7 @@ impl Config {
         let trace =
             crate::trace::Exporter::from_env(args.trace.as_deref()).map_err(Failure::usage)?;
         let contain = containment(args.contain)?;
+        let priority = priority(args)?;
         let schedule = template
             .period()
             .map(|period| alert::schedule(period, job.zone.clone()));
@@ -180,6 +183,7 @@ impl Config {
             template,
             after,
             contain,
+            priority,
         })
     }
 
@@ -211,6 +215,41 @@ fn containment(choice: cli::Contain) -> Result<crate::process::Containment> {
         cli::Contain::Guardian => Choice::Guardian,
     };
     crate::process::resolve(choice).map_err(|refusal| Failure::usage(refusal).into())
+}
+
+/// `--nice` and `--ionice`, refused before anything is claimed where
+/// this user may not take them (a nice value below idem's own, the
+/// realtime I/O class: both root's).
+fn priority(args: &RunArgs) -> Result<crate::process::Priority> {
+    let root = nix::unistd::geteuid().is_root();
+    if let Some(nice) = args.nice {
+        // A nice value of -1 is also getpriority's error return; for
+        // this process it cannot fail.
+        // SAFETY: getpriority takes integers.
+        let own = unsafe { nix::libc::getpriority(nix::libc::PRIO_PROCESS, 0) };
+        if nice < own && !root {
+            return Err(Failure::usage(format!(
+                "--nice {nice}: only root may run a command before idem's own nice value {own}; give {own} or more"
+            ))
+            .into());
+        }
+    }
+    if let Some(ionice) = args.ionice.filter(|ionice| ionice.class == 1) {
+        if !root {
+            return Err(Failure::usage(format!(
+                "--ionice realtime:{}: only root may give the realtime I/O class; give best-effort:0 or idle",
+                ionice.level
+            ))
+            .into());
+        }
+    }
+    Ok(crate::process::Priority {
+        nice: args.nice,
+        // ioprio_set(2): the class in the top bits, the level below.
+        ionice: args
+            .ionice
+            .map(|ionice| (ionice.class << 13) | ionice.level),
+    })
 }
 
 /// The checks that need nothing but the flags.

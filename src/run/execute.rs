@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::config::{Config, Retry, RetryPolicy, NOT_INHERITED};
+pub(super) use super::record::attempt_record;
+use super::record::set_up_failed;
 use super::streams::Output;
 use crate::alert::Alerts;
 use crate::console::Event;
@@ -102,6 +104,7 @@ impl Run<'_> {
             terminal: streams.merged && super::streams::at_the_terminal(),
             contain: config.contain,
             cgroup_name: String::new(),
+            priority: config.priority,
         };
         let mut number = 1;
         loop {
@@ -528,41 +531,6 @@ fn failed(code: u8, signal: Option<i32>) -> Outcome {
         exit_code: code.into(),
         signal,
         stopped: false,
-    }
-}
-
-/// The ledger's record of an attempt; takes the output tails, which may be
-/// megabytes, rather than copy them.
-pub(super) fn attempt_record(number: u32, end: &mut AttemptEnd) -> Attempt {
-    Attempt {
-        number,
-        started_at: Some(end.started_at),
-        finished_at: Some(end.finished_at),
-        exit_code: Some(end.code().into()),
-        signal: end.signal(),
-        timed_out: end.timed_out,
-        stdout_tail: std::mem::take(&mut end.stdout_tail),
-        stderr_tail: std::mem::take(&mut end.stderr_tail),
-        cut: end.cut,
-        // Recorded with its start; an end leaves it as it is.
-        containment: None,
-    }
-}
-
-/// The ledger's record of attempt `number`, recorded as started at
-/// `started_at`, whose setup failed: it ends now with idem's own code.
-fn set_up_failed(number: u32, started_at: jiff::Timestamp) -> Attempt {
-    Attempt {
-        number,
-        started_at: Some(started_at),
-        finished_at: Some(jiff::Timestamp::now()),
-        exit_code: Some(exit::IDEM_FAILED.into()),
-        signal: None,
-        timed_out: false,
-        stdout_tail: Vec::new(),
-        stderr_tail: Vec::new(),
-        cut: false,
-        containment: None,
     }
 }
 

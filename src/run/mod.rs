@@ -37,6 +37,7 @@ mod locks;
 mod misfire;
 mod overlap;
 mod paused;
+mod record;
 mod replace;
 mod reserve;
 mod stopped;

@@ -85,7 +85,7 @@ fn start_sleeper(backend: &Backend, env: &Env, key: &str) -> Child {
 }
 
 #[track_caller]
-fn export(env: &Env) -> Vec<u8> {
+pub(crate) fn export(env: &Env) -> Vec<u8> {
     env.cmd(["ledger", "export"])
         .succeeds()
         .into_output()
@@ -93,7 +93,7 @@ fn export(env: &Env) -> Vec<u8> {
 }
 
 /// `idem ledger import FILE` of `stream`, not yet run.
-fn import(env: &Env, stream: &[u8]) -> Idem {
+pub(crate) fn import(env: &Env, stream: &[u8]) -> Idem {
     let path = env.path("import.jsonl");
     std::fs::write(&path, stream).unwrap();
     env.cmd(["ledger", "import"]).arg(path)

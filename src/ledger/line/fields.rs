@@ -56,6 +56,10 @@ pub(super) struct AttemptIn {
     output_cut: Option<bool>,
     /// Lines of an idem before it recorded containment carry none.
     containment: Option<String>,
+    /// Lines of an idem before it recorded causes and usage carry none.
+    cause: Option<String>,
+    peak_memory_bytes: Option<i64>,
+    cpu_ms: Option<i64>,
     #[serde(default, deserialize_with = "text_tail")]
     stdout_tail: Option<Vec<u8>>,
     #[serde(default, deserialize_with = "text_tail")]
@@ -68,7 +72,7 @@ pub(super) struct AttemptIn {
 
 impl AttemptIn {
     /// The fields read of an attempt: the rest are passed over unread.
-    pub(super) const FIELDS: [&str; 12] = [
+    pub(super) const FIELDS: [&str; 15] = [
         "attempt",
         "started_at",
         "finished_at",
@@ -77,6 +81,9 @@ impl AttemptIn {
         "timed_out",
         "output_cut",
         "containment",
+        "cause",
+        "peak_memory_bytes",
+        "cpu_ms",
         "stdout_tail",
         "stderr_tail",
         "stdout_tail_base64",
@@ -241,7 +248,7 @@ impl AttemptIn {
             .containment
             .map(|name| {
                 Containment::parse(&name).ok_or_else(|| {
-                    anyhow!("containment '{name}' is none of pid-namespace, guardian")
+                    anyhow!("containment '{name}' is none of cgroup, pid-namespace, guardian")
                 })
             })
             .transpose()?;
@@ -263,6 +270,10 @@ impl AttemptIn {
                 .unwrap_or_default(),
             cut: self.output_cut.unwrap_or(false),
             containment,
-        })
+            cause: self.cause,
+            peak_memory: self.peak_memory_bytes,
+            cpu_ms: self.cpu_ms,
+        }
+        .told_cause())
     }
 }

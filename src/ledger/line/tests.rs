@@ -75,6 +75,9 @@ fn exported(stdout: Vec<u8>) -> ExportedRun {
             stderr_tail: b"plain".to_vec(),
             cut: true,
             containment: Some(Containment::PidNamespace),
+            cause: Some("killed for memory".into()),
+            peak_memory: Some(1 << 20),
+            cpu_ms: Some(12),
         }],
         head: true,
         ledger_fence: 7,
@@ -125,6 +128,8 @@ fn an_attempts_containment_goes_by_its_name_and_an_older_line_has_none() {
     assert_eq!(held(&text), Some(Containment::PidNamespace));
     let guardian = text.replacen("pid-namespace", "guardian", 1);
     assert_eq!(held(&guardian), Some(Containment::GuardianOnly));
+    let cgroup = text.replacen("pid-namespace", "cgroup", 1);
+    assert_eq!(held(&cgroup), Some(Containment::Cgroup));
     let older = text.replacen(r#""containment":"pid-namespace","#, "", 1);
     assert!(!older.contains("containment"), "{older}");
     assert_eq!(held(&older), None, "not recorded");
@@ -136,7 +141,7 @@ fn an_attempts_containment_goes_by_its_name_and_an_older_line_has_none() {
         .unwrap_err();
     assert_eq!(
         format!("{error:#}"),
-        "line 1: containment 'jail' is none of pid-namespace, guardian"
+        "line 1: containment 'jail' is none of cgroup, pid-namespace, guardian"
     );
 }
 
@@ -203,6 +208,7 @@ mod properties {
             Just(None),
             Just(Some(Containment::PidNamespace)),
             Just(Some(Containment::GuardianOnly)),
+            Just(Some(Containment::Cgroup)),
         ];
         let flags = (any::<(bool, bool)>(), held);
         (times, codes, flags, bytes(300), bytes(300)).prop_map(
@@ -224,6 +230,9 @@ mod properties {
                     stderr_tail: err,
                     cut,
                     containment,
+                    cause: None,
+                    peak_memory: None,
+                    cpu_ms: None,
                 }
             },
         )

@@ -141,10 +141,12 @@ fn upsert_attempt(
     let tail = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
     tx.execute_typed(
         "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
-             timed_out, stdout_tail, stderr_tail, cut)
-         SELECT id, $2, now(), now(), $3, $4, $5, $6, $7, $8 FROM idem.runs WHERE run_id = $1
+             timed_out, stdout_tail, stderr_tail, cut, cause, peak_memory, cpu_ms)
+         SELECT id, $2, now(), now(), $3, $4, $5, $6, $7, $8, $9, $10, $11
+         FROM idem.runs WHERE run_id = $1
          ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $3, signal = $4,
-             timed_out = $5, stdout_tail = $6, stderr_tail = $7, cut = $8",
+             timed_out = $5, stdout_tail = $6, stderr_tail = $7, cut = $8, cause = $9,
+             peak_memory = $10, cpu_ms = $11",
         typed![
             &claim.run_id => UUID,
             &(attempt.number as i32) => INT4,
@@ -154,6 +156,9 @@ fn upsert_attempt(
             &tail(&attempt.stdout_tail) => BYTEA,
             &tail(&attempt.stderr_tail) => BYTEA,
             &attempt.cut => BOOL,
+            &attempt.cause => TEXT,
+            &attempt.peak_memory => INT8,
+            &attempt.cpu_ms => INT8,
         ],
     )?;
     Ok(())
@@ -203,6 +208,9 @@ async fn record_outcome(
                 &last.is_some() => BOOL,
                 &attempt.cut => BOOL,
                 &claim.token => INT8,
+                &attempt.cause => TEXT,
+                &attempt.peak_memory => INT8,
+                &attempt.cpu_ms => INT8,
             ],
         )
         .await?;
@@ -223,12 +231,13 @@ fn record_outcome_sql() -> String {
                  SELECT 1 FROM idem.keys WHERE key = $6 AND epoch = $15 FOR UPDATE
              ), a AS (
                  INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code,
-                     signal, timed_out, stdout_tail, stderr_tail, cut)
-                 SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14
+                     signal, timed_out, stdout_tail, stderr_tail, cut, cause, peak_memory,
+                     cpu_ms)
+                 SELECT id, $7, now(), now(), $8, $9, $10, $11, $12, $14, $16, $17, $18
                  FROM idem.runs WHERE run_id = $1 AND $13 AND EXISTS (SELECT 1 FROM k)
                  ON CONFLICT (run, n) DO UPDATE SET finished_at = now(), exit_code = $8,
                      signal = $9, timed_out = $10, stdout_tail = $11, stderr_tail = $12,
-                     cut = $14
+                     cut = $14, cause = $16, peak_memory = $17, cpu_ms = $18
              ), r AS (
                  UPDATE idem.runs SET status = $2, exit_code = $3, signal = $4,
                      finished_at = now(), attempts = greatest(attempts, $5)

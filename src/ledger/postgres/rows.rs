@@ -201,6 +201,9 @@ pub(super) fn attempt_from_row(row: &Row) -> Result<(i64, Attempt), tokio_postgr
         stderr_tail: tail(AttemptCol::Stderr)?,
         cut: row.try_get(AttemptCol::Cut.at())?,
         containment: row.try_get(AttemptCol::Containment.at())?,
+        cause: row.try_get(AttemptCol::Cause.at())?,
+        peak_memory: row.try_get(AttemptCol::PeakMemory.at())?,
+        cpu_ms: row.try_get(AttemptCol::CpuMs.at())?,
     };
     Ok((row.try_get(AttemptCol::Run.at())?, attempt))
 }

@@ -224,6 +224,14 @@ pub const MIGRATIONS: &[&str] = &[
         said boolean NOT NULL DEFAULT false
     );
 ",
+    "
+    -- 13: what each attempt died of, where exit_code and signal do not
+    -- tell it (`timeout`, `killed for memory`, `stopped: ...`), its peak
+    -- memory in bytes and its CPU time in ms; NULL where not recorded.
+    ALTER TABLE idem.attempts ADD COLUMN cause text;
+    ALTER TABLE idem.attempts ADD COLUMN peak_memory bigint;
+    ALTER TABLE idem.attempts ADD COLUMN cpu_ms bigint;
+",
 ];
 
 /// The schema version this idem writes.

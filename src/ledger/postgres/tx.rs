@@ -195,8 +195,9 @@ impl rules::Tx for Tx<'_, '_> {
         }
         self.tx.execute_typed(
             "INSERT INTO idem.attempts (run, n, started_at, finished_at, exit_code, signal,
-                 timed_out, stdout_tail, stderr_tail, cut, containment)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                 timed_out, stdout_tail, stderr_tail, cut, containment, cause, peak_memory,
+                 cpu_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             &[
                 (&id, Type::INT8),
                 (&(attempt.number as i32), Type::INT4),
@@ -212,6 +213,9 @@ impl rules::Tx for Tx<'_, '_> {
                 (&tail(&attempt.stderr_tail), Type::BYTEA),
                 (&attempt.cut, Type::BOOL),
                 (&attempt.containment.map(Containment::name), Type::TEXT),
+                (&attempt.cause, Type::TEXT),
+                (&attempt.peak_memory, Type::INT8),
+                (&attempt.cpu_ms, Type::INT8),
             ],
         )?;
         Ok(())

@@ -245,6 +245,9 @@ pub(super) fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Attempt> {
         cut: get(row, AttemptCol::Cut.at())?,
         containment: get::<Option<ContainmentCode>>(row, AttemptCol::Containment.at())?
             .map(|code| code.0),
+        cause: get(row, AttemptCol::Cause.at())?,
+        peak_memory: get(row, AttemptCol::PeakMemory.at())?,
+        cpu_ms: get(row, AttemptCol::CpuMs.at())?,
     })
 }
 

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use jiff::Timestamp;
 use rusqlite::types::ToSql;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 use uuid::Uuid;
 
 use super::super::columns::JobCol;
@@ -37,7 +37,8 @@ pub(super) static RELEASE_HEAD: LazyLock<String> = LazyLock::new(|| {
 
 /// An attempt's end, on the row its start made.
 pub(super) const END_ATTEMPT: &str = "UPDATE attempts SET finished_at = ?4, exit_code = ?5,
-        signal = ?6, timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9, cut = ?10
+        signal = ?6, timed_out = ?7, stdout_tail = ?8, stderr_tail = ?9, cut = ?10,
+        cause = ?11, peak_memory = ?12, cpu_ms = ?13
     WHERE run = ?1 AND n = ?2";
 
 pub(super) static LOAD_JOB: LazyLock<String> =
@@ -338,15 +339,21 @@ pub(super) fn upsert_attempt(tx: &Connection, run: i64, attempt: &Attempt) -> ru
         (!attempt.stderr_tail.is_empty()).then_some(&attempt.stderr_tail),
         attempt.cut,
         code(attempt.containment),
+        attempt.cause,
+        attempt.peak_memory,
+        attempt.cpu_ms,
     ];
-    // END_ATTEMPT takes the first ten: an end leaves the containment its
-    // start recorded.
-    let updated = tx.prepare_cached(END_ATTEMPT)?.execute(&values[..10])?;
+    // END_ATTEMPT takes all but the eleventh, numbered on from ?11: an end
+    // leaves the containment its start recorded.
+    let updated = tx.prepare_cached(END_ATTEMPT)?.execute(params_from_iter(
+        values[..10].iter().chain(&values[11..]).copied(),
+    ))?;
     if updated == 0 {
         tx.prepare_cached(
             "INSERT INTO attempts (run, n, started_at, finished_at, exit_code, signal,
-                 timed_out, stdout_tail, stderr_tail, cut, containment)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 timed_out, stdout_tail, stderr_tail, cut, containment, cause, peak_memory,
+                 cpu_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         )?
         .execute(values)?;
     }
