@@ -198,11 +198,15 @@ fn postgres_another_host_runs_once_the_lease_passed_and_the_worker_died() {
         return;
     };
     let command = python_leaving(&super::guarded(&pg, 600), "time.sleep(600)");
+    // A PID namespace, chosen: the kernel ends its worker with its guardian
+    // (a cgroup's worker lives on; see the cgroup tests).
     let mut argv = vec![
         "-v",
         "run",
         "--key",
         "k",
+        "--contain",
+        "pid-namespace",
         "--retries",
         "0",
         "--lease",
