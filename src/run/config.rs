@@ -111,13 +111,7 @@ impl Config {
         for address in &ping {
             alert::check_ping(address)?;
         }
-        if *args.lease < MIN_LEASE {
-            return Err(Failure::usage(format!(
-                "--lease {} is too short: its heartbeat (every lease/3) must reach the database in time; give at least 1s, like 60s",
-                args.lease
-            ))
-            .into());
-        }
+        check_lease(args)?;
         let job = job_info(job.unwrap_or(typed), typed, &template)?;
         let overlap = match args.overlap {
             cli::Overlap::Allow => Overlap::Allow,
@@ -170,16 +164,7 @@ impl Config {
             pause_after: args.pause_after,
             quiet_success: args.quiet_success,
             replay: args.replay,
-            alerts: alert::Settings {
-                alert_after: args.alert_after,
-                quiet_success: args.quiet_success,
-                on_failure: args.on_failure.clone(),
-                on_recovery: args.on_recovery.clone(),
-                warn_after: args.warn_after.map(Into::into),
-                warn_every: args.warn_every.map(Into::into),
-                ping,
-                schedule,
-            },
+            alerts: alert_settings(args, ping, schedule),
             template,
             after,
             contain,
@@ -253,6 +238,37 @@ fn priority(args: &RunArgs) -> Result<crate::process::Priority> {
 }
 
 /// The checks that need nothing but the flags.
+/// Refuses a lease too short for its heartbeat.
+fn check_lease(args: &RunArgs) -> Result<()> {
+    if *args.lease < MIN_LEASE {
+        return Err(Failure::usage(format!(
+            "--lease {} is too short: its heartbeat (every lease/3) must reach the database in time; give at least 1s, like 60s",
+            args.lease
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// What a run tells, and whom: its hooks, its pings (checked) and its
+/// job's schedule.
+fn alert_settings(
+    args: &RunArgs,
+    ping: Vec<String>,
+    schedule: Option<alert::Schedule>,
+) -> alert::Settings {
+    alert::Settings {
+        alert_after: args.alert_after,
+        quiet_success: args.quiet_success,
+        on_failure: args.on_failure.clone(),
+        on_recovery: args.on_recovery.clone(),
+        warn_after: args.warn_after.map(Into::into),
+        warn_every: args.warn_every.map(Into::into),
+        ping,
+        schedule,
+    }
+}
+
 fn check(args: &RunArgs) -> Result<()> {
     if std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
