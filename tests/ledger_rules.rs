@@ -90,8 +90,11 @@ fn import_of_a_16_mib_line_stays_within_16_mib() {
     // What the line adds, over the same import of a line of a few bytes:
     // idem's own start (its code pages, the ledger's schema) is measured
     // apart, since a debug build's alone comes near 16 MiB. The long line
-    // may add its kept tail (1 MiB and a third as read) and the copy
-    // SQLite binds, and nothing that grows with the line.
+    // may add its kept tail (1 MiB and a third as read), the copy SQLite
+    // binds and the allocator's slack, and nothing that grows with the
+    // line: measured, 3.6 to 4.1 MiB with this round's idem and with the
+    // one before it (/usr/bin/time, three imports each), so the bound is 5
+    // MiB, where a line held whole would add 16.
     let small = env.path("small.jsonl");
     let short =
         head.replacen("\"long\"", "\"short\"", 1)
@@ -103,7 +106,7 @@ fn import_of_a_16_mib_line_stays_within_16_mib() {
     let (output, peak) = import_peak_kib(&env, &file);
     assert_code(&output, 0);
     assert!(
-        peak.saturating_sub(start) <= 4 * 1024,
+        peak.saturating_sub(start) <= 5 * 1024,
         "import of a 16 MiB line took {peak} KiB, {start} KiB for a short one"
     );
     let shown = env.show_json("long");

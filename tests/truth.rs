@@ -76,12 +76,18 @@ fn show_marks_an_output_cut_to_its_tail() {
         .iter()
         .position(|line| line.starts_with("  attempt 1: exit 0"))
         .unwrap_or_else(|| panic!("no attempt line in\n{shown}"));
+    // After the attempt's line (and what it used, where that was
+    // recorded), the mark comes just before the output.
+    let stdout = lines
+        .iter()
+        .position(|line| *line == "    stdout:")
+        .unwrap_or_else(|| panic!("no stdout in\n{shown}"));
+    assert!(stdout > attempt + 1, "{shown}");
     assert_eq!(
-        lines[attempt + 1],
+        lines[stdout - 1],
         "    [… earlier output cut: only the last 16 B of each stream kept (--capture)]",
         "{shown}"
     );
-    assert_eq!(lines[attempt + 2], "    stdout:", "{shown}");
     assert!(shown.contains("      100\n"), "{shown}");
     let json = env.show_json("long");
     assert_eq!(json["attempts_detail"][0]["output_cut"], true, "{json}");
