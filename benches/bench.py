@@ -99,10 +99,10 @@ def peak_rss(args, env):
 
 
 def idem_env(work, db):
-    env = dict(os.environ, IDEM_DB=str(db), HOME=str(work), XDG_DATA_HOME=str(work / "data"))
-    for name in [name for name in env if name.startswith("IDEM_") and name != "IDEM_DB"]:
-        env.pop(name)
-    return env
+    if "://" not in str(db):  # a file: idem makes no folder but its default one
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("IDEM_")}
+    return dict(env, IDEM_DB=str(db), HOME=str(work), XDG_DATA_HOME=str(work / "data"))
 
 
 def build_floors():
@@ -562,14 +562,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="idem-bench-") as tmp:
         work = Path(tmp)
         env = idem_env(work, work / "process" / "ledger.db")
-        # The ten-run ledger the big one is measured against: `bench` and
-        # nine other keys, each run once.
+        # The ten-run ledger the big one is held against: `bench` and nine more keys, run once each.
         small = work / "ten" / "ledger.db"
         for key in ["bench", *(f"job-{i}" for i in range(9))]:
-            sh(IDEM, "--db", small, "run", "--key", key, "--", "true", env=env)
+            sh(IDEM, "run", "--key", key, "--", "true", env=idem_env(work, small))
         sixty = work / "sixty" / "ledger.db"
         for key in range(60):
-            sh(IDEM, "--db", sixty, "run", "--key", f"job-{key}", "--", "true", env=env)
+            sh(IDEM, "run", "--key", f"job-{key}", "--", "true", env=idem_env(work, sixty))
 
         print("floor, flock, bkt and idem's skip and first run", flush=True)
         cpu_of = process_rows(table, runs, work, env, floor, guarded, sqlite_floor, bkt)
