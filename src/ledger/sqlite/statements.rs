@@ -45,8 +45,6 @@ pub(super) const NEW_KEY: &str = "INSERT INTO keys (key) VALUES (?1) RETURNING i
 pub(super) const NEXT_FENCE: &str = "UPDATE fences SET last = last + 1 RETURNING last";
 /// The highest fence handed out (0 before the first claim).
 pub(super) const HIGHEST_FENCE: &str = "SELECT last FROM fences";
-/// Raises the fence counter to at least `?1`: an import of a moved ledger.
-pub(super) const RAISE_FENCE: &str = "UPDATE fences SET last = max(last, ?1)";
 pub(super) const CALL_JOB: &str =
     "UPDATE jobs SET template = ?2, zone = ?3, host = ?4, command = ?5,
         shell = ?6, first_run = coalesce(first_run, ?7), last_run = ?7,

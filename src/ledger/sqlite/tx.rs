@@ -19,12 +19,14 @@ use super::rows::{
     by_the_kernel, count_at, get, job_from_row, millis, query_head, run_from_row, time_at, RunCol,
     StatusCode, ABANDONED, FAILED, RUNNING, RUNS, SUCCEEDED,
 };
-use super::statements::RAISE_FENCE;
 
 /// Frees a key's owner columns: the run it owned has ended or was judged
 /// dead. Part of every update that ends a head's `running`.
 pub(super) const RELEASE_OWNER: &str = "owner_boot = NULL, owner_pid_start = NULL, \
      owner_pgid = NULL, owner_pgid_start = NULL, owner_lock = NULL";
+
+/// Raises the fence counter to at least `?1`: an import of a moved ledger.
+const RAISE_FENCE: &str = "UPDATE fences SET last = max(last, ?1)";
 
 /// [`RELEASE_OWNER`] for the key whose head is run `?1` (found by the
 /// run's key: no index holds `head`).
