@@ -15,6 +15,7 @@
 //! `IDEM_RUN_ID` they inherit, where nothing else can; `lockers` finds who
 //! holds a byte of a lock file by their descriptors.
 
+mod buffer;
 mod cgroup;
 mod command;
 mod contain;

@@ -19,7 +19,7 @@ const CHUNK: usize = 64 * 1024;
 /// ends before its command is let in, where an allocation failing in the
 /// thread would abort idem.
 pub fn chunk() -> io::Result<Vec<u8>> {
-    super::tee::zeroed(CHUNK)
+    super::buffer::zeroed(CHUNK)
 }
 
 /// How much of stdin is in the spool, and whether it has ended.

@@ -11,6 +11,7 @@ use std::thread::{Builder, Scope, ScopedJoinHandle};
 
 use anyhow::{Context, Result};
 
+use super::buffer::{out_of_memory, zeroed};
 use super::stdin::Spool;
 use crate::exit;
 
@@ -171,19 +172,6 @@ pub fn room(capture: usize) -> io::Result<(Vec<u8>, Tail)> {
         cut: false,
     };
     Ok((buffer, tail))
-}
-
-/// `len` zeroed bytes, or an error where memory is refused (ulimit -v),
-/// never an abort: for a buffer set aside before its thread starts.
-pub fn zeroed(len: usize) -> io::Result<Vec<u8>> {
-    let mut buffer = Vec::new();
-    buffer.try_reserve_exact(len).map_err(out_of_memory)?;
-    buffer.resize(len, 0);
-    Ok(buffer)
-}
-
-fn out_of_memory(_: std::collections::TryReserveError) -> io::Error {
-    io::Error::from(io::ErrorKind::OutOfMemory)
 }
 
 impl Tail {
