@@ -2,7 +2,6 @@
 //! of a ledger's outbox by a run or `ledger deliver` (never by a read).
 
 use std::ffi::OsStr;
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -17,7 +16,6 @@ use crate::ledger::outbox::backoff;
 use crate::ledger::EventState;
 use crate::ledger::{Ledger, NewEvent, Owed, Pick, Settled};
 use crate::render::doctor::Level;
-use crate::render::status::JobStatus;
 use crate::report::Reporter;
 
 /// The most one ping event may take in a sweep: a monitor that hangs
@@ -233,23 +231,6 @@ pub fn settle(
         (false, _) => swept.taken += 1,
         (true, Ok(())) => swept.delivered += 1,
         (true, Err(_)) => swept.failed += 1,
-    }
-    Ok(())
-}
-
-/// The line under `status`'s table naming the jobs with events owed.
-pub fn owed_line(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {
-    let owed: Vec<String> = statuses
-        .iter()
-        .filter(|status| status.owed > 0)
-        .map(|status| format!("{} {}", crate::render::printable(&status.job), status.owed))
-        .collect();
-    if !owed.is_empty() {
-        writeln!(
-            out,
-            "owed (pings and hooks not yet delivered): {}; `idem ledger deliver` sends them",
-            owed.join(", ")
-        )?;
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ use anyhow::Result;
 use crate::exit::Failure;
 use crate::ledger::{Attempt, Claim, HookRun, Ledger, Location, NewEvent, Outcome, Status};
 use crate::report::Reporter;
-pub use deliver::{doctor_outbox, owed_line, sweep, Swept};
+pub use deliver::{doctor_outbox, sweep, Swept};
 pub use events::{event_text, pausing, EventJson, Origin};
 pub use hooks::HOOK_LIMIT;
 pub use otlp::event as trace_event;

@@ -151,7 +151,24 @@ pub fn text(
             writeln!(out, "{}", paused_line(&job.job, paused, now))?;
         }
     }
-    crate::alert::owed_line(out, statuses)
+    owed_line(out, statuses)
+}
+
+/// The line under `status`'s table naming the jobs with events owed.
+fn owed_line(out: &mut dyn Write, statuses: &[JobStatus]) -> Result<()> {
+    let owed: Vec<String> = statuses
+        .iter()
+        .filter(|status| status.owed > 0)
+        .map(|status| format!("{} {}", render::printable(&status.job), status.owed))
+        .collect();
+    if !owed.is_empty() {
+        writeln!(
+            out,
+            "owed (pings and hooks not yet delivered): {}; `idem ledger deliver` sends them",
+            owed.join(", ")
+        )?;
+    }
+    Ok(())
 }
 
 /// `JOB paused by u@h 5m ago[ until T][: REASON]`, under the table.
