@@ -230,26 +230,7 @@ fn run_all(config: &Config, due: &[Due], location: &Location, reporter: &Reporte
             Some(bar) => bar.suspend(ran),
             None => ran(),
         };
-        let code = match code {
-            Ok(code) => code,
-            // A past key refused for itself (its command changed, its last
-            // run was abandoned under --on-abandoned fail): said, and the
-            // other periods go on.
-            Err(error)
-                if matches!(
-                    exit::code_for(&error),
-                    exit::FINGERPRINT_MISMATCH | exit::ABANDONED
-                ) =>
-            {
-                reporter.notice(
-                    &mut std::io::stderr(),
-                    crate::console::Event::Failed,
-                    &format!("{error:#}"),
-                );
-                exit::code_for(&error)
-            }
-            Err(error) => return Err(error),
-        };
+        let code = super::catchup::past_period(code, reporter)?;
         let what = outcome(config, &period.key, before, code, location)?;
         said(bar.as_deref(), reporter, &place, &period.key, &what);
         if let Some(bar) = &bar {

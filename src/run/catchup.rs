@@ -69,26 +69,10 @@ pub(super) fn run(
     let missed = periods;
     let mut first_failure = None;
     for (key, start) in missed {
-        let code = match run_key(config, &key, Some(&slot(&start)), location, reporter) {
-            Ok(code) => code,
-            // A past key refused for itself (its command changed, its last
-            // run was abandoned under --on-abandoned fail): said, and the
-            // other periods go on.
-            Err(error)
-                if matches!(
-                    exit::code_for(&error),
-                    exit::FINGERPRINT_MISMATCH | exit::ABANDONED
-                ) =>
-            {
-                reporter.notice(
-                    &mut std::io::stderr(),
-                    crate::console::Event::Failed,
-                    &format!("{error:#}"),
-                );
-                exit::code_for(&error)
-            }
-            Err(error) => return Err(error),
-        };
+        let code = past_period(
+            run_key(config, &key, Some(&slot(&start)), location, reporter),
+            reporter,
+        )?;
         let quiet = [
             exit::SUCCESS,
             config.skipped_exit_code,
@@ -180,4 +164,27 @@ fn succeeded(ledger: &mut dyn crate::ledger::Ledger, key: &str, rules: &Rules) -
     Ok(ledger
         .head(key)?
         .is_some_and(|head| head.run.status == Status::Succeeded && rules.fresh(&head)))
+}
+
+/// The code of a past period's run: a key refused for itself (its command
+/// changed, its last run was abandoned under --on-abandoned fail) is said,
+/// and the other periods go on; any other error ends them all.
+pub(super) fn past_period(ran: Result<u8>, reporter: &Reporter) -> Result<u8> {
+    match ran {
+        Ok(code) => Ok(code),
+        Err(error)
+            if matches!(
+                exit::code_for(&error),
+                exit::FINGERPRINT_MISMATCH | exit::ABANDONED
+            ) =>
+        {
+            reporter.notice(
+                &mut std::io::stderr(),
+                crate::console::Event::Failed,
+                &format!("{error:#}"),
+            );
+            Ok(exit::code_for(&error))
+        }
+        Err(error) => Err(error),
+    }
 }
