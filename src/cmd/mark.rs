@@ -8,7 +8,6 @@
 //! why. It never takes the place of a running head.
 
 use anyhow::Result;
-use jiff::Timestamp;
 
 use crate::exit::{self, Failure};
 use crate::key::Template;
@@ -93,30 +92,16 @@ fn marked_run(
     who: &str,
     reason: &str,
 ) -> Run {
-    let now = Timestamp::now();
-    Run {
-        key: key.to_owned(),
-        job: job
-            .map(str::to_owned)
+    ledger::recorded_success(
+        key.to_owned(),
+        job.map(str::to_owned)
             .or_else(|| head.map(|head| head.run.job.clone()))
             .unwrap_or_else(|| typed.to_owned()),
-        head: true,
-        run_id: crate::id::new(),
-        status: Status::Succeeded,
-        exit_code: Some(0),
-        signal: None,
-        attempts: 0,
-        started_at: now,
-        finished_at: Some(now),
-        host: crate::host::name(),
-        pid: std::process::id(),
-        command: head
-            .map(|head| head.run.command.clone())
+        head.map(|head| head.run.command.clone())
             .unwrap_or_default(),
-        shell: head.is_some_and(|head| head.run.shell),
-        recovered: false,
-        note: Some(ledger::mark_note(who, reason)),
-    }
+        head.is_some_and(|head| head.run.shell),
+        ledger::mark_note(who, reason),
+    )
 }
 
 /// The key is running (or recorded so): nothing is marked over a run

@@ -77,6 +77,37 @@ pub fn mark_note(who: &str, reason: &str) -> String {
     format!("marked succeeded by {who}: {reason}")
 }
 
+/// A success recorded without running (`ledger mark`, a period skipped by
+/// `--misfire latest`): the key's head, no attempt, this process and host,
+/// `note` telling why.
+pub fn recorded_success(
+    key: String,
+    job: String,
+    command: Vec<std::ffi::OsString>,
+    shell: bool,
+    note: String,
+) -> super::Run {
+    let now = Timestamp::now();
+    super::Run {
+        key,
+        job,
+        head: true,
+        run_id: crate::id::new(),
+        status: super::Status::Succeeded,
+        exit_code: Some(0),
+        signal: None,
+        attempts: 0,
+        started_at: now,
+        finished_at: Some(now),
+        host: crate::host::name(),
+        pid: std::process::id(),
+        command,
+        shell,
+        recovered: false,
+        note: Some(note),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

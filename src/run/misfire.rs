@@ -5,10 +5,9 @@
 //! next catch-up does not take it up again.
 
 use anyhow::Result;
-use jiff::Timestamp;
 
 use super::config::Config;
-use crate::ledger::{self, ImportReport, ImportSink, Location, Run, Status, MISFIRE_NOTE};
+use crate::ledger::{self, ImportReport, ImportSink, Location, Run, MISFIRE_NOTE};
 use crate::report::Reporter;
 
 /// Records the keys of `older` skipped by policy, at once; a key that a
@@ -23,26 +22,16 @@ pub(super) fn skip(
     if older.is_empty() {
         return Ok(());
     }
-    let now = Timestamp::now();
     let runs: Vec<Run> = older
         .iter()
-        .map(|(key, _)| Run {
-            key: key.clone(),
-            job: config.job.name.clone(),
-            head: true,
-            run_id: crate::id::new(),
-            status: Status::Succeeded,
-            exit_code: Some(0),
-            signal: None,
-            attempts: 0,
-            started_at: now,
-            finished_at: Some(now),
-            host: crate::host::name(),
-            pid: std::process::id(),
-            command: config.command.clone(),
-            shell: config.shell,
-            recovered: false,
-            note: Some(MISFIRE_NOTE.to_owned()),
+        .map(|(key, _)| {
+            ledger::recorded_success(
+                key.clone(),
+                config.job.name.clone(),
+                config.command.clone(),
+                config.shell,
+                MISFIRE_NOTE.to_owned(),
+            )
         })
         .collect();
     let mut ledger = ledger::open(location)?;
